@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One-stop set-up for a fresh Debian 12 machine: installs every package refit needs,
+# then configures and builds Release with ccache. Quickly a no-op when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libopenblas-dev libhwy-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libfmt-dev
+  libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin libcpp-httplib-dev
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
+  clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD_DIR=${REFIT_BUILD_DIR:-build}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DPython3_EXECUTABLE=/usr/bin/python3 >&2
+fi
+cmake --build "$BUILD_DIR" -j"$(nproc)" >&2

@@ -1,0 +1,43 @@
+// refit command-line entry point: dispatches to the registered subcommands.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace refit::cli {
+std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+}  // namespace refit::cli
+
+int main(int argc, char** argv) {
+  using namespace refit::cli;
+  CLI::App app{"refit: an LLM inference engine built for reinforcement learning"};
+  app.require_subcommand(1);
+  auto& all = commands();
+  std::sort(all.begin(), all.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::function<int()> action;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+  for (auto& command : all) {
+    CLI::App* sub = app.add_subcommand(command.name, command.description);
+    actions.emplace_back(sub, command.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : actions)
+      if (sub->parsed()) return run();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "refit: error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+// The ops a Llama-family forward pass needs. Each function checks its arguments, asks
+// the registry for a kernel (by the tensors' device, dtype and layout) and runs it.
+// Shapes are documented here once; kernels may assume them after the checks.
+#pragma once
+
+#include "core/tensor.h"
+#include "kernels/registry.h"
+
+namespace refit::ops {
+
+// out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]).
+// x: f32, rows contiguous. w: [N, K] row-major (nn.Linear layout) in any dtype a kernel
+// accepts (f32, f16, bf16, ... or a kernel layout such as shuffled_16x16). bias: f32 [N]
+// or undefined. out: f32 [M, N] contiguous, preallocated.
+void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+
+// out[T, D] = x / sqrt(mean(x^2) + eps) * weight[D]. x, out f32; weight f32.
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+
+enum class RopeStyle : uint8_t {
+  interleaved,  // pairs (x[2i], x[2i+1]): llama2.c, GGUF "llama" arch
+  neox,         // pairs (x[i], x[i + rot/2]): HF rotate_half, Qwen2/3, GGUF "qwen2"
+};
+// In place on x[T, n_heads, head_dim] (f32). positions: i32 [T]. cos_sin: f32
+// [max_pos, rot_dim] where row p holds cos(p*f_0..f_{r/2-1}) then sin(...), r = rot_dim
+// <= head_dim; dims >= rot_dim are left unchanged.
+void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, RopeStyle style);
+
+// In place softmax over the last dimension of a f32 tensor (rows contiguous).
+void softmax(Tensor& x);
+
+// out[T, F] = silu(gate) * up; gate, up, out f32 [T, F].
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+// out[T, D] (f32) = table[ids[t], :]; table [V, D] in f32/f16/bf16; ids i32 [T]. Ids out
+// of range throw naming the id.
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
+
+// out = a + b, same shape, f32 (out may alias a).
+void add(const Tensor& a, const Tensor& b, Tensor& out);
+
+// Causal grouped-query attention over a KV cache.
+// q: f32 [T, n_heads, head_dim], the T new tokens at positions start_pos .. start_pos+T-1.
+// k_cache, v_cache: f32 [max_seq, n_kv_heads, head_dim]; rows < start_pos + T are valid
+// (the new tokens' k/v are already written). Query head h uses kv head h / (n_heads /
+// n_kv_heads). Token t attends to cache rows 0 .. start_pos + t. out: f32 [T, n_heads, head_dim].
+void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
+               float scale, Tensor& out);
+
+}  // namespace refit::ops

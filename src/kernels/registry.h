@@ -1,0 +1,61 @@
+// Kernel registry and dispatch (law L3: kernels are chosen by the actual tensors).
+//
+// Each op ("matmul", "rms_norm", ...) has a table of kernels. A kernel declares the
+// device type it runs on, per argument the dtypes and layouts it accepts, optional
+// extra constraints (e.g. "K % 32 == 0") and a priority. select() is a pure function of
+// the argument tensors: it never looks at the build, the platform or global state.
+// When nothing fits it throws DispatchError naming the op, every argument's
+// device/dtype/layout/shape, and every candidate with the reason it was rejected.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace refit {
+
+struct ArgRule {
+  std::string name;             // "x", "weight", "bias", ...
+  std::vector<DType> dtypes;    // accepted dtypes; empty means any
+  std::vector<Layout> layouts;  // accepted layouts; empty means {strided}
+  bool optional = false;        // may be an undefined Tensor (e.g. no bias)
+};
+
+struct Kernel {
+  std::string op;    // "matmul"
+  std::string name;  // "matmul.cpu.f32_blas"
+  DeviceType device = DeviceType::cpu;
+  int priority = 0;  // highest accepted wins
+  std::vector<ArgRule> args;
+  // Extra limits on shapes/strides. Returns "" when accepted, else why not.
+  std::function<std::string(std::span<const Tensor* const>)> constraint;
+  std::string constraint_text;  // shown by `refit kernels`, e.g. "K % 32 == 0"
+  const void* fn = nullptr;     // the op's typed function pointer (see kernels/ops.h)
+};
+
+class KernelRegistry {
+ public:
+  // The process-wide registry with every built-in kernel (CPU always; CUDA when built).
+  static KernelRegistry& global();
+  KernelRegistry() = default;
+
+  void add(Kernel kernel);
+  const Kernel& select(std::string_view op, std::span<const Tensor* const> args) const;
+  // Why `kernel` rejects `args` ("" if it accepts them).
+  static std::string rejection_reason(const Kernel& kernel, std::span<const Tensor* const> args);
+  std::vector<const Kernel*> kernels(std::string_view op = {}) const;
+  // Human-readable table: op | kernel | device | priority | args | constraints.
+  std::string table() const;
+
+ private:
+  std::vector<Kernel> kernels_;
+};
+
+// Registration entry points (explicit, so a static library never drops them).
+void register_cpu_kernels(KernelRegistry& registry);
+
+}  // namespace refit
