@@ -1,0 +1,149 @@
+#include "kernels/registry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace refit {
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    register_cpu_kernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void KernelRegistry::add(Kernel kernel) {
+  REFIT_ASSERT(kernel.fn != nullptr);
+  kernels_.push_back(std::move(kernel));
+  // Highest priority first, so select() takes the first that accepts.
+  std::stable_sort(kernels_.begin(), kernels_.end(),
+                   [](const Kernel& a, const Kernel& b) {
+                     if (a.op != b.op) return a.op < b.op;
+                     return a.priority > b.priority;
+                   });
+}
+
+namespace {
+
+std::string describe_arg(const Tensor* t) {
+  if (!t || !t->defined()) return "undefined";
+  return fmt::format("{} {} {} {}", t->device().str(), dtype_name(t->dtype()),
+                     layout_name(t->layout()), shape_str(t->shape()));
+}
+
+std::string list_dtypes(const std::vector<DType>& dtypes) {
+  if (dtypes.empty()) return "any";
+  std::vector<std::string_view> names;
+  for (DType d : dtypes) names.push_back(dtype_name(d));
+  return fmt::format("{}", fmt::join(names, "|"));
+}
+
+std::string list_layouts(const std::vector<Layout>& layouts) {
+  if (layouts.empty()) return "strided";
+  std::vector<std::string_view> names;
+  for (Layout l : layouts) names.push_back(layout_name(l));
+  return fmt::format("{}", fmt::join(names, "|"));
+}
+
+}  // namespace
+
+std::string KernelRegistry::rejection_reason(const Kernel& kernel,
+                                             std::span<const Tensor* const> args) {
+  if (args.size() != kernel.args.size())
+    return fmt::format("takes {} arguments, got {}", kernel.args.size(), args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgRule& rule = kernel.args[i];
+    const Tensor* t = args[i];
+    if (!t || !t->defined()) {
+      if (rule.optional) continue;
+      return fmt::format("argument '{}' is required", rule.name);
+    }
+    if (t->device().type != kernel.device)
+      return fmt::format("runs on {}, argument '{}' is on {}", device_type_name(kernel.device),
+                         rule.name, t->device().str());
+    if (!rule.dtypes.empty() &&
+        std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end())
+      return fmt::format("argument '{}' must be {}, got {}", rule.name, list_dtypes(rule.dtypes),
+                         dtype_name(t->dtype()));
+    const Layout wanted_default = Layout::strided;
+    bool layout_ok = rule.layouts.empty()
+                         ? t->layout() == wanted_default
+                         : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) !=
+                               rule.layouts.end();
+    if (!layout_ok)
+      return fmt::format("argument '{}' must have layout {}, got {}", rule.name,
+                         list_layouts(rule.layouts), layout_name(t->layout()));
+  }
+  if (kernel.constraint) return kernel.constraint(args);
+  return {};
+}
+
+const Kernel& KernelRegistry::select(std::string_view op,
+                                     std::span<const Tensor* const> args) const {
+  // Mixed devices are an error whatever the kernels: no op silently moves data.
+  const Tensor* first = nullptr;
+  for (const Tensor* t : args) {
+    if (!t || !t->defined()) continue;
+    if (!first) {
+      first = t;
+    } else if (!(t->device() == first->device())) {
+      std::string listing;
+      for (size_t i = 0; i < args.size(); ++i)
+        listing += fmt::format("\n  arg {}: {}", i, describe_arg(args[i]));
+      throw DispatchError(fmt::format("{}: arguments are on different devices ({} and {}):{}", op,
+                                      first->device().str(), t->device().str(), listing));
+    }
+  }
+  std::string rejected;
+  bool any = false;
+  for (const Kernel& k : kernels_) {
+    if (k.op != op) continue;
+    any = true;
+    std::string reason = rejection_reason(k, args);
+    if (reason.empty()) return k;
+    rejected += fmt::format("\n  {} (priority {}): {}", k.name, k.priority, reason);
+  }
+  std::string listing;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = "?";
+    for (const Kernel& k : kernels_)
+      if (k.op == op && i < k.args.size()) {
+        name = k.args[i].name;
+        break;
+      }
+    listing += fmt::format("\n  {}: {}", name, describe_arg(args[i]));
+  }
+  if (!any) throw DispatchError(fmt::format("{}: no kernels registered for this op", op));
+  throw DispatchError(fmt::format("{}: no kernel accepts these arguments:{}\ncandidates:{}", op,
+                                  listing, rejected));
+}
+
+std::vector<const Kernel*> KernelRegistry::kernels(std::string_view op) const {
+  std::vector<const Kernel*> out;
+  for (const Kernel& k : kernels_)
+    if (op.empty() || k.op == op) out.push_back(&k);
+  return out;
+}
+
+std::string KernelRegistry::table() const {
+  std::string out = fmt::format("{:<12} {:<32} {:<6} {:>4}  {}\n", "op", "kernel", "device",
+                                "prio", "arguments / constraints");
+  for (const Kernel& k : kernels_) {
+    std::vector<std::string> args;
+    for (const ArgRule& a : k.args)
+      args.push_back(fmt::format("{}{}:{}/{}", a.name, a.optional ? "?" : "",
+                                 list_dtypes(a.dtypes), list_layouts(a.layouts)));
+    out += fmt::format("{:<12} {:<32} {:<6} {:>4}  {}{}\n", k.op, k.name,
+                       device_type_name(k.device), k.priority, fmt::join(args, " "),
+                       k.constraint_text.empty() ? "" : "  [" + k.constraint_text + "]");
+  }
+  return out;
+}
+
+}  // namespace refit

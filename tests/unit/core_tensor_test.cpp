@@ -1,0 +1,122 @@
+// Tensor views share storage and never copy; copies convert dtypes element by element.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace refit {
+namespace {
+
+Tensor iota(Shape shape) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(i);
+  return t;
+}
+
+TEST(Tensor, ViewsShareStorageAndAddressIsStable) {
+  Tensor t = iota({4, 6});
+  void* base = t.storage()->data();
+  Tensor v = t.view({2, 12});
+  Tensor s = t.slice(1, 1, 5, 2);
+  Tensor n = t.narrow(0, 1, 2);
+  Tensor tr = t.transpose(0, 1);
+  Tensor p = t.view({2, 2, 6}).permute({2, 0, 1});
+  for (const Tensor* x : {&v, &s, &n, &tr, &p}) EXPECT_EQ(x->storage()->data(), base);
+  EXPECT_EQ(s.shape(), (Shape{4, 2}));
+  EXPECT_EQ(s.get({2, 1}), 2 * 6 + 3);
+  EXPECT_EQ(n.get({1, 5}), 2 * 6 + 5);
+  EXPECT_EQ(tr.get({5, 3}), 3 * 6 + 5);
+  EXPECT_EQ(p.shape(), (Shape{6, 2, 2}));
+  EXPECT_EQ(p.get({4, 1, 0}), 12 + 4);
+  EXPECT_FALSE(tr.is_contiguous());
+  n.set({0, 0}, -1);
+  EXPECT_EQ(t.get({1, 0}), -1);  // writes through a view reach the base
+}
+
+TEST(Tensor, ContiguousCopiesOnlyWhenNeeded) {
+  Tensor t = iota({3, 5});
+  EXPECT_EQ(t.contiguous().storage(), t.storage());
+  Tensor tr = t.transpose(0, 1).contiguous();
+  EXPECT_NE(tr.storage(), t.storage());
+  EXPECT_TRUE(tr.is_contiguous());
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(tr.get({i, j}), t.get({j, i}));
+  EXPECT_THROW(t.transpose(0, 1).view({15}), Error);
+  EXPECT_EQ(t.transpose(0, 1).reshape({15}).get({1}), 5);
+}
+
+TEST(Tensor, ViewInfersOneDimension) {
+  Tensor t = iota({2, 3, 4});
+  EXPECT_EQ(t.view({-1, 4}).shape(), (Shape{6, 4}));
+  EXPECT_THROW(t.view({-1, -1}), Error);
+  EXPECT_THROW(t.view({5, 5}), Error);
+}
+
+TEST(Tensor, ToConvertsEveryDtypeAndBack) {
+  Tensor t = Tensor::from_floats({2, 4}, std::vector<float>{0, 0.5f, 1, 1.5f, 2, 3, 4, 6});
+  for (DType d : kAllDTypes) {
+    if (d == DType::e8m0) continue;  // no zero or fractions below 1 in a pure scale
+    Tensor c = t.to(d);
+    EXPECT_EQ(c.dtype(), d);
+    Tensor back = c.to(DType::f32);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < 4; ++j) {
+        double want = t.get({i, j});
+        if (!dtype_is_floating(d)) want = d == DType::boolean ? (want != 0) : std::trunc(want);
+        EXPECT_EQ(back.get({i, j}), want) << dtype_name(d) << " at " << i << "," << j;
+      }
+  }
+}
+
+TEST(Tensor, PackedFp4NeedsAnEvenLastDimension) {
+  EXPECT_THROW(Tensor::empty({3, 3}, DType::f4_e2m1), Error);
+  Tensor t = Tensor::empty({2, 4}, DType::f4_e2m1);
+  EXPECT_EQ(t.nbytes(), 4u);
+  t.set({1, 3}, -6.0);
+  t.set({1, 2}, 0.5);
+  EXPECT_EQ(t.data<uint8_t>()[3], 0xF1);  // low nibble first
+}
+
+TEST(Tensor, CopyFromWritesIntoTheSameStorage) {
+  Tensor dst = Tensor::empty({3, 4}, DType::bf16);
+  void* before = dst.storage()->data();
+  Tensor src = iota({4, 3}).transpose(0, 1);  // non-contiguous source
+  dst.copy_from(src);
+  EXPECT_EQ(dst.storage()->data(), before);
+  EXPECT_EQ(dst.get({2, 3}), 3 * 3 + 2);
+  EXPECT_THROW(dst.copy_from(iota({4, 3})), Error);  // shape mismatch names both shapes
+  dst.set_read_only(true);
+  EXPECT_THROW(dst.copy_from(src), Error);
+}
+
+TEST(Tensor, FromStorageRejectsViewsOutsideTheStorage) {
+  auto storage = Storage::allocate(16);
+  EXPECT_NO_THROW(Tensor::from_storage(storage, DType::f32, {4}));
+  EXPECT_THROW(Tensor::from_storage(storage, DType::f32, {5}), Error);
+  EXPECT_THROW(Tensor::from_storage(storage, DType::f32, {2}, {1}, 3), Error);
+}
+
+TEST(Storage, WrappedMemoryIsReleasedExactlyOnce) {
+  int releases = 0;
+  std::vector<float> memory(8, 1.0f);
+  {
+    auto s = Storage::wrap(memory.data(), 32, Device::cpu(), [&] { ++releases; });
+    Tensor a = Tensor::from_storage(s, DType::f32, {8});
+    Tensor b = a.slice(0, 2, 6);
+    EXPECT_EQ(b.get({0}), 1.0);
+  }
+  EXPECT_EQ(releases, 1);
+}
+
+TEST(Storage, AllocationIsAligned) {
+  for (size_t n : {1, 3, 64, 1000}) {
+    auto s = Storage::allocate(n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % Storage::kAlignment, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace refit
