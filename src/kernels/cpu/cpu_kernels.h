@@ -1,0 +1,27 @@
+// The optimised CPU kernels, each with its op's signature from kernels/ops.h. They
+// assume the shape and layout checks in ops.cpp and the ArgRules/constraints they are
+// registered with (register.cpp); call them through refit::ops unless testing.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace refit::cpu {
+
+// f32 weights: OpenBLAS sgemm, N split across the refit pool (OpenBLAS kept to 1 thread).
+void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// f16/bf16 (and f32) weights, f32 activations, Highway; batch-invariant (matmul_cpu.cpp).
+void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+
+void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);
+void softmax_hwy(Tensor& x);
+void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
+void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out);
+void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);
+void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                   int64_t start_pos, float scale, Tensor& out);
+
+}  // namespace refit::cpu

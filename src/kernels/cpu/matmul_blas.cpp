@@ -1,0 +1,57 @@
+// matmul with f32 weights through OpenBLAS's sgemm.
+//
+// OpenBLAS is pinned to one thread and N is split across refit's own pool instead, so the
+// process has one set of worker threads (two pools fighting over the same cores make
+// both slow). Each thread multiplies all M rows of x by its own slice of weight rows:
+// out[:, n0:n1] = x · w[n0:n1, :]^T, which in row-major sgemm terms is NoTrans x Trans.
+//
+// Not batch-invariant: OpenBLAS may pick a different kernel (and summation order) for
+// another M. The Highway kernel (matmul_cpu.cpp) is, for f16/bf16 weights.
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace refit::cpu {
+
+void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  static std::once_flag single_threaded;
+  std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
+
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  if (M == 0 || N == 0) return;
+  const float* xp = x.data<const float>();
+  const float* wp = w.data<const float>();
+  const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
+  float* op = out.data<float>();
+  // BLAS wants a leading dimension >= the row length even when there is one row, whose
+  // stride a view may report as anything.
+  const int64_t ldx = M == 1 ? std::max<int64_t>(x.stride(0), K) : x.stride(0);
+  const int64_t ldo = M == 1 ? std::max<int64_t>(out.stride(0), N) : out.stride(0);
+  const int64_t ldw = N == 1 ? std::max<int64_t>(w.stride(0), K) : w.stride(0);
+  // Blocks of 64 weight rows keep sgemm's panels full; with one chunk per thread.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
+    const int64_t n0 = b0 * kBlock, n1 = std::min(N, b1 * kBlock);
+    float beta = 0.0f;
+    if (bp != nullptr) {
+      for (int64_t m = 0; m < M; ++m) std::copy(bp + n0, bp + n1, op + m * ldo + n0);
+      beta = 1.0f;
+    }
+    if (K == 0) {
+      if (bp == nullptr)
+        for (int64_t m = 0; m < M; ++m) std::fill(op + m * ldo + n0, op + m * ldo + n1, 0.0f);
+      return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(M),
+                static_cast<blasint>(n1 - n0), static_cast<blasint>(K), 1.0f, xp,
+                static_cast<blasint>(ldx), wp + n0 * ldw, static_cast<blasint>(ldw), beta,
+                op + n0, static_cast<blasint>(ldo));
+  });
+}
+
+}  // namespace refit::cpu

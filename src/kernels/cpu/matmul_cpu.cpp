@@ -1,0 +1,274 @@
+// matmul with f16 / bf16 (or f32) weights and f32 activations, in Highway SIMD.
+//
+// out[m, n] = x[m, :] · w[n, :] (+ bias[n]), w row-major [N, K] as nn.Linear stores it.
+//
+// Every output element is a dot product computed the same way whatever M is: one vector
+// accumulator per (m, n) pair running over k in steps of the vector width, then a
+// horizontal sum, then the k tail in scalar fused multiply-adds, then the bias. The tile
+// shapes below only choose which pairs share loads, never the order of an element's sum,
+// so a row's result is bitwise the same alone (decode) or inside any batch (prefill).
+// That is the batch invariance issue 8 asks for.
+//
+// Two paths, same arithmetic:
+//  * decode (M <= kDecodeMaxRows): weights are converted to f32 in registers as they are
+//    loaded; the weight matrix streams from memory once per call, so this path is bound
+//    by memory bandwidth and never materialises an f32 copy.
+//  * prefill: each thread converts a block of kBlockRows weight rows into a thread-local
+//    f32 buffer (exact: every f16/bf16 value is an f32) and reuses it for all M rows with
+//    a 4x4 register tile. Converting first gives the same products as converting on the
+//    fly, so results match the decode path bit for bit.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/matmul_cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/float_formats.h"
+
+#ifndef REFIT_MATMUL_CPU_ONCE
+#define REFIT_MATMUL_CPU_ONCE
+namespace refit::cpu::matmul_detail {
+enum class WeightType : int { f32 = 0, f16 = 1, bf16 = 2 };
+constexpr int64_t kDecodeMaxRows = 4;
+constexpr int64_t kBlockRows = 16;  // weight rows converted at once (prefill)
+}  // namespace refit::cpu::matmul_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace refit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using matmul_detail::WeightType;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Weight element types as Highway sees them.
+template <WeightType W>
+struct WeightTraits;
+template <>
+struct WeightTraits<WeightType::f32> {
+  using T = float;
+  static float scalar(const T* p) { return *p; }
+  static VF load(DF df, const T* p) { return hn::LoadU(df, p); }
+};
+template <>
+struct WeightTraits<WeightType::f16> {
+  using T = hwy::float16_t;
+  static float scalar(const T* p) {
+    uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return f16_to_f32(bits);
+  }
+  static VF load(DF df, const T* p) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, p));
+  }
+};
+template <>
+struct WeightTraits<WeightType::bf16> {
+  using T = hwy::bfloat16_t;
+  static float scalar(const T* p) {
+    uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return bf16_to_f32(bits);
+  }
+  static VF load(DF df, const T* p) {
+    const hn::Rebind<hwy::bfloat16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, p));
+  }
+};
+
+// An MR x NR block of outputs. x rows at x + i*ldx, weight rows at w + j*ldw; writes
+// out[i*ldo + j]. The per-element order is fixed (see the file comment).
+template <WeightType W, int MR, int NR>
+HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t ldx,
+                        const typename WeightTraits<W>::T* HWY_RESTRICT w, int64_t ldw,
+                        int64_t K, const float* bias, float* HWY_RESTRICT out, int64_t ldo) {
+  using Tr = WeightTraits<W>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = hn::Zero(df);
+  int64_t k = 0;
+  for (; k + L <= K; k += L) {
+    VF wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = Tr::load(df, w + j * ldw + k);
+    for (int i = 0; i < MR; ++i) {
+      const VF xv = hn::LoadU(df, x + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+      for (int64_t kk = k; kk < K; ++kk)
+        s = std::fma(x[i * ldx + kk], Tr::scalar(w + j * ldw + kk), s);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// All MR rows of x against weight rows [n0, n1): NR-wide tiles, then single rows.
+template <WeightType W, int MR, int NR>
+HWY_INLINE void RowBlock(const float* x, int64_t ldx, const typename WeightTraits<W>::T* w,
+                         int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias,
+                         float* out, int64_t ldo) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR)
+    DotTile<W, MR, NR>(x, ldx, w + n * ldw, ldw, K, bias ? bias + n : nullptr, out + n, ldo);
+  for (; n < n1; ++n)
+    DotTile<W, MR, 1>(x, ldx, w + n * ldw, ldw, K, bias ? bias + n : nullptr, out + n, ldo);
+}
+
+// Rows [0, M) of x against weight rows [n0, n1), converting weights in registers.
+template <WeightType W>
+void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw, int64_t n0,
+                int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
+  const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+  switch (M - m) {
+    case 3: RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
+    case 2: RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
+    // One row: 8 independent accumulators hide the FMA latency.
+    case 1: RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
+    default: break;
+  }
+}
+
+// Converts weight rows [n, n + rows) to f32 into buf (rows x K, row stride K).
+template <WeightType W>
+HWY_INLINE void ConvertRows(const typename WeightTraits<W>::T* w, int64_t ldw, int64_t rows,
+                            int64_t K, float* HWY_RESTRICT buf) {
+  using Tr = WeightTraits<W>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* src = w + r * ldw;
+    float* dst = buf + r * K;
+    int64_t k = 0;
+    for (; k + L <= K; k += L) hn::StoreU(Tr::load(df, src + k), df, dst + k);
+    for (; k < K; ++k) dst[k] = Tr::scalar(src + k);
+  }
+}
+
+// Rows [0, M) of x against weight rows [n0, n1) through a converted f32 block.
+// buf holds kBlockRows * K floats, private to the calling thread.
+template <WeightType W>
+void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw,
+                 int64_t n0, int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo,
+                 float* buf) {
+  const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
+  for (int64_t nb = n0; nb < n1; nb += matmul_detail::kBlockRows) {
+    const int64_t rows = std::min<int64_t>(matmul_detail::kBlockRows, n1 - nb);
+    const float* wf;
+    int64_t ldf;
+    if constexpr (W == WeightType::f32) {
+      wf = reinterpret_cast<const float*>(w + nb * ldw);
+      ldf = ldw;
+    } else {
+      ConvertRows<W>(w + nb * ldw, ldw, rows, K, buf);
+      wf = buf;
+      ldf = K;
+    }
+    const float* b = bias ? bias + nb : nullptr;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4)
+      RowBlock<WeightType::f32, 4, 4>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b, out + m * ldo + nb, ldo);
+    for (; m < M; ++m)
+      RowBlock<WeightType::f32, 1, 8>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b, out + m * ldo + nb, ldo);
+  }
+}
+
+void MatmulDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
+                  int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
+                  int64_t ldo) {
+  switch (static_cast<WeightType>(weight_type)) {
+    case WeightType::f32: return DecodeImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::f16: return DecodeImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::bf16: return DecodeImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+  }
+}
+
+void MatmulPrefill(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
+                   int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
+                   int64_t ldo, float* buf) {
+  switch (static_cast<WeightType>(weight_type)) {
+    case WeightType::f32: return PrefillImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+    case WeightType::f16: return PrefillImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+    case WeightType::bf16: return PrefillImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+  }
+}
+
+}  // namespace refit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <hwy/aligned_allocator.h>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace refit::cpu {
+HWY_EXPORT(MatmulDecode);
+HWY_EXPORT(MatmulPrefill);
+
+using matmul_detail::WeightType;
+
+namespace {
+
+WeightType weight_type_of(const Tensor& w) {
+  switch (w.dtype()) {
+    case DType::f32: return WeightType::f32;
+    case DType::f16: return WeightType::f16;
+    case DType::bf16: return WeightType::bf16;
+    default: fail("matmul.cpu.hwy: weight dtype {} not supported", dtype_name(w.dtype()));
+  }
+}
+
+// The prefill path's per-thread f32 weight block; grows, never shrinks.
+float* thread_block_buffer(int64_t floats) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buf;
+  thread_local int64_t capacity = 0;
+  if (capacity < floats) {
+    buf = hwy::AllocateAligned<float>(static_cast<size_t>(floats));
+    if (!buf) fail("matmul: cannot allocate a {}-float weight block", floats);
+    capacity = floats;
+  }
+  return buf.get();
+}
+
+}  // namespace
+
+void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  init_cpu_isa();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  const int wt = static_cast<int>(weight_type_of(w));
+  const float* xp = x.data<const float>();
+  const void* wp = w.raw_data();
+  const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
+  float* op = out.data<float>();
+  const int64_t ldx = x.stride(0), ldw = w.stride(0), ldo = out.stride(0);
+  if (M == 0 || N == 0) return;
+  // Split N in whole blocks so tiles stay full; each thread streams its own rows of w.
+  const int64_t blocks = (N + matmul_detail::kBlockRows - 1) / matmul_detail::kBlockRows;
+  const bool decode = M <= matmul_detail::kDecodeMaxRows;
+  parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
+    const int64_t n0 = b0 * matmul_detail::kBlockRows;
+    const int64_t n1 = std::min(N, b1 * matmul_detail::kBlockRows);
+    if (decode) {
+      HWY_DYNAMIC_DISPATCH(MatmulDecode)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
+    } else {
+      float* buf = thread_block_buffer(matmul_detail::kBlockRows * K);
+      HWY_DYNAMIC_DISPATCH(MatmulPrefill)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo, buf);
+    }
+  });
+}
+
+}  // namespace refit::cpu
+#endif  // HWY_ONCE

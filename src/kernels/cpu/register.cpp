@@ -1,0 +1,123 @@
+// The CPU rows of the dispatch table. Each kernel states the dtypes and layouts it
+// takes per argument; shape rules common to every kernel of an op are checked once in
+// kernels/ops.cpp, and the memory-layout needs of these particular kernels (which
+// dimensions must be contiguous) are their constraints, so a non-contiguous view is
+// refused with a reason instead of being read wrongly.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/op_fns.h"
+#include "kernels/registry.h"
+
+namespace refit {
+namespace {
+
+// What a kernel needs of one argument's memory layout.
+enum class Dense : uint8_t {
+  rows,  // last dimension has stride 1 (rows themselves may be strided)
+  all,   // fully contiguous
+};
+struct Need {
+  size_t arg;
+  Dense dense;
+};
+
+bool rows_dense(const Tensor& t) { return t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1; }
+
+// A constraint checking every `needs` entry; `names` are the op's argument names.
+std::function<std::string(std::span<const Tensor* const>)> dense_constraint(
+    std::vector<Need> needs, std::vector<std::string> names) {
+  return [needs = std::move(needs), names = std::move(names)](
+             std::span<const Tensor* const> args) -> std::string {
+    for (const Need& need : needs) {
+      if (need.arg >= args.size()) continue;
+      const Tensor* t = args[need.arg];
+      if (t == nullptr || !t->defined()) continue;
+      if (need.dense == Dense::all && !t->is_contiguous())
+        return fmt::format("argument '{}' must be contiguous, got shape {} strides {}",
+                           names[need.arg], shape_str(t->shape()), shape_str(t->strides()));
+      if (need.dense == Dense::rows && !rows_dense(*t))
+        return fmt::format("argument '{}' must have stride 1 in its last dimension, got strides {}",
+                           names[need.arg], shape_str(t->strides()));
+    }
+    return {};
+  };
+}
+
+ArgRule arg(std::string name, std::vector<DType> dtypes, bool optional = false) {
+  return ArgRule{std::move(name), std::move(dtypes), {Layout::strided}, optional};
+}
+
+// Argument order: the select() order documented in kernels/op_fns.h.
+Kernel make(std::string op, std::string name, int priority, std::vector<ArgRule> args,
+            std::vector<Need> needs, std::string constraint_text, const void* fn) {
+  Kernel k;
+  k.op = std::move(op);
+  k.name = std::move(name);
+  k.device = DeviceType::cpu;
+  k.priority = priority;
+  std::vector<std::string> names;
+  for (const ArgRule& a : args) names.push_back(a.name);
+  k.args = std::move(args);
+  k.constraint = dense_constraint(std::move(needs), std::move(names));
+  k.constraint_text = std::move(constraint_text);
+  k.fn = fn;
+  return k;
+}
+
+template <typename Fn>
+const void* fn_ptr(Fn f) {
+  return reinterpret_cast<const void*>(f);
+}
+
+}  // namespace
+
+void register_cpu_kernels(KernelRegistry& registry) {
+  cpu::init_cpu_isa();  // REFIT_CPU_ISA applies before any kernel runs
+  constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32;
+  constexpr Dense rows = Dense::rows, all = Dense::all;
+
+  registry.add(make("matmul", "matmul.cpu.f32_blas", 10,
+                    {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
+                    {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+                    "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
+                    fn_ptr<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
+  registry.add(make("matmul", "matmul.cpu.f16_bf16_hwy", 10,
+                    {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
+                     arg("out", {f32})},
+                    {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+                    "x, w, out: stride 1 along K/N; bias contiguous; batch-invariant",
+                    fn_ptr<kernels::MatmulFn>(&cpu::matmul_hwy)));
+  registry.add(make("rms_norm", "rms_norm.cpu.hwy", 10,
+                    {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
+                    {{0, rows}, {1, all}, {2, rows}}, "rows of x, out dense; weight contiguous",
+                    fn_ptr<kernels::RmsNormFn>(&cpu::rms_norm_hwy)));
+  registry.add(make("rope", "rope.cpu.hwy", 10,
+                    {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
+                    {{0, rows}, {2, rows}}, "x, cos_sin: stride 1 in the last dimension",
+                    fn_ptr<kernels::RopeFn>(&cpu::rope_hwy)));
+  registry.add(make("softmax", "softmax.cpu.hwy", 10, {arg("x", {f32})}, {{0, all}},
+                    "x contiguous", fn_ptr<kernels::SoftmaxFn>(&cpu::softmax_hwy)));
+  registry.add(make("silu_mul", "silu_mul.cpu.hwy", 10,
+                    {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    fn_ptr<kernels::SiluMulFn>(&cpu::silu_mul_hwy)));
+  registry.add(make("embedding", "embedding.cpu.hwy", 10,
+                    {arg("table", {f32, f16, bf16}), arg("ids", {i32}), arg("out", {f32})},
+                    {{0, rows}, {2, rows}}, "table, out: stride 1 along D",
+                    fn_ptr<kernels::EmbeddingFn>(&cpu::embedding_hwy)));
+  registry.add(make("add", "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    fn_ptr<kernels::AddFn>(&cpu::add_hwy)));
+  registry.add(make("attention", "attention.cpu.hwy", 10,
+                    {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
+                    {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
+                    "stride 1 along head_dim for q, k_cache, v_cache, out",
+                    fn_ptr<kernels::AttentionFn>(&cpu::attention_hwy)));
+}
+
+}  // namespace refit
