@@ -1,0 +1,21 @@
+// The built-in demo model of `refit generate` without -m: the `tiny` synthetic preset
+// (stories15M-sized) with deterministic weights made in memory, and its synthetic
+// SentencePiece vocabulary. It shows the whole path working on a fresh machine; its
+// text is not meaningful.
+#pragma once
+
+#include <memory>
+
+#include "models/llama_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace refit {
+
+struct DemoModel {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+DemoModel make_demo_model(uint64_t seed = 0);
+
+}  // namespace refit

@@ -1,0 +1,171 @@
+#include "models/model_loader.h"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "core/error.h"
+#include "models/tensor_names.h"
+
+namespace refit {
+namespace {
+
+bool is_plain_ggml(GgmlType t) {
+  return t == GgmlType::f32 || t == GgmlType::f16 || t == GgmlType::bf16;
+}
+
+DType dtype_of_ggml(GgmlType t) {
+  switch (t) {
+    case GgmlType::f16: return DType::f16;
+    case GgmlType::bf16: return DType::bf16;
+    default: return DType::f32;  // f32, and quantized types dequantized at load
+  }
+}
+
+ModelConfig config_from_llama2c(const Llama2cModel& m) {
+  const Llama2cConfig& h = m.config();
+  ModelConfig c;
+  c.arch = Architecture::llama;
+  c.dim = h.dim;
+  c.n_layers = h.n_layers;
+  c.n_heads = h.n_heads;
+  c.n_kv_heads = h.n_kv_heads;
+  c.head_dim = h.n_heads > 0 ? h.dim / h.n_heads : 0;
+  c.ffn_dim = h.hidden_dim;
+  c.vocab_size = h.vocab_size;
+  c.max_seq_len = h.seq_len;
+  c.rms_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.rope_style = ops::RopeStyle::interleaved;  // run.c rotates adjacent pairs
+  c.tied_embeddings = h.shared_classifier;
+  c.bos_id = 1;
+  c.eos_id = 2;
+  return c;
+}
+
+// llama2.c stores each kind of tensor for all layers together: [L, ...].
+Tensor llama2c_tensor(const Llama2cModel& m, const std::string& name) {
+  static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch match;
+  if (std::regex_match(name, match, layer_re)) {
+    int64_t l = std::stoll(match[1]);
+    static const std::pair<const char*, const char*> map[] = {
+        {"input_layernorm.weight", "rms_att_weight"}, {"self_attn.q_proj.weight", "wq"},
+        {"self_attn.k_proj.weight", "wk"},            {"self_attn.v_proj.weight", "wv"},
+        {"self_attn.o_proj.weight", "wo"},            {"post_attention_layernorm.weight", "rms_ffn_weight"},
+        {"mlp.gate_proj.weight", "w1"},               {"mlp.down_proj.weight", "w2"},
+        {"mlp.up_proj.weight", "w3"}};
+    for (auto [suffix, file_name] : map)
+      if (match[2] == suffix) {
+        const Tensor* t = m.find_tensor(file_name);
+        return t && l < t->size(0) ? t->select(0, l) : Tensor();
+      }
+    return Tensor();
+  }
+  if (name == "model.embed_tokens.weight") return m.tensor("token_embedding_table");
+  if (name == "model.norm.weight") return m.tensor("rms_final_weight");
+  if (name == "lm_head.weight") {
+    const Tensor* t = m.find_tensor("wcls");
+    return t ? *t : Tensor();
+  }
+  return Tensor();
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const Checkpoint& ck) {
+  ModelConfig c;
+  switch (ck.format()) {
+    case CheckpointFormat::gguf: {
+      const GgufFile& g = *ck.gguf();
+      c = config_from_gguf(g.metadata());
+      const GgufTensorInfo* embd = g.find_tensor("token_embd.weight");
+      if (!embd) throw FormatError(fmt::format("{}: no token_embd.weight tensor", g.path()));
+      if (embd->shape.size() != 2)
+        throw FormatError(fmt::format("{}: token_embd.weight must be 2-d", g.path()));
+      c.vocab_size = embd->shape[0];
+      c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
+      if (const GgufTensorInfo* q = g.find_tensor("blk.0.attn_q.weight")) c.weight_dtype = dtype_of_ggml(q->type);
+      if (g.find_tensor("rope_freqs.weight")) {
+        Tensor f = g.dequantize("rope_freqs.weight");
+        c.rope_freq_factors = f.to_floats();
+      }
+      c.validate(g.path());
+      break;
+    }
+    case CheckpointFormat::hf_folder:
+    case CheckpointFormat::safetensors: {
+      const HfFolder* hf = ck.hf();
+      if (!hf) fail("{}: a lone .safetensors file has no config.json; pass its folder", ck.path());
+      c = config_from_hf_json(hf->config().dump(), hf->path() + "/config.json");
+      if (!hf->has_tensor("lm_head.weight")) c.tied_embeddings = true;
+      if (hf->has_tensor("model.layers.0.self_attn.q_proj.weight")) {
+        DType dt = hf->tensor_info("model.layers.0.self_attn.q_proj.weight").dtype;
+        c.weight_dtype = (dt == DType::bf16 || dt == DType::f16) ? dt : DType::f32;
+      }
+      break;
+    }
+    case CheckpointFormat::llama2c:
+      c = config_from_llama2c(*ck.llama2c());
+      c.validate(ck.path());
+      break;
+  }
+  return c;
+}
+
+Tensor find_checkpoint_tensor(const Checkpoint& ck, const ModelConfig& config, const std::string& name) {
+  switch (ck.format()) {
+    case CheckpointFormat::gguf: {
+      const GgufFile& g = *ck.gguf();
+      static thread_local std::vector<TensorSpec> specs;
+      static thread_local const ModelConfig* specs_for = nullptr;
+      if (specs_for != &config) {
+        specs = model_tensor_specs(config);
+        specs_for = &config;
+      }
+      for (const TensorSpec& s : specs) {
+        if (s.hf_name != name) continue;
+        const GgufTensorInfo* info = g.find_tensor(s.gguf_name);
+        if (!info) return Tensor();
+        return is_plain_ggml(info->type) ? g.tensor(s.gguf_name) : g.dequantize(s.gguf_name);
+      }
+      return Tensor();
+    }
+    case CheckpointFormat::hf_folder:
+    case CheckpointFormat::safetensors:
+      return ck.hf() && ck.hf()->has_tensor(name) ? ck.hf()->tensor(name) : Tensor();
+    case CheckpointFormat::llama2c:
+      return llama2c_tensor(*ck.llama2c(), name);
+  }
+  return Tensor();
+}
+
+void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& options) {
+  const size_t total = model.parameters().total_bytes();
+  size_t done = 0;
+  for (const auto& p : model.parameters().all()) {
+    Tensor t = find_checkpoint_tensor(ck, model.config(), p->name());
+    if (!t.defined()) fail("{}: checkpoint has no tensor for parameter '{}'", ck.path(), p->name());
+    try {
+      p->load(t);
+    } catch (const Error& e) {
+      fail("{}: {}", ck.path(), e.what());
+    }
+    done += p->data().nbytes();
+    if (options.progress) options.progress(done, total);
+  }
+}
+
+std::unique_ptr<LlamaModel> load_model(const Checkpoint& ck, const LoadOptions& options) {
+  ModelConfig config = read_model_config(ck);
+  auto model = std::make_unique<LlamaModel>(config, config.weight_dtype);
+  load_weights(*model, ck, options);
+  return model;
+}
+
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options) {
+  auto ck = Checkpoint::open(path);
+  return load_model(*ck, options);
+}
+
+}  // namespace refit

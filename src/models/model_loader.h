@@ -1,0 +1,36 @@
+// Builds a LlamaModel from a checkpoint path: a GGUF file, a Hugging Face folder (or a
+// single .safetensors beside its config.json), or a llama2.c .bin. Every parameter is
+// looked up by its canonical name through a per-format name map, checked for shape and
+// converted into the parameter's storage.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "formats/checkpoint.h"
+#include "models/llama_model.h"
+
+namespace refit {
+
+struct LoadOptions {
+  // Called with (bytes loaded, total bytes) while parameters load.
+  std::function<void(size_t, size_t)> progress;
+};
+
+// Reads the configuration a checkpoint describes (no weights loaded).
+ModelConfig read_model_config(const Checkpoint& checkpoint);
+
+// Looks a canonical parameter name up in the checkpoint; returns an f32/f16/bf16 tensor
+// (a zero-copy view where the format allows; quantized GGUF tensors are dequantized to
+// f32) or an undefined tensor when absent.
+Tensor find_checkpoint_tensor(const Checkpoint& checkpoint, const ModelConfig& config,
+                              const std::string& name);
+
+std::unique_ptr<LlamaModel> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
+std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options = {});
+
+// Loads every parameter of `model` from `checkpoint` (all must be present).
+void load_weights(LlamaModel& model, const Checkpoint& checkpoint, const LoadOptions& options = {});
+
+}  // namespace refit
