@@ -31,7 +31,10 @@ nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
   switch (v.type()) {
     case GgufValueType::string: return shorten(v.as_string());
     case GgufValueType::boolean: return v.as_bool();
-    case GgufValueType::f32: case GgufValueType::f64: return v.as_f64();
+    // An f32 printed through double shows float noise (1e-5 as 9.99999974e-06): round-trip
+    // it through its shortest float text instead.
+    case GgufValueType::f32: return std::stod(fmt::format("{}", static_cast<float>(v.as_f64())));
+    case GgufValueType::f64: return v.as_f64();
     case GgufValueType::array: return fmt::format("<{} of {}>", v.type_str(), v.array_size());
     case GgufValueType::i8: case GgufValueType::i16: case GgufValueType::i32:
     case GgufValueType::i64: return v.as_i64();
