@@ -130,7 +130,8 @@ TEST(TokenizerStories260K, prompts_encode_like_llama2c_run) {
 }
 
 std::string run_binary(const std::string& args) {
-  std::string command = std::string(REFIT_BINARY) + " " + args + " 2>&1";
+  // Grouped so that stderr of every command in `args` (which may end in "; echo rc=$?") is kept.
+  std::string command = "{ " + std::string(REFIT_BINARY) + " " + args + "; } 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   EXPECT_TRUE(pipe) << command;
   std::string out;
