@@ -1,0 +1,92 @@
+// `refit synth`: write a deterministic synthetic checkpoint (models/synthetic_checkpoint.h)
+// with the shapes of a common real model, for tests and benchmarks.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include <unistd.h>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "models/synthetic_checkpoint.h"
+#include "models/synthetic_model.h"
+
+namespace refit::cli {
+namespace {
+
+struct SynthArgs {
+  std::string arch = "llama";
+  std::string preset = "tiny";
+  std::string dtype = "f32";
+  std::string format = "gguf";
+  std::string out;
+  uint64_t seed = 0;
+  double max_shard_gb = 5.0;
+  bool quiet = false;
+};
+
+int run_synth(const SynthArgs& a) {
+  const Architecture arch = architecture_from_name(a.arch);
+  const ModelConfig config = synthetic_preset(arch, a.preset);
+  SyntheticCheckpointOptions o;
+  static const std::map<std::string, DType> kDTypes = {
+      {"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}};
+  o.weight_dtype = kDTypes.at(a.dtype);
+  o.seed = a.seed;
+  o.name = fmt::format("synthetic-{}-{}-{}-s{}", a.arch, a.preset, a.dtype, a.seed);
+  o.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double last_report = -1.0;
+  if (!a.quiet && isatty(fileno(stderr))) {  // a progress line only on a terminal
+    o.progress = [&](size_t done, size_t total, uint64_t bytes) {
+      const double now = seconds();
+      if (done != total && now - last_report < 0.1) return;
+      last_report = now;
+      fmt::print(stderr, "\rwriting {}: tensor {}/{}, {:.2f} GB, {:.1f} s", a.out, done, total,
+                 bytes / 1e9, now);
+      if (done == total) fmt::print(stderr, "\n");
+    };
+  }
+  if (a.format == "hf")
+    write_synthetic_hf(a.out, config, o);
+  else
+    write_synthetic_gguf(a.out, config, o);
+  if (!a.quiet)
+    fmt::print("{}: {} {} ({} parameters, {} weights, seed {}) as {} in {:.1f} s\n", a.out, a.arch,
+               a.preset, config.n_params(), a.dtype, a.seed, a.format, seconds());
+  return 0;
+}
+
+CommandRegistrar registrar{
+    {"synth", "Write a deterministic synthetic checkpoint (HF folder or GGUF file)",
+     [](CLI::App& sub) {
+       auto args = std::make_shared<SynthArgs>();
+       sub.add_option("--arch", args->arch, "Architecture")
+           ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}))
+           ->capture_default_str();
+       sub.add_option("--preset", args->preset,
+                      "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 layers, GQA)")
+           ->check(CLI::IsMember({"tiny", "small", "medium"}))
+           ->capture_default_str();
+       sub.add_option("--dtype", args->dtype, "Matmul weight and embedding dtype (norms and biases are f32)")
+           ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+           ->capture_default_str();
+       sub.add_option("--format", args->format, "hf: a folder with safetensors; gguf: one file")
+           ->check(CLI::IsMember({"hf", "gguf"}))
+           ->capture_default_str();
+       sub.add_option("-o,--output", args->out, "Output folder (hf) or file (gguf)")->required();
+       sub.add_option("--seed", args->seed, "Weight seed")->capture_default_str();
+       sub.add_option("--max-shard-gb", args->max_shard_gb, "hf: largest safetensors shard, in GB")
+           ->check(CLI::PositiveNumber)
+           ->capture_default_str();
+       sub.add_flag("-q,--quiet", args->quiet, "No progress or summary");
+       return std::function<int()>([args] { return run_synth(*args); });
+     }}};
+
+}  // namespace
+}  // namespace refit::cli

@@ -1,0 +1,223 @@
+#include "models/synthetic_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/file_sink.h"
+#include "formats/gguf_writer.h"
+#include "formats/safetensors_writer.h"
+#include "models/synthetic_model.h"
+#include "models/synthetic_vocab.h"
+#include "models/tensor_names.h"
+
+namespace refit {
+
+namespace {
+
+void check_dtype(DType d) {
+  if (d != DType::f32 && d != DType::f16 && d != DType::bf16)
+    fail("synthetic checkpoint: weight dtype {} is not supported (f32, f16 or bf16)", dtype_name(d));
+}
+
+std::string default_name(const ModelConfig& c, const SyntheticCheckpointOptions& o) {
+  return o.name.empty() ? fmt::format("synthetic-{}-{}d-s{}", architecture_name(c.arch), c.dim, o.seed)
+                        : o.name;
+}
+
+// A float as JSON with its shortest decimal form (1e-05, not 9.999999747378752e-06).
+double json_float(float v) { return std::stod(fmt::format("{}", v)); }
+
+void write_text_file(const std::string& path, const std::string& text) {
+  FileSink sink(path);
+  sink.write(text.data(), text.size());
+  sink.finish();
+}
+
+const char* torch_dtype_name(DType d) {
+  return d == DType::bf16 ? "bfloat16" : d == DType::f16 ? "float16" : "float32";
+}
+
+}  // namespace
+
+uint32_t gguf_file_type(DType weight_dtype) {
+  switch (weight_dtype) {
+    case DType::f32: return 0;   // LLAMA_FTYPE_ALL_F32
+    case DType::f16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
+    case DType::bf16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
+    default: fail("GGUF file type: no llama_ftype for {} weights", dtype_name(weight_dtype));
+  }
+}
+
+nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
+  nlohmann::json j;
+  const char* architecture = "LlamaForCausalLM";
+  const char* model_type = "llama";
+  switch (c.arch) {
+    case Architecture::llama: break;
+    case Architecture::mistral: architecture = "MistralForCausalLM", model_type = "mistral"; break;
+    case Architecture::qwen2: architecture = "Qwen2ForCausalLM", model_type = "qwen2"; break;
+    case Architecture::qwen3: architecture = "Qwen3ForCausalLM", model_type = "qwen3"; break;
+  }
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
+  j["hidden_size"] = c.dim;
+  j["intermediate_size"] = c.ffn_dim;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = json_float(c.rms_eps);
+  j["rope_theta"] = json_float(c.rope_theta);
+  j["rope_scaling"] = nullptr;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = torch_dtype_name(weight_dtype);
+  j["bos_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  j["initializer_range"] = 0.02;
+  j["attention_dropout"] = 0.0;
+  j["use_cache"] = true;
+  j["transformers_version"] = "4.51.0";
+  switch (c.arch) {
+    case Architecture::llama:
+      j["attention_bias"] = c.qkv_bias;
+      j["mlp_bias"] = false;
+      j["pretraining_tp"] = 1;
+      break;
+    case Architecture::mistral:
+      j["sliding_window"] = nullptr;
+      break;
+    case Architecture::qwen2:  // q/k/v biases are implied by the architecture
+    case Architecture::qwen3:
+      if (c.arch == Architecture::qwen3) j["attention_bias"] = c.qkv_bias;
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = c.max_seq_len;
+      j["max_window_layers"] = c.n_layers;
+      break;
+  }
+  return j;
+}
+
+nlohmann::json hf_generation_config_json(const ModelConfig& c) {
+  return {{"_from_model_config", true},
+          {"bos_token_id", c.bos_id},
+          {"eos_token_id", c.eos_id},
+          {"transformers_version", "4.51.0"}};
+}
+
+void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
+                        const SyntheticCheckpointOptions& o) {
+  check_dtype(o.weight_dtype);
+  config.validate("synthetic checkpoint");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create the folder: {}", dir, ec.message());
+  const std::filesystem::path root(dir);
+
+  const SyntheticVocab vocab = synthetic_vocab(config.vocab_size);
+  write_text_file((root / "config.json").string(), hf_config_json(config, o.weight_dtype).dump(2) + "\n");
+  write_text_file((root / "generation_config.json").string(), hf_generation_config_json(config).dump(2) + "\n");
+  write_text_file((root / "tokenizer.json").string(), hf_tokenizer_json(vocab).dump(2) + "\n");
+  write_text_file((root / "tokenizer_config.json").string(),
+                  hf_tokenizer_config_json(vocab, config.max_seq_len).dump(2) + "\n");
+
+  // Split into shards of at most max_shard_bytes (a tensor larger than that gets its own).
+  const std::vector<TensorSpec> specs = model_tensor_specs(config);
+  std::vector<std::vector<SafetensorsEntry>> shards(1);
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const TensorSpec& spec : specs) {
+    SafetensorsEntry e{spec.hf_name, synthetic_storage_dtype(spec, o.weight_dtype), spec.shape};
+    const uint64_t n = e.nbytes();
+    if (!shards.back().empty() && shard_bytes + n > o.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(std::move(e));
+    shard_bytes += n;
+    total_bytes += n;
+  }
+  const size_t n_shards = shards.size();
+  auto shard_name = [&](size_t i) {
+    return n_shards == 1 ? std::string("model.safetensors")
+                         : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n_shards);
+  };
+  // A stale single file or index from an earlier run would shadow the new layout.
+  std::filesystem::remove(root / (n_shards == 1 ? "model.safetensors.index.json" : "model.safetensors"), ec);
+
+  const std::string name = default_name(config, o);
+  size_t written = 0;
+  uint64_t bytes_written = 0;
+  nlohmann::json weight_map = nlohmann::json::object();
+  size_t spec_index = 0;
+  for (size_t s = 0; s < n_shards; ++s) {
+    for (const SafetensorsEntry& e : shards[s]) weight_map[e.name] = shard_name(s);
+    SafetensorsWriter writer((root / shard_name(s)).string(), shards[s],
+                             {{"format", "pt"}, {"refit.synthetic", name}});
+    for (const SafetensorsEntry& e : shards[s]) {
+      const TensorSpec& spec = specs[spec_index++];
+      REFIT_ASSERT(spec.hf_name == e.name);
+      Tensor t = synthetic_tensor(config, spec, o.weight_dtype, o.seed);
+      writer.write(e.name, t);
+      bytes_written += e.nbytes();
+      if (o.progress) o.progress(++written, specs.size(), bytes_written);
+    }
+    writer.finish();
+  }
+  if (n_shards > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_text_file((root / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  }
+}
+
+void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
+                          const SyntheticCheckpointOptions& o) {
+  check_dtype(o.weight_dtype);
+  c.validate("synthetic checkpoint");
+  // llama.cpp runs Mistral under the llama architecture.
+  const std::string arch = c.arch == Architecture::mistral ? "llama" : architecture_name(c.arch);
+  GgufWriter w;
+  w.add_string("general.architecture", arch);
+  w.add_string("general.name", default_name(c, o));
+  w.add_u32("general.file_type", gguf_file_type(o.weight_dtype));
+  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  w.add_u32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+  w.add_u32(key("context_length"), static_cast<uint32_t>(c.max_seq_len));
+  w.add_u32(key("embedding_length"), static_cast<uint32_t>(c.dim));
+  w.add_u32(key("feed_forward_length"), static_cast<uint32_t>(c.ffn_dim));
+  w.add_u32(key("block_count"), static_cast<uint32_t>(c.n_layers));
+  w.add_u32(key("attention.head_count"), static_cast<uint32_t>(c.n_heads));
+  w.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(c.n_kv_heads));
+  if (c.head_dim != c.dim / c.n_heads || c.arch == Architecture::qwen3) {
+    w.add_u32(key("attention.key_length"), static_cast<uint32_t>(c.head_dim));
+    w.add_u32(key("attention.value_length"), static_cast<uint32_t>(c.head_dim));
+  }
+  w.add_f32(key("attention.layer_norm_rms_epsilon"), c.rms_eps);
+  w.add_f32(key("rope.freq_base"), c.rope_theta);
+  w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.rotary_dim()));
+  add_gguf_tokenizer_metadata(w, synthetic_vocab(c.vocab_size));
+
+  const std::vector<TensorSpec> specs = model_tensor_specs(c);
+  for (const TensorSpec& spec : specs) {
+    std::optional<GgmlType> type = ggml_type_of(synthetic_storage_dtype(spec, o.weight_dtype));
+    REFIT_ASSERT(type.has_value());
+    w.add_tensor(spec.gguf_name, *type, spec.shape);
+  }
+  w.open(path);
+  size_t written = 0;
+  uint64_t bytes_written = 0;
+  for (const TensorSpec& spec : specs) {
+    Tensor t = synthetic_tensor(c, spec, o.weight_dtype, o.seed);
+    if (spec.gguf_rope_permute_heads > 0) t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
+    w.write_tensor(spec.gguf_name, t);
+    bytes_written += t.nbytes();
+    if (o.progress) o.progress(++written, specs.size(), bytes_written);
+  }
+  w.finish();
+}
+
+}  // namespace refit

@@ -1,0 +1,47 @@
+// Synthetic checkpoints on disk (what `refit synth` writes): the weights of
+// models/synthetic_model.h and the vocabulary of models/synthetic_vocab.h, as
+//   * a Hugging Face folder: config.json, generation_config.json, tokenizer.json,
+//     tokenizer_config.json and model.safetensors (or model-0000i-of-0000n.safetensors shards
+//     plus model.safetensors.index.json when the weights exceed max_shard_bytes), or
+//   * one GGUF v3 file with llama.cpp's tensor names and metadata; for llama the q/k rows are
+//     permuted as llama.cpp's converter does, so both files give the same logits.
+// Tensors are generated and written one at a time: memory stays at one tensor however large
+// the model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/dtype.h"
+#include "models/model_config.h"
+
+namespace refit {
+
+struct SyntheticCheckpointOptions {
+  DType weight_dtype = DType::f32;  // f32, f16 or bf16: matmul weights and embeddings
+  uint64_t seed = 0;
+  std::string name;  // general.name / description; default "synthetic-<arch>-<dim>d-s<seed>"
+  // HF only: the largest shard (transformers' save_pretrained default is 5 GB).
+  uint64_t max_shard_bytes = 5'000'000'000ull;
+  // Called after each tensor is written (index from 1) — for a progress bar.
+  std::function<void(size_t written, size_t total, uint64_t bytes_written)> progress;
+};
+
+// Writes into `dir` (created if missing; existing files of the same names are replaced).
+void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
+                        const SyntheticCheckpointOptions& options);
+void write_synthetic_gguf(const std::string& path, const ModelConfig& config,
+                          const SyntheticCheckpointOptions& options);
+
+// The HF config.json / generation_config.json of a config (LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM fields).
+nlohmann::json hf_config_json(const ModelConfig& config, DType weight_dtype);
+nlohmann::json hf_generation_config_json(const ModelConfig& config);
+
+// GGUF general.file_type (llama_ftype) for the dtype of a model's weights.
+uint32_t gguf_file_type(DType weight_dtype);
+
+}  // namespace refit

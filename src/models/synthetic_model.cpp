@@ -1,0 +1,190 @@
+#include "models/synthetic_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/float_formats.h"
+#include "core/thread_pool.h"
+
+namespace refit {
+
+ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
+  ModelConfig c;
+  c.arch = arch;
+  if (preset == "tiny") {
+    c.dim = 288, c.n_layers = 6, c.n_heads = 6, c.n_kv_heads = 6, c.ffn_dim = 768;
+    c.tied_embeddings = true;
+  } else if (preset == "small") {
+    c.dim = 768, c.n_layers = 12, c.n_heads = 12, c.n_kv_heads = 12, c.ffn_dim = 2048;
+    c.tied_embeddings = true;
+  } else if (preset == "medium") {
+    c.dim = 2048, c.n_layers = 22, c.n_heads = 32, c.n_kv_heads = 4, c.ffn_dim = 5632;
+    c.tied_embeddings = false;
+  } else {
+    fail("unknown synthetic preset '{}' (expected tiny, small or medium)", preset);
+  }
+  c.head_dim = c.dim / c.n_heads;
+  c.vocab_size = 32000;
+  c.max_seq_len = 2048;
+  c.bos_id = 1;
+  c.eos_id = 2;
+  switch (arch) {
+    case Architecture::llama:
+    case Architecture::mistral:
+      c.rms_eps = 1e-5f;
+      c.rope_theta = 10000.0f;
+      break;
+    case Architecture::qwen2:
+      c.qkv_bias = true;
+      c.rms_eps = 1e-6f;
+      c.rope_theta = 1000000.0f;
+      break;
+    case Architecture::qwen3:
+      c.qk_norm = true;
+      c.rms_eps = 1e-6f;
+      c.rope_theta = 1000000.0f;
+      break;
+  }
+  // HF checkpoints rotate halves; the GGUF writer permutes llama q/k rows to match
+  // llama.cpp's adjacent-pair rope, and config_from_gguf() selects that style on load.
+  c.rope_style = ops::RopeStyle::neox;
+  c.validate(fmt::format("synthetic preset '{}'", preset));
+  return c;
+}
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Irwin–Hall(4) of 16-bit uniforms, centred: an integer in [-131070, 131070] with
+// variance 65536² / 3 (up to the 1/65536² discretisation).
+inline int32_t centred_sum(uint64_t u) {
+  int32_t s = static_cast<int32_t>(u & 0xFFFF) + static_cast<int32_t>((u >> 16) & 0xFFFF) +
+              static_cast<int32_t>((u >> 32) & 0xFFFF) + static_cast<int32_t>(u >> 48);
+  return 2 * s - 4 * 65535;  // twice (s - mean) so it stays an integer
+}
+
+// Scale turning centred_sum() into unit variance: sqrt(3) / 65536 / 2.
+constexpr double kUnitScale = 1.7320508075688772 / 65536.0 / 2.0;
+
+// The value is computed as float(mean) + float(c * k) with c*k rounded first, so the result
+// is bit-identical whether or not the compiler may fuse a multiply-add.
+inline float value_of(uint64_t key, int64_t index, float c, float mean) {
+  const float scaled = c * static_cast<float>(centred_sum(splitmix64(key + static_cast<uint64_t>(index) * 0xD1B54A32D192ED03ull)));
+  if (mean == 0.0f) return scaled;
+  volatile float keep = scaled;  // no fma contraction with the addition below
+  return mean + keep;
+}
+
+void fill_chunk(uint64_t key, float c, float mean, int64_t begin, int64_t count, DType dtype,
+                void* out) {
+  if (dtype == DType::f32) {
+    float* o = static_cast<float*>(out);
+    for (int64_t i = 0; i < count; ++i) o[i] = value_of(key, begin + i, c, mean);
+    return;
+  }
+  uint16_t* o = static_cast<uint16_t*>(out);
+  if (dtype == DType::bf16) {
+    for (int64_t i = 0; i < count; ++i) o[i] = f32_to_bf16(value_of(key, begin + i, c, mean));
+  } else {
+    for (int64_t i = 0; i < count; ++i) o[i] = f32_to_f16(value_of(key, begin + i, c, mean));
+  }
+}
+
+}  // namespace
+
+SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) {
+  const std::string& name = spec.hf_name;
+  const float rescale = config.dim > 128 ? static_cast<float>(std::sqrt(128.0 / config.dim)) : 1.0f;
+  switch (spec.role) {
+    case TensorRole::norm: {
+      float std = 0.2f;
+      float mean = 1.0f;
+      if (name == "model.norm.weight") mean *= 4.0f, std *= 4.0f;  // the oracle's output_norm × 4
+      return {mean, std};
+    }
+    case TensorRole::bias: return {0.0f, 0.30f};
+    case TensorRole::embedding: return {0.0f, 0.18f * rescale};
+    case TensorRole::matmul: break;
+  }
+  struct Scale {
+    std::string_view suffix;
+    float std;
+  };
+  static constexpr Scale kScales[] = {
+      {"q_proj.weight", 0.10f},  {"k_proj.weight", 0.10f},  {"v_proj.weight", 0.08f},
+      {"o_proj.weight", 0.20f},  {"gate_proj.weight", 0.08f}, {"up_proj.weight", 0.08f},
+      {"down_proj.weight", 0.15f}, {"lm_head.weight", 0.18f},
+  };
+  for (const Scale& s : kScales)
+    if (ends_with(name, s.suffix)) return {0.0f, s.std * rescale};
+  fail("synthetic weights: no initialisation is defined for tensor '{}'", name);
+}
+
+uint64_t synthetic_tensor_key(uint64_t seed, std::string_view hf_name) {
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a 64
+  for (unsigned char ch : hf_name) h = (h ^ ch) * 0x100000001B3ull;
+  return splitmix64(splitmix64(seed) ^ h);
+}
+
+float synthetic_value(uint64_t key, int64_t index, SyntheticInit init) {
+  return value_of(key, index, static_cast<float>(init.std * kUnitScale), init.mean);
+}
+
+void synthetic_fill(uint64_t key, SyntheticInit init, int64_t begin, int64_t count, DType dtype,
+                    void* out) {
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    fail("synthetic weights: dtype {} is not supported (f32, f16 or bf16)", dtype_name(dtype));
+  if (count <= 0) return;
+  const float c = static_cast<float>(init.std * kUnitScale);
+  const size_t elem = dtype_nbytes(dtype, 1);
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t n_chunks = (count + kChunk - 1) / kChunk;
+  auto run = [&](int64_t first, int64_t last, int) {
+    for (int64_t ch = first; ch < last; ++ch) {
+      const int64_t b = ch * kChunk;
+      const int64_t n = std::min(kChunk, count - b);
+      fill_chunk(key, c, init.mean, begin + b, n, dtype, static_cast<uint8_t*>(out) + b * elem);
+    }
+  };
+  if (n_chunks == 1)
+    run(0, 1, 0);
+  else
+    parallel_for(n_chunks, run);
+}
+
+DType synthetic_storage_dtype(const TensorSpec& spec, DType weight_dtype) {
+  return (spec.role == TensorRole::norm || spec.role == TensorRole::bias) ? DType::f32 : weight_dtype;
+}
+
+Tensor synthetic_tensor(const ModelConfig& config, const TensorSpec& spec, DType weight_dtype,
+                        uint64_t seed) {
+  const DType dtype = synthetic_storage_dtype(spec, weight_dtype);
+  Tensor t = Tensor::empty(spec.shape, dtype);
+  synthetic_fill(synthetic_tensor_key(seed, spec.hf_name), synthetic_init(config, spec), 0,
+                 t.numel(), dtype, t.raw_data());
+  return t;
+}
+
+std::vector<std::pair<std::string, Tensor>> synthetic_weights(const ModelConfig& config,
+                                                              DType weight_dtype, uint64_t seed) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const TensorSpec& spec : model_tensor_specs(config))
+    out.emplace_back(spec.hf_name, synthetic_tensor(config, spec, weight_dtype, seed));
+  return out;
+}
+
+}  // namespace refit
