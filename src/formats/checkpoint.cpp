@@ -196,7 +196,7 @@ void Checkpoint::describe_llama2c() {
   const fs::path dir = fs::path(path_).parent_path();
   vocab_.size = c.vocab_size;
   vocab_.source = "llama2.c header (no tokenizer .bin found alongside)";
-  for (const std::string cand : {fmt::format("tok{}.bin", c.vocab_size), std::string("tokenizer.bin")}) {
+  for (const std::string& cand : {fmt::format("tok{}.bin", c.vocab_size), std::string("tokenizer.bin")}) {
     fs::path p = dir / cand;
     if (!fs::exists(p)) continue;
     Llama2cTokenizerData tok = read_llama2c_tokenizer(p.string(), c.vocab_size);

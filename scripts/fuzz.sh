@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the checkpoint-reader fuzzers with clang (libFuzzer + ASan + UBSan) into
+# build-fuzz and runs each for a bounded time from a seed corpus made of the oracle files
+# plus tiny hand-made files. Usage: scripts/fuzz.sh [seconds per target, default 30]
+# A crash leaves its input in build-fuzz/crashes/<target>/ and makes the script fail.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET=${1:-30}
+BUILD=build-fuzz
+ORACLE=../shared/oracle
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DREFIT_FUZZ=ON -DREFIT_TESTS=OFF -DREFIT_BENCH=OFF >&2
+fi
+ninja -C "$BUILD" -j"${JOBS:-2}" fuzz_gguf fuzz_safetensors fuzz_llama2c >&2
+
+SEEDS="$BUILD/seeds"
+rm -rf "$SEEDS"
+mkdir -p "$SEEDS"/{gguf,safetensors,llama2c}
+cp "$ORACLE/stories260K/stories260K.gguf" "$SEEDS/gguf/"
+cp "$ORACLE/stories260K/hf/model.safetensors" "$SEEDS/safetensors/"
+# llama2c target: first byte picks the reader (0 model, 1 tokenizer to EOF, 2 tokenizer of 512).
+{ printf '\x00'; cat "$ORACLE/stories260K/stories260K.bin"; } > "$SEEDS/llama2c/model"
+{ printf '\x01'; cat "$ORACLE/stories260K/tok512.bin"; } > "$SEEDS/llama2c/tok_eof"
+{ printf '\x02'; cat "$ORACLE/stories260K/tok512.bin"; } > "$SEEDS/llama2c/tok_512"
+# Tiny valid files: mutations of small inputs reach deep code paths far faster.
+/usr/bin/python3 - "$SEEDS" <<'PY'
+import struct, sys, json
+out = sys.argv[1]
+def s(x): b = x.encode(); return struct.pack('<Q', len(b)) + b
+kv = [s('general.architecture') + struct.pack('<I', 8) + s('llama'),
+      s('a.u32') + struct.pack('<II', 4, 7),
+      s('a.f32') + struct.pack('<If', 6, 0.5),
+      s('a.bool') + struct.pack('<IB', 7, 1),
+      s('a.i64') + struct.pack('<Iq', 11, -3),
+      s('a.toks') + struct.pack('<IIQ', 9, 8, 2) + s('x') + s('ü'),
+      s('a.nest') + struct.pack('<IIQ', 9, 9, 1) + struct.pack('<IQi', 5, 1, 4)]
+ti = [s('w') + struct.pack('<IQQIQ', 2, 32, 2, 0, 0),
+      s('q') + struct.pack('<IQIQ', 1, 32, 8, 256),
+      s('m') + struct.pack('<IQIQ', 1, 32, 39, 320)]
+head = b'GGUF' + struct.pack('<IQQ', 3, len(ti), len(kv)) + b''.join(kv) + b''.join(ti)
+head += b'\0' * (-len(head) % 32)
+data = struct.pack('<64f', *range(64)) + b'\0' * 0 + bytes(34) + b'\0' * 30 + bytes(17)
+open(f'{out}/gguf/tiny.gguf', 'wb').write(head + data)
+hdr = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                  "b": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [8, 12]},
+                  "__metadata__": {"format": "pt"}}).encode()
+open(f'{out}/safetensors/tiny.safetensors', 'wb').write(struct.pack('<Q', len(hdr)) + hdr + bytes(12))
+D, H, L, NH, KV, V, S = 4, 8, 1, 2, 2, 3, 2
+n = V*D + L*D + L*D*D*2 + L*(D//NH*KV)*D*2 + L*D + 3*L*H*D + D + 2*S*(D//NH//2)
+open(f'{out}/llama2c/tiny_model', 'wb').write(b'\0' + struct.pack('<7i', D, H, L, NH, KV, V, S) + bytes(4*n))
+tok = struct.pack('<I', 3) + b''.join(struct.pack('<fi', -i, len(p)) + p for i, p in enumerate([b'a', b'bc', b'def']))
+open(f'{out}/llama2c/tiny_tok', 'wb').write(b'\x01' + tok)
+PY
+
+status=0
+for target in gguf safetensors llama2c; do
+  corpus="$BUILD/corpus/$target"; crashes="$BUILD/crashes/$target"
+  mkdir -p "$corpus" "$crashes"
+  echo "fuzz_$target: ${SECONDS_PER_TARGET}s" >&2
+  # -malloc_limit_mb catches any allocation driven by an unchecked count.
+  if ! "$BUILD/fuzz_$target" "$corpus" "$SEEDS/$target" -max_total_time="$SECONDS_PER_TARGET" \
+      -max_len=65536 -malloc_limit_mb=256 -rss_limit_mb=2048 -timeout=10 \
+      -artifact_prefix="$crashes/" -print_final_stats=1 2> "$BUILD/fuzz_$target.log"; then
+    echo "fuzz_$target FAILED: see $BUILD/fuzz_$target.log and $crashes/" >&2
+    tail -40 "$BUILD/fuzz_$target.log" >&2
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|cov:" "$BUILD/fuzz_$target.log" | tail -2 >&2
+  fi
+done
+exit $status

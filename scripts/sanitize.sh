@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds refit with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan and runs the
+# checkpoint-reader tests (and `refit inspect`, which they drive) under it.
+# Usage: scripts/sanitize.sh [gtest filter, default 'Formats*']
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FILTER=${1:-Formats*}
+BUILD=build-asan
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DREFIT_SANITIZE=address,undefined \
+    -DREFIT_BENCH=OFF >&2
+fi
+ninja -C "$BUILD" -j"${JOBS:-2}" refit_tests refit >&2
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+"$BUILD/refit_tests" --gtest_filter="$FILTER"
