@@ -119,6 +119,9 @@ bool is_valid_utf8(std::string_view s) {
 std::string printable(std::string_view s, size_t max_len) {
   std::string out;
   bool valid = is_valid_utf8(s);
+  // Cut valid text at a code point boundary so the message itself stays valid UTF-8.
+  if (valid && s.size() > max_len)
+    while (max_len > 0 && (static_cast<unsigned char>(s[max_len]) & 0xC0) == 0x80) --max_len;
   for (size_t i = 0; i < s.size() && i < max_len; ++i) {
     auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7F || (!valid && c >= 0x80))
