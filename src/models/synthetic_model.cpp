@@ -10,6 +10,10 @@
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace refit {
 
 ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
@@ -56,6 +60,9 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
   return c;
 }
 
+// Defined below; used by fill_chunk.
+void synthetic_f32_to_f16(const float* in, uint16_t* out, int64_t n);
+
 namespace {
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -89,6 +96,20 @@ inline float value_of(uint64_t key, int64_t index, float c, float mean) {
   return mean + keep;
 }
 
+#if defined(__x86_64__)
+// F16C rounds to nearest even like f32_to_f16() (a unit test checks they agree bit for bit)
+// and is ~30x faster: it is what keeps the 1.1B-parameter f16 preset a matter of seconds.
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(in + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
+}
+const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#endif
+
 void fill_chunk(uint64_t key, float c, float mean, int64_t begin, int64_t count, DType dtype,
                 void* out) {
   if (dtype == DType::f32) {
@@ -99,12 +120,25 @@ void fill_chunk(uint64_t key, float c, float mean, int64_t begin, int64_t count,
   uint16_t* o = static_cast<uint16_t*>(out);
   if (dtype == DType::bf16) {
     for (int64_t i = 0; i < count; ++i) o[i] = f32_to_bf16(value_of(key, begin + i, c, mean));
-  } else {
-    for (int64_t i = 0; i < count; ++i) o[i] = f32_to_f16(value_of(key, begin + i, c, mean));
+    return;
+  }
+  constexpr int64_t kBlock = 1024;
+  float block[kBlock];
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t n = std::min(kBlock, count - b);
+    for (int64_t i = 0; i < n; ++i) block[i] = value_of(key, begin + b + i, c, mean);
+    synthetic_f32_to_f16(block, o + b, n);
   }
 }
 
 }  // namespace
+
+void synthetic_f32_to_f16(const float* in, uint16_t* out, int64_t n) {
+#if defined(__x86_64__)
+  if (kHaveF16c) return f32_to_f16_f16c(in, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
+}
 
 SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) {
   const std::string& name = spec.hf_name;

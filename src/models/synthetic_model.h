@@ -57,6 +57,10 @@ float synthetic_value(uint64_t key, int64_t index, SyntheticInit init);
 void synthetic_fill(uint64_t key, SyntheticInit init, int64_t begin, int64_t count, DType dtype,
                     void* out);
 
+// f32 -> f16 with round to nearest even, as f32_to_f16() but vectorised where the CPU has
+// F16C (exposed for the test that pins the two to the same bits).
+void synthetic_f32_to_f16(const float* in, uint16_t* out, int64_t n);
+
 // The dtype a synthetic checkpoint stores a tensor in: norms and biases always f32 (as
 // llama.cpp's converter and the oracle do), matmul weights and embeddings `weight_dtype`.
 DType synthetic_storage_dtype(const TensorSpec& spec, DType weight_dtype);
