@@ -199,7 +199,14 @@ void Checkpoint::describe_llama2c() {
   for (const std::string& cand : {fmt::format("tok{}.bin", c.vocab_size), std::string("tokenizer.bin")}) {
     fs::path p = dir / cand;
     if (!fs::exists(p)) continue;
-    Llama2cTokenizerData tok = read_llama2c_tokenizer(p.string(), c.vocab_size);
+    Llama2cTokenizerData tok;
+    try {
+      tok = read_llama2c_tokenizer(p.string(), c.vocab_size);
+    } catch (const FormatError& e) {
+      // A stray or mismatched tokenizer next to the model does not make the model unreadable.
+      vocab_.source = fmt::format("none usable ({})", e.what());
+      continue;
+    }
     vocab_.present = true;
     vocab_.source = p.string();
     vocab_.model = "llama2c (SentencePiece BPE with scores, byte fallback)";

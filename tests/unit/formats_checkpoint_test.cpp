@@ -53,6 +53,12 @@ TEST(FormatsLlama2c, negative_vocab_size_means_a_separate_classifier_after_the_f
   EXPECT_EQ(wcls.shape(), (Shape{V, D}));
   EXPECT_EQ(wcls.get({0, 0}), static_cast<double>(n_floats - V * D));  // the last V*D floats
   EXPECT_EQ(m->tensor("token_embedding_table").get({0, 0}), 0.0);
+  // A broken tokenizer next to the model is reported, not fatal.
+  dir.write("tok3.bin", "garbage");
+  auto c = Checkpoint::open(dir.file("m.bin"));
+  EXPECT_FALSE(c->vocab().present);
+  EXPECT_NE(c->vocab().source.find("tok3.bin"), std::string::npos) << c->vocab().source;
+  EXPECT_EQ(c->tensors().back().name, "wcls");
 }
 
 TEST(FormatsLlama2c, version1_layout_is_read_with_norms_first_and_no_freq_tables) {
