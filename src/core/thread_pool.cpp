@@ -102,7 +102,10 @@ class Pool {
   void start(int n) {
     size_ = n < 1 ? 1 : n;
     stopping_.store(false);
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_loop(); });
+    // A worker must compare against the job counter as it is now, not as it is when the
+    // thread first runs: a job or stop() posted in between would otherwise be missed.
+    const uint32_t seen = job_seq_.load(std::memory_order_acquire);
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, seen] { worker_loop(seen); });
   }
 
   void stop() {
@@ -138,8 +141,7 @@ class Pool {
     }
   }
 
-  void worker_loop() {
-    uint32_t seen = job_seq_.load(std::memory_order_acquire);
+  void worker_loop(uint32_t seen) {
     for (;;) {
       auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
       uint32_t job;

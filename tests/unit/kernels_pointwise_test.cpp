@@ -1,0 +1,196 @@
+// rms_norm, rope, softmax, silu_mul, embedding and add against the scalar reference over
+// odd sizes, under every SIMD target, plus the refusals ops.cpp promises.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/reference.h"
+#include "kernels/ops.h"
+#include "kernels_test_util.h"
+
+namespace refit {
+namespace {
+
+using testing::for_each_isa;
+using testing::kNmseF32;
+using testing::nmse;
+using testing::random_tensor;
+
+const int64_t kSizes[] = {1, 3, 16, 17, 33, 127, 257, 1000, 4099};
+
+TEST(KernelsPointwise, rms_norm_matches_reference) {
+  for_each_isa([] {
+    uint32_t seed = 100;
+    for (int64_t T : {1, 3, 20})
+      for (int64_t D : kSizes) {
+        SCOPED_TRACE(::testing::Message() << "T=" << T << " D=" << D);
+        Tensor x = random_tensor({T, D}, seed++, -3, 3), w = random_tensor({D}, seed++);
+        Tensor out = Tensor::empty({T, D}, DType::f32), ref = Tensor::empty({T, D}, DType::f32);
+        ops::rms_norm(x, w, 1e-5f, out);
+        cpu::reference::rms_norm(x, w, 1e-5f, ref);
+        EXPECT_LT(nmse(out, ref), kNmseF32);
+      }
+  });
+}
+
+TEST(KernelsPointwise, rms_norm_refuses_wrong_weight_length) {
+  Tensor x = random_tensor({2, 8}, 1), w = random_tensor({7}, 2), out = Tensor::empty({2, 8}, DType::f32);
+  EXPECT_THROW(ops::rms_norm(x, w, 1e-5f, out), Error);
+  Tensor w_ok = random_tensor({8}, 3);
+  EXPECT_THROW(ops::rms_norm(x, w_ok, -1.0f, out), Error);
+}
+
+// cos/sin table as models build it: row p = cos(p * f_i) then sin(p * f_i).
+Tensor rope_table(int64_t max_pos, int64_t rot, double theta = 10000.0) {
+  Tensor t = Tensor::empty({max_pos, rot}, DType::f32);
+  float* p = t.data<float>();
+  for (int64_t pos = 0; pos < max_pos; ++pos)
+    for (int64_t i = 0; i < rot / 2; ++i) {
+      double f = std::pow(theta, -2.0 * double(i) / double(rot));
+      p[pos * rot + i] = static_cast<float>(std::cos(pos * f));
+      p[pos * rot + rot / 2 + i] = static_cast<float>(std::sin(pos * f));
+    }
+  return t;
+}
+
+Tensor positions_tensor(std::initializer_list<int32_t> values) {
+  Tensor t = Tensor::empty({int64_t(values.size())}, DType::i32);
+  int64_t i = 0;
+  for (int32_t v : values) t.data<int32_t>()[i++] = v;
+  return t;
+}
+
+TEST(KernelsPointwise, rope_both_styles_match_reference_including_partial_rotation) {
+  for_each_isa([] {
+    uint32_t seed = 200;
+    struct Case {
+      int64_t H, hd, rot;
+    };
+    for (Case c : {Case{1, 2, 2}, Case{3, 64, 64}, Case{2, 128, 128}, Case{4, 34, 34},
+                   Case{2, 64, 32}, Case{5, 17, 6}, Case{1, 96, 94}})
+      for (auto style : {ops::RopeStyle::interleaved, ops::RopeStyle::neox}) {
+        SCOPED_TRACE(::testing::Message() << "H=" << c.H << " hd=" << c.hd << " rot=" << c.rot
+                                          << " neox=" << (style == ops::RopeStyle::neox));
+        Tensor x = random_tensor({4, c.H, c.hd}, seed++);
+        Tensor ref = x.clone();
+        Tensor table = rope_table(50, c.rot);
+        Tensor pos = positions_tensor({0, 7, 49, 3});
+        ops::rope(x, pos, table, style);
+        cpu::reference::rope(ref, pos, table, style);
+        EXPECT_LT(nmse(x, ref), kNmseF32);
+      }
+  });
+}
+
+TEST(KernelsPointwise, rope_at_position_zero_is_identity_and_styles_differ) {
+  Tensor x = random_tensor({1, 2, 8}, 3), table = rope_table(4, 8);
+  Tensor y = x.clone();
+  ops::rope(y, positions_tensor({0}), table, ops::RopeStyle::neox);
+  EXPECT_EQ(nmse(y, x), 0.0);
+  Tensor a = x.clone(), b = x.clone();
+  ops::rope(a, positions_tensor({3}), table, ops::RopeStyle::neox);
+  ops::rope(b, positions_tensor({3}), table, ops::RopeStyle::interleaved);
+  EXPECT_GT(nmse(a, b), 1e-3);
+}
+
+TEST(KernelsPointwise, rope_refuses_positions_outside_the_table) {
+  Tensor x = random_tensor({1, 2, 8}, 3), table = rope_table(4, 8);
+  try {
+    ops::rope(x, positions_tensor({4}), table, ops::RopeStyle::neox);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("positions[0] = 4"), std::string::npos) << e.what();
+  }
+  Tensor odd_table = rope_table(4, 8).narrow(1, 0, 7);
+  EXPECT_THROW(ops::rope(x, positions_tensor({1}), odd_table, ops::RopeStyle::neox), Error);
+}
+
+TEST(KernelsPointwise, softmax_matches_reference_and_handles_masks_and_large_values) {
+  for_each_isa([] {
+    uint32_t seed = 300;
+    for (int64_t D : kSizes) {
+      SCOPED_TRACE(::testing::Message() << "D=" << D);
+      Tensor x = random_tensor({3, D}, seed++, -30, 30);
+      x.data<float>()[0] = 80.0f;  // exp would overflow without the max shift
+      if (D > 2) x.data<float>()[D + 1] = -std::numeric_limits<float>::infinity();  // mask
+      Tensor ref = x.clone();
+      ops::softmax(x);
+      cpu::reference::softmax(ref);
+      EXPECT_LT(nmse(x, ref), kNmseF32);
+      if (D > 2) EXPECT_EQ(x.data<float>()[D + 1], 0.0f);
+      for (float v : x.to_floats()) EXPECT_TRUE(std::isfinite(v));
+    }
+  });
+}
+
+TEST(KernelsPointwise, silu_mul_matches_reference_including_large_magnitudes) {
+  for_each_isa([] {
+    uint32_t seed = 400;
+    for (int64_t F : kSizes) {
+      SCOPED_TRACE(::testing::Message() << "F=" << F);
+      Tensor g = random_tensor({2, F}, seed++, -100, 100), u = random_tensor({2, F}, seed++);
+      Tensor out = Tensor::empty({2, F}, DType::f32), ref = Tensor::empty({2, F}, DType::f32);
+      ops::silu_mul(g, u, out);
+      cpu::reference::silu_mul(g, u, ref);
+      EXPECT_LT(nmse(out, ref), kNmseF32);
+      for (float v : out.to_floats()) EXPECT_TRUE(std::isfinite(v));
+    }
+  });
+}
+
+TEST(KernelsPointwise, add_matches_reference_and_may_alias_its_output) {
+  for_each_isa([] {
+    uint32_t seed = 500;
+    for (int64_t D : kSizes) {
+      Tensor a = random_tensor({3, D}, seed++), b = random_tensor({3, D}, seed++);
+      Tensor ref = Tensor::empty({3, D}, DType::f32);
+      cpu::reference::add(a, b, ref);
+      ops::add(a, b, a);  // residual update in place
+      EXPECT_EQ(nmse(a, ref), 0.0) << "D=" << D;
+    }
+  });
+  Tensor a = random_tensor({3, 4}, 1), b = random_tensor({4, 3}, 2), out = Tensor::empty({3, 4}, DType::f32);
+  EXPECT_THROW(ops::add(a, b, out), Error);
+}
+
+TEST(KernelsPointwise, embedding_matches_reference_for_every_table_dtype) {
+  for_each_isa([] {
+    uint32_t seed = 600;
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t D : {1L, 3L, 17L, 64L, 257L}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << " D=" << D);
+        Tensor table = random_tensor({11, D}, seed++).to(dtype);
+        Tensor ids = positions_tensor({10, 0, 3, 3, 7});
+        Tensor out = Tensor::empty({5, D}, DType::f32), ref = Tensor::empty({5, D}, DType::f32);
+        ops::embedding(table, ids, out);
+        cpu::reference::embedding(table, ids, ref);
+        EXPECT_EQ(nmse(out, ref), 0.0);  // a lookup and a widening conversion: exact
+      }
+  });
+}
+
+TEST(KernelsPointwise, embedding_refuses_out_of_range_ids_naming_them) {
+  Tensor table = random_tensor({5, 4}, 1), out = Tensor::empty({2, 4}, DType::f32);
+  for (int32_t bad : {5, -1}) {
+    try {
+      ops::embedding(table, positions_tensor({1, bad}), out);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ids[1] = " + std::to_string(bad)), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(KernelsPointwise, outputs_that_are_read_only_are_refused) {
+  Tensor a = random_tensor({2, 4}, 1), b = random_tensor({2, 4}, 2);
+  Tensor out = Tensor::empty({2, 4}, DType::f32);
+  out.set_read_only(true);
+  EXPECT_THROW(ops::add(a, b, out), Error);
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,88 @@
+// The one thread pool: every index exactly once, grain respected, nested calls inline,
+// exceptions reach the caller, concurrent callers are serialised safely.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace refit {
+namespace {
+
+TEST(KernelsThreadPool, covers_every_index_exactly_once_with_chunks_at_least_grain) {
+  const int saved = num_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    set_num_threads(threads);
+    EXPECT_EQ(num_threads(), threads);
+    for (int64_t n : {1L, 2L, 7L, 64L, 1001L})
+      for (int64_t grain : {1L, 3L, 100L}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int> chunks{0};
+        parallel_for(n, [&](int64_t b, int64_t e, int idx) {
+          EXPECT_LT(b, e);
+          EXPECT_GE(idx, 0);
+          EXPECT_LT(idx, threads);
+          if (n >= grain) EXPECT_GE(e - b, grain);
+          ++chunks;
+          for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+        }, grain);
+        for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+        EXPECT_LE(chunks.load(), threads);
+      }
+  }
+  set_num_threads(saved);
+}
+
+TEST(KernelsThreadPool, nested_calls_run_inline_without_deadlock) {
+  const int saved = num_threads();
+  set_num_threads(3);
+  std::atomic<int64_t> total{0};
+  parallel_for(6, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      parallel_for(10, [&](int64_t b2, int64_t e2, int idx) {
+        EXPECT_EQ(idx, 0);
+        EXPECT_EQ(e2 - b2, 10);  // one inline chunk
+        total += e2 - b2;
+      });
+  });
+  EXPECT_EQ(total.load(), 60);
+  set_num_threads(saved);
+}
+
+TEST(KernelsThreadPool, an_exception_in_a_chunk_reaches_the_caller_and_pool_survives) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for(100, [](int64_t b, int64_t, int) {
+    if (b > 0) throw std::runtime_error("chunk failed");
+  }), std::runtime_error);
+  std::atomic<int64_t> sum{0};
+  parallel_for(100, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+  set_num_threads(saved);
+}
+
+TEST(KernelsThreadPool, concurrent_callers_each_get_their_whole_range) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  std::atomic<int64_t> a{0}, b{0};
+  std::thread t1([&] {
+    for (int r = 0; r < 200; ++r) parallel_for(50, [&](int64_t s, int64_t e, int) { a += e - s; });
+  });
+  std::thread t2([&] {
+    for (int r = 0; r < 200; ++r) parallel_for(70, [&](int64_t s, int64_t e, int) { b += e - s; });
+  });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a.load(), 200 * 50);
+  EXPECT_EQ(b.load(), 200 * 70);
+  set_num_threads(saved);
+}
+
+TEST(KernelsThreadPool, refuses_zero_threads) { EXPECT_THROW(set_num_threads(0), Error); }
+
+}  // namespace
+}  // namespace refit
