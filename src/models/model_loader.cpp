@@ -113,23 +113,22 @@ ModelConfig read_model_config(const Checkpoint& ck) {
   return c;
 }
 
-Tensor find_checkpoint_tensor(const Checkpoint& ck, const ModelConfig& config, const std::string& name) {
+CheckpointWeights::CheckpointWeights(const Checkpoint& checkpoint, const ModelConfig& config)
+    : checkpoint_(checkpoint) {
+  if (checkpoint.format() == CheckpointFormat::gguf)
+    for (const TensorSpec& s : model_tensor_specs(config)) gguf_names_[s.hf_name] = s.gguf_name;
+}
+
+Tensor CheckpointWeights::find(const std::string& name) const {
+  const Checkpoint& ck = checkpoint_;
   switch (ck.format()) {
     case CheckpointFormat::gguf: {
       const GgufFile& g = *ck.gguf();
-      static thread_local std::vector<TensorSpec> specs;
-      static thread_local const ModelConfig* specs_for = nullptr;
-      if (specs_for != &config) {
-        specs = model_tensor_specs(config);
-        specs_for = &config;
-      }
-      for (const TensorSpec& s : specs) {
-        if (s.hf_name != name) continue;
-        const GgufTensorInfo* info = g.find_tensor(s.gguf_name);
-        if (!info) return Tensor();
-        return is_plain_ggml(info->type) ? g.tensor(s.gguf_name) : g.dequantize(s.gguf_name);
-      }
-      return Tensor();
+      auto it = gguf_names_.find(name);
+      if (it == gguf_names_.end()) return Tensor();
+      const GgufTensorInfo* info = g.find_tensor(it->second);
+      if (!info) return Tensor();
+      return is_plain_ggml(info->type) ? g.tensor(it->second) : g.dequantize(it->second);
     }
     case CheckpointFormat::hf_folder:
     case CheckpointFormat::safetensors:
@@ -143,8 +142,9 @@ Tensor find_checkpoint_tensor(const Checkpoint& ck, const ModelConfig& config, c
 void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& options) {
   const size_t total = model.parameters().total_bytes();
   size_t done = 0;
+  CheckpointWeights weights(ck, model.config());
   for (const auto& p : model.parameters().all()) {
-    Tensor t = find_checkpoint_tensor(ck, model.config(), p->name());
+    Tensor t = weights.find(p->name());
     if (!t.defined()) fail("{}: checkpoint has no tensor for parameter '{}'", ck.path(), p->name());
     try {
       p->load(t);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "formats/checkpoint.h"
 #include "models/llama_model.h"
@@ -21,11 +22,19 @@ struct LoadOptions {
 // Reads the configuration a checkpoint describes (no weights loaded).
 ModelConfig read_model_config(const Checkpoint& checkpoint);
 
-// Looks a canonical parameter name up in the checkpoint; returns an f32/f16/bf16 tensor
-// (a zero-copy view where the format allows; quantized GGUF tensors are dequantized to
-// f32) or an undefined tensor when absent.
-Tensor find_checkpoint_tensor(const Checkpoint& checkpoint, const ModelConfig& config,
-                              const std::string& name);
+// Finds checkpoint tensors by canonical (Hugging Face) parameter name, through the
+// format's own naming (GGUF "blk.N.attn_q.weight", llama2.c's stacked "wq").
+class CheckpointWeights {
+ public:
+  CheckpointWeights(const Checkpoint& checkpoint, const ModelConfig& config);
+  // An f32/f16/bf16 tensor (a zero-copy view where the format allows; quantized GGUF
+  // tensors are dequantized to f32), or an undefined tensor when absent.
+  Tensor find(const std::string& name) const;
+
+ private:
+  const Checkpoint& checkpoint_;
+  std::unordered_map<std::string, std::string> gguf_names_;  // canonical -> GGUF
+};
 
 std::unique_ptr<LlamaModel> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options = {});
