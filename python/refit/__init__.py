@@ -1,0 +1,40 @@
+"""refit: an LLM inference engine whose weights a trainer replaces in place, zero-copy.
+
+    import refit, torch
+    engine = refit.Engine("model-folder")
+    out = engine.generate([1, 2, 3], max_tokens=16)          # out.ids, out.text, out.weight_version
+    params = {n: torch.from_dlpack(t) for n, t in engine.named_parameters()}   # engine memory
+    engine.update_weights_from_tensors(model.named_parameters())  # requires_grad is fine
+
+Exported tensors share the engine's memory (torch.from_dlpack). Incoming tensors may
+require grad, be non-contiguous views or be f32/f16/bf16; refit detaches and converts
+them itself. See docs/python.md.
+"""
+
+from ._refit import (  # noqa: F401
+    DispatchError,
+    Engine,
+    Error,
+    ExportError,
+    FormatError,
+    GenerateOutput,
+    ParameterTensor,
+    Tensor,
+    UpdateError,
+    WeightUpdate,
+    has_cuda,
+)
+
+__all__ = [
+    "DispatchError",
+    "Engine",
+    "Error",
+    "ExportError",
+    "FormatError",
+    "GenerateOutput",
+    "ParameterTensor",
+    "Tensor",
+    "UpdateError",
+    "WeightUpdate",
+    "has_cuda",
+]

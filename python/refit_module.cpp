@@ -1,0 +1,328 @@
+// The `refit` Python module (built as refit/_refit*.so; refit/__init__.py re-exports it):
+// drive the engine in-process from a trainer, read every tensor it owns and push new
+// weights, zero-copy both ways through DLPack (law L1) and transactional (law L2).
+//
+// The GIL is released while the engine works (loading, generation, logits, validation
+// and commits), so a Python thread can keep training while another generates; the
+// engine's own lock makes a commit land between two forward passes, never inside one.
+// Python objects are only touched with the GIL held: incoming tensors are imported
+// before the release, and their deleters re-take the GIL (tensor_interop.cpp).
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "errors.h"
+#include "runtime/engine.h"
+#include "tensor_interop.h"
+#include "update_binding.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace refit::python {
+namespace {
+
+// A parameter's stored tensor with the metadata that explains it: what a trainer sends
+// (logical shape and dtype, checkpoint names) and how it became the stored form
+// (this rank's shard, layout transforms).
+class PyParameter : public PyTensor {
+ public:
+  explicit PyParameter(ParameterInfo info) : PyTensor(info.tensor, info.name), info_(std::move(info)) {}
+  const ParameterInfo& info() const { return info_; }
+
+ private:
+  ParameterInfo info_;
+};
+
+struct GenerateOutput {
+  std::vector<int32_t> ids;         // generated ids (the stop token included when hit)
+  std::vector<int32_t> prompt_ids;  // what was fed, after tokenization
+  std::optional<std::string> text;  // decoded ids; None without a tokenizer
+  uint64_t weight_version = 0;      // every token was computed with this version
+  std::string finish_reason;        // "length", "stop"
+  uint64_t seed = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+std::string fspath(py::handle path) { return py::str(py::module_::import("os").attr("fspath")(path)); }
+
+std::vector<int32_t> token_ids(py::handle object, int64_t vocab_size, const char* what) {
+  py::object seq = py::reinterpret_borrow<py::object>(object);
+  if (py::hasattr(seq, "tolist") && !py::isinstance<py::list>(seq)) seq = seq.attr("tolist")();
+  std::vector<int32_t> ids;
+  try {
+    ids = seq.cast<std::vector<int32_t>>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(fmt::format("{}: expected a string or a sequence of token ids (ints), got {}", what,
+                                     py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      throw py::value_error(
+          fmt::format("{}: token id {} at index {} is outside the vocabulary (size {})", what, ids[i], i, vocab_size));
+  return ids;
+}
+
+std::unique_ptr<Engine> make_engine(py::object model_path, int tp, py::object quant, py::object threads,
+                                    py::object tokenizer, py::object layout) {
+  EngineOptions options;
+  if (!model_path.is_none()) options.model_path = fspath(model_path);
+  if (!tokenizer.is_none()) options.tokenizer_path = fspath(tokenizer);
+  if (!quant.is_none()) options.quant = quant.cast<std::string>();
+  if (!layout.is_none()) options.layout = layout.cast<std::string>();
+  if (!threads.is_none()) {
+    options.threads = threads.cast<int>();
+    if (options.threads < 1) throw py::value_error(fmt::format("threads must be >= 1, got {}", options.threads));
+  }
+  if (tp < 1) throw py::value_error(fmt::format("tp must be >= 1, got {}", tp));
+  options.tp = tp;
+  py::gil_scoped_release release;
+  return std::make_unique<Engine>(options);
+}
+
+GenerateOutput generate(Engine& engine, py::handle prompt, int64_t max_tokens, float temperature, py::object seed,
+                        int top_k, float top_p, float min_p, float repetition_penalty, int repeat_last_n,
+                        py::object stop, bool ignore_eos, bool add_special) {
+  const Tokenizer* tokenizer = engine.tokenizer();
+  const int64_t vocab = engine.config().vocab_size;
+  GenerateRequest request;
+  if (py::isinstance<py::str>(prompt)) {
+    if (!tokenizer)
+      throw py::value_error("generate: this model has no tokenizer; pass token ids (or Engine(tokenizer=...))");
+    request.prompt = tokenizer->encode(prompt.cast<std::string>(), add_special, /*parse_special=*/false);
+    if (request.prompt.empty()) request.prompt.push_back(engine.config().bos_id);
+  } else {
+    request.prompt = token_ids(prompt, vocab, "generate: prompt");
+    if (request.prompt.empty()) throw py::value_error("generate: the prompt has no tokens");
+  }
+  if (max_tokens < 0) throw py::value_error(fmt::format("generate: max_tokens must be >= 0, got {}", max_tokens));
+  request.max_tokens = max_tokens;
+  SamplingParams& s = request.sampling;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.min_p = min_p;
+  s.repetition_penalty = repetition_penalty;
+  s.repeat_last_n = repeat_last_n;
+  s.seed = seed.is_none() ? std::random_device{}() : seed.cast<uint64_t>();
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw py::value_error(fmt::format("generate: {}", e.what()));
+  }
+
+  // stop: token ids end generation after the token; strings end it when the decoded text
+  // contains them (the text is cut before the match, the ids keep the last token).
+  std::vector<std::string> stop_strings;
+  if (!stop.is_none()) {
+    py::list items = py::isinstance<py::str>(stop) || py::isinstance<py::int_>(stop) ? py::list(py::make_tuple(stop))
+                                                                                      : py::list(stop);
+    for (py::handle item : items) {
+      if (py::isinstance<py::int_>(item)) {
+        request.stop_tokens.push_back(token_ids(py::make_tuple(item), vocab, "generate: stop")[0]);
+      } else if (py::isinstance<py::str>(item)) {
+        if (!tokenizer) throw py::value_error("generate: stop strings need a tokenizer; pass stop token ids");
+        std::string text = item.cast<std::string>();
+        if (text.empty()) throw py::value_error("generate: an empty stop string would stop at once");
+        stop_strings.push_back(std::move(text));
+      } else {
+        throw py::type_error("generate: stop must be token ids (int) or strings");
+      }
+    }
+  }
+  if (!ignore_eos) {
+    const int32_t eos = tokenizer ? tokenizer->vocab().eos() : engine.config().eos_id;
+    if (eos >= 0) request.stop_tokens.push_back(eos);
+  }
+
+  GenerateOutput out;
+  out.prompt_ids = request.prompt;
+  out.seed = s.seed;
+  bool stopped_by_string = false;
+  {
+    py::gil_scoped_release release;
+    std::string streamed;
+    std::optional<StreamingDecoder> decoder;
+    if (!stop_strings.empty()) decoder.emplace(*tokenizer);
+    TokenCallback on_token;
+    if (decoder)
+      on_token = [&](int32_t token) {
+        streamed += decoder->push(token);
+        for (const std::string& stop_string : stop_strings)
+          if (streamed.find(stop_string) != std::string::npos) {
+            stopped_by_string = true;
+            return false;
+          }
+        return true;
+      };
+    GenerateResult result = engine.generate(request, on_token);
+    out.ids = std::move(result.tokens);
+    out.weight_version = result.weight_version;
+    out.finish_reason = stopped_by_string ? "stop" : result.finish_reason;
+    out.prefill_seconds = result.prefill_seconds;
+    out.decode_seconds = result.decode_seconds;
+    if (tokenizer) {
+      std::string text = tokenizer->decode(out.ids);
+      for (const std::string& stop_string : stop_strings) {
+        size_t at = text.find(stop_string);
+        if (at != std::string::npos) text.resize(at);
+      }
+      out.text = std::move(text);
+    }
+  }
+  return out;
+}
+
+py::dict config_dict(const Engine& engine) {
+  const ModelConfig& c = engine.config();
+  return py::dict("vocab_size"_a = c.vocab_size, "hidden_size"_a = c.dim, "num_hidden_layers"_a = c.n_layers,
+                  "num_attention_heads"_a = c.n_heads, "num_key_value_heads"_a = c.n_kv_heads,
+                  "intermediate_size"_a = c.ffn_dim, "max_position_embeddings"_a = c.max_seq_len,
+                  "rms_norm_eps"_a = c.rms_eps, "tie_word_embeddings"_a = c.tied_embeddings, "bos_token_id"_a = c.bos_id,
+                  "eos_token_id"_a = c.eos_id);
+}
+
+py::tuple shape_tuple(const Shape& shape) {
+  py::tuple t(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t[i] = shape[i];
+  return t;
+}
+
+void bind_tensor(py::module_& m) {
+  py::class_<PyTensor>(m, "Tensor",
+                       "A tensor the engine owns, exported zero-copy: torch.from_dlpack(t) and numpy.from_dlpack(t) "
+                       "see the engine's memory.")
+      .def("__dlpack__", &PyTensor::dlpack, py::arg("stream") = py::none(), py::kw_only(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", &PyTensor::dlpack_device)
+      .def("as_bytes", &PyTensor::as_bytes,
+           "A u8 view of the same bytes (no copy), for consumers that cannot represent the dtype "
+           "(float8 and float4 in PyTorch 1.13).")
+      .def_property_readonly("name", &PyTensor::name)
+      .def_property_readonly("shape", [](const PyTensor& t) { return shape_tuple(t.tensor().shape()); })
+      .def_property_readonly("strides", [](const PyTensor& t) { return shape_tuple(t.tensor().strides()); },
+                             "Strides in elements, as torch's stride().")
+      .def_property_readonly("dtype", [](const PyTensor& t) { return std::string(dtype_name(t.tensor().dtype())); })
+      .def_property_readonly("device", [](const PyTensor& t) { return t.tensor().device().str(); })
+      .def_property_readonly("layout", [](const PyTensor& t) { return std::string(layout_name(t.tensor().layout())); })
+      .def_property_readonly("nbytes", [](const PyTensor& t) { return t.tensor().nbytes(); })
+      .def_property_readonly("numel", [](const PyTensor& t) { return t.tensor().numel(); })
+      .def_property_readonly("read_only", [](const PyTensor& t) { return t.tensor().read_only(); },
+                             "The engine forbids writes from outside: DLPack >= 1.0 consumers receive the read-only "
+                             "flag. Pre-1.0 DLPack (PyTorch 1.13) cannot carry it, so writing to such a torch view "
+                             "bypasses the update transaction; use update_weights_from_tensors instead.")
+      .def("data_ptr", &PyTensor::data_ptr, "The address of element 0 (what torch's data_ptr() reports).")
+      .def("__repr__", &PyTensor::repr);
+
+  py::class_<PyParameter, PyTensor>(m, "ParameterTensor",
+                                    "A parameter's stored tensor (this rank's shard, after layout transforms) with "
+                                    "the metadata a trainer needs beside it.")
+      .def_property_readonly("logical_shape", [](const PyParameter& p) { return shape_tuple(p.info().logical_shape); },
+                             "The full, unsharded shape a trainer sends (for fused parameters, the concatenation).")
+      .def_property_readonly("logical_dtype", [](const PyParameter& p) {
+        return std::string(dtype_name(p.info().logical_dtype));
+      })
+      .def_property_readonly("checkpoint_names", [](const PyParameter& p) { return p.info().checkpoint_names; },
+                             "The checkpoint tensors this parameter is built from (several for fused q/k/v).")
+      .def_property_readonly("sharding", [](const PyParameter& p) { return p.info().sharding; })
+      .def_property_readonly("transforms", [](const PyParameter& p) { return p.info().transforms; },
+                             "Layout transforms applied in place after loading, in order.");
+}
+
+void bind_engine(py::module_& m) {
+  py::class_<GenerateOutput>(m, "GenerateOutput")
+      .def_readonly("ids", &GenerateOutput::ids)
+      .def_readonly("prompt_ids", &GenerateOutput::prompt_ids)
+      .def_readonly("text", &GenerateOutput::text)
+      .def_readonly("weight_version", &GenerateOutput::weight_version)
+      .def_readonly("finish_reason", &GenerateOutput::finish_reason)
+      .def_readonly("seed", &GenerateOutput::seed)
+      .def_readonly("prefill_seconds", &GenerateOutput::prefill_seconds)
+      .def_readonly("decode_seconds", &GenerateOutput::decode_seconds)
+      .def("to_dict", [](const GenerateOutput& o) {
+        return py::dict("ids"_a = o.ids, "prompt_ids"_a = o.prompt_ids, "text"_a = o.text,
+                        "weight_version"_a = o.weight_version, "finish_reason"_a = o.finish_reason, "seed"_a = o.seed);
+      })
+      .def("__getitem__", [](const GenerateOutput& o, const std::string& key) -> py::object {
+        py::dict d = py::cast(o).attr("to_dict")();
+        if (!d.contains(key)) throw py::key_error(key);
+        return d[key.c_str()];
+      })
+      .def("__repr__", [](const GenerateOutput& o) {
+        return fmt::format("GenerateOutput(ids=[{}], weight_version={}, finish_reason='{}')", fmt::join(o.ids, ", "),
+                           o.weight_version, o.finish_reason);
+      });
+
+  py::class_<Engine> engine_class(m, "Engine",
+                                  "One loaded model: generation, logits, its parameters and weight updates.");
+  engine_class
+      .def(py::init(&make_engine), py::arg("model_path") = py::none(), py::arg("tp") = 1,
+           py::arg("quant") = py::none(), py::arg("threads") = py::none(), py::arg("tokenizer") = py::none(),
+           py::arg("layout") = py::none(),
+           "model_path: a GGUF file, a Hugging Face folder or a llama2.c .bin (None: the built-in demo model). "
+           "tokenizer: a tokenizer file for formats without one. layout: None, 'transpose' or 'shuffle16x16'.")
+      .def("generate", &generate, py::arg("prompt"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.0f,
+           py::arg("seed") = py::none(), py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
+           py::arg("repetition_penalty") = 1.0f, py::arg("repeat_last_n") = 64, py::arg("stop") = py::none(),
+           py::arg("ignore_eos") = false, py::arg("add_special") = true,
+           "Generates from a prompt (text, or token ids). Returns ids, text and the weight version used.")
+      .def(
+          "logits",
+          [](Engine& engine, py::handle tokens, const std::string& format) {
+            std::vector<int32_t> ids = token_ids(tokens, engine.config().vocab_size, "logits");
+            Tensor out;
+            {
+              py::gil_scoped_release release;
+              out = engine.logits(ids);
+            }
+            return export_tensor(out, format);
+          },
+          py::arg("token_ids"), py::arg("format") = "auto",
+          "Teacher-forced f32 logits [T, vocab] for token_ids from position 0, zero-copy as a torch tensor "
+          "(format='auto' or 'torch'), a numpy array ('numpy') or a refit.Tensor ('refit').")
+      .def(
+          "named_parameters",
+          [](const Engine& engine) {
+            py::list out;
+            for (ParameterInfo& info : engine.named_parameters()) {
+              std::string name = info.name;
+              out.append(py::make_tuple(name, PyParameter(std::move(info))));
+            }
+            return out;
+          },
+          "Every tensor the engine owns as (name, ParameterTensor): torch.from_dlpack(t) shares its memory.")
+      .def_property_readonly("weight_version", &Engine::weight_version)
+      .def_property_readonly("config", &config_dict)
+      .def_property_readonly("description", &Engine::description)
+      .def_property_readonly("has_tokenizer", [](const Engine& e) { return e.tokenizer() != nullptr; })
+      .def(
+          "encode",
+          [](const Engine& e, const std::string& text, bool add_special) {
+            if (!e.tokenizer()) throw py::value_error("encode: this model has no tokenizer");
+            return e.tokenizer()->encode(text, add_special, /*parse_special=*/false);
+          },
+          py::arg("text"), py::arg("add_special") = true)
+      .def(
+          "decode",
+          [](const Engine& e, py::handle ids) {
+            if (!e.tokenizer()) throw py::value_error("decode: this model has no tokenizer");
+            return e.tokenizer()->decode(token_ids(ids, e.config().vocab_size, "decode"));
+          },
+          py::arg("ids"));
+  bind_updates(m, engine_class);
+}
+
+}  // namespace
+}  // namespace refit::python
+
+PYBIND11_MODULE(_refit, m) {
+  m.doc() = "refit: an LLM inference engine whose weights a trainer can replace in place, zero-copy.";
+  refit::python::register_exceptions(m);
+  refit::python::bind_tensor(m);
+  refit::python::bind_engine(m);
+  m.attr("has_cuda") = refit::python::build_has_cuda();
+}
