@@ -1,4 +1,5 @@
-// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)), with gate/up fused into one
+// merged column-parallel weight and down row-parallel.
 #pragma once
 
 #include "layers/linear.h"
@@ -7,12 +8,12 @@ namespace refit {
 
 class FeedForward {
  public:
-  FeedForward(ParameterSet& params, const std::string& prefix, int64_t dim, int64_t hidden,
-              DType weight_dtype);
+  FeedForward(ParameterSet& params, int64_t layer, int64_t dim, int64_t hidden, DType weight_dtype,
+              const TensorParallel& tp);
   Tensor forward(const Tensor& x) const;  // [T, dim] -> [T, dim]
 
  private:
-  Linear gate_proj_, up_proj_, down_proj_;
+  Linear gate_up_proj_, down_proj_;
 };
 
 }  // namespace refit

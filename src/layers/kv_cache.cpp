@@ -2,10 +2,10 @@
 
 namespace refit {
 
-KvCache::KvCache(const ModelConfig& c, int64_t max_seq) : max_seq_(max_seq) {
+KvCache::KvCache(const ModelConfig& c, int64_t max_seq, int64_t n_kv_heads) : max_seq_(max_seq) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    keys_.push_back(Tensor::empty({max_seq, c.n_kv_heads, c.head_dim}, DType::f32));
-    values_.push_back(Tensor::empty({max_seq, c.n_kv_heads, c.head_dim}, DType::f32));
+    keys_.push_back(Tensor::empty({max_seq, n_kv_heads, c.head_dim}, DType::f32));
+    values_.push_back(Tensor::empty({max_seq, n_kv_heads, c.head_dim}, DType::f32));
   }
 }
 

@@ -11,7 +11,8 @@ namespace refit {
 
 class KvCache {
  public:
-  KvCache(const ModelConfig& config, int64_t max_seq);
+  // n_kv_heads: this rank's KV heads (all of them without tensor parallelism).
+  KvCache(const ModelConfig& config, int64_t max_seq, int64_t n_kv_heads);
   int64_t max_seq() const { return max_seq_; }
   Tensor& keys(int64_t layer) { return keys_[layer]; }
   Tensor& values(int64_t layer) { return values_[layer]; }

@@ -1,19 +1,78 @@
 #include "layers/linear.h"
 
+#include <fmt/format.h>
+
+#include "core/error.h"
 #include "kernels/ops.h"
 
 namespace refit {
 
-Linear::Linear(ParameterSet& params, const std::string& prefix, int64_t in_features,
-               int64_t out_features, bool bias, DType weight_dtype)
-    : out_features_(out_features) {
-  weight_ = &params.add(prefix + ".weight", {out_features, in_features}, weight_dtype);
-  if (bias) bias_ = &params.add(prefix + ".bias", {out_features}, DType::f32);
+Linear Linear::column(ParameterSet& params, const std::string& name, std::vector<LinearSource> sources,
+                      int64_t in_features, bool bias, DType dtype, const TensorParallel& tp,
+                      bool replicated) {
+  Linear l;
+  l.style_ = replicated ? ParallelStyle::replicated : ParallelStyle::column;
+  l.communicator_ = tp.communicator;
+  const int64_t rank = replicated ? 0 : tp.rank(), world = replicated ? 1 : tp.world();
+  std::vector<SubShard> weight_shards, bias_shards;
+  int64_t offset = 0;
+  for (const LinearSource& s : sources) {
+    if (s.out_features % s.unit_rows != 0)
+      fail("{}: {} rows are not whole units of {}", s.checkpoint_prefix, s.out_features, s.unit_rows);
+    auto [first_unit, units] = split_units(s.out_features / s.unit_rows, rank, world, s.checkpoint_prefix);
+    const int64_t start = first_unit * s.unit_rows, rows = units * s.unit_rows;
+    const int64_t split = world > 1 ? 0 : -1;
+    weight_shards.push_back({s.checkpoint_prefix + ".weight", {s.out_features, in_features}, split, start, rows,
+                             offset, rows});
+    bias_shards.push_back({s.checkpoint_prefix + ".bias", {s.out_features}, split, start, rows, offset, rows});
+    l.local_rows_.push_back(rows);
+    offset += rows;
+  }
+  l.local_out_ = offset;
+  l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{offset, in_features}, dtype,
+                                                      weight_shards, rank, world));
+  if (bias)
+    l.bias_ = &params.add(std::make_unique<Parameter>(name + ".bias", Shape{offset}, DType::f32, bias_shards,
+                                                      rank, world));
+  return l;
+}
+
+Linear Linear::row(ParameterSet& params, const std::string& name, const std::string& prefix,
+                   int64_t in_features, int64_t out_features, int64_t in_unit, bool bias, DType dtype,
+                   const TensorParallel& tp) {
+  Linear l;
+  l.style_ = ParallelStyle::row;
+  l.communicator_ = tp.communicator;
+  auto [first_unit, units] = split_units(in_features / in_unit, tp.rank(), tp.world(), prefix);
+  if (tp.world() > 1 && units * tp.world() != in_features / in_unit)
+    fail("{}: row-parallel input of {} features cannot be replicated across {} ranks", prefix, in_features,
+         tp.world());
+  const int64_t start = first_unit * in_unit, cols = units * in_unit;
+  const int64_t split = tp.world() > 1 ? 1 : -1;
+  SubShard w{prefix + ".weight", {out_features, in_features}, split, start, cols, 0, out_features};
+  l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{out_features, cols}, dtype,
+                                                      std::vector<SubShard>{w}, tp.rank(), tp.world()));
+  if (bias)  // replicated: added once, after the all-reduce
+    l.bias_ = &params.add(name + ".bias", {out_features}, DType::f32);
+  l.local_out_ = out_features;
+  l.local_rows_ = {out_features};
+  return l;
 }
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor out = Tensor::empty({x.size(0), out_features_}, DType::f32);
-  ops::matmul(x, weight_->data(), bias_ ? bias_->data() : Tensor(), out);
+  Tensor out = Tensor::empty({x.size(0), local_out_}, DType::f32);
+  const bool reduce = style_ == ParallelStyle::row && communicator_->world_size() > 1;
+  ops::matmul(x, weight_->matmul_view(), reduce || !bias_ ? Tensor() : bias_->data(), out);
+  if (reduce) {
+    communicator_->all_reduce_sum(out.data<float>(), static_cast<size_t>(out.numel()));
+    if (bias_) {
+      Tensor b = bias_->data();
+      for (int64_t t = 0; t < out.size(0); ++t) {
+        Tensor row = out.select(0, t);
+        ops::add(row, b, row);
+      }
+    }
+  }
   return out;
 }
 

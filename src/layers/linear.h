@@ -1,25 +1,60 @@
-// y = x · W^T (+ b), W stored [out_features, in_features] as nn.Linear does. The matmul
-// kernel is chosen by dispatch from the weight's dtype and layout (law L3).
+// Linear layers in vLLM's vocabulary, y = x · W^T (+ b) with W [out, in] (nn.Linear):
+//
+//   replicated         every rank holds all of W
+//   column-parallel    rows of W (output features) split across ranks; output stays split
+//   merged column      several checkpoint tensors fused along rows (gate/up), each split
+//   QKV-parallel       q, k, v fused and split by heads; KV heads replicated when there
+//                      are more ranks than KV heads
+//   row-parallel       columns of W (input features) split; partial outputs all-reduced,
+//                      then the bias added once
+//
+// The matmul kernel is chosen by dispatch from the weight's dtype and layout (law L3).
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "layers/tensor_parallel.h"
 #include "weights/parameter_set.h"
 
 namespace refit {
 
+enum class ParallelStyle : uint8_t { replicated, column, row };
+
+// One checkpoint tensor feeding (part of) a linear layer's rows.
+struct LinearSource {
+  std::string checkpoint_prefix;  // "model.layers.0.self_attn.q_proj" (+ ".weight"/".bias")
+  int64_t out_features;           // rows in the checkpoint
+  int64_t unit_rows = 1;          // rows per unit that must stay together (a head)
+};
+
 class Linear {
  public:
-  Linear(ParameterSet& params, const std::string& prefix, int64_t in_features,
-         int64_t out_features, bool bias, DType weight_dtype);
-  // x: f32 [T, in]; returns f32 [T, out].
+  // Column-parallel (or replicated) layer fused from `sources`.
+  static Linear column(ParameterSet& params, const std::string& name, std::vector<LinearSource> sources,
+                       int64_t in_features, bool bias, DType dtype, const TensorParallel& tp,
+                       bool replicated = false);
+  // Row-parallel layer: input features split in units of `in_unit` columns.
+  static Linear row(ParameterSet& params, const std::string& name, const std::string& checkpoint_prefix,
+                    int64_t in_features, int64_t out_features, int64_t in_unit, bool bias, DType dtype,
+                    const TensorParallel& tp);
+
+  // x: f32 [T, local in]; returns f32 [T, local out] (row-parallel: full out, reduced).
   Tensor forward(const Tensor& x) const;
   Parameter& weight() const { return *weight_; }
   Parameter* bias() const { return bias_; }
-  int64_t out_features() const { return out_features_; }
+  int64_t local_out() const { return local_out_; }
+  // Local rows of each source, in fusion order (to split a fused output).
+  const std::vector<int64_t>& local_rows() const { return local_rows_; }
 
  private:
-  Parameter* weight_;
+  Linear() = default;
+  Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;
-  int64_t out_features_;
+  ParallelStyle style_ = ParallelStyle::replicated;
+  int64_t local_out_ = 0;
+  std::vector<int64_t> local_rows_;
+  std::shared_ptr<Communicator> communicator_;
 };
 
 }  // namespace refit

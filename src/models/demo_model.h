@@ -16,6 +16,6 @@ struct DemoModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-DemoModel make_demo_model(uint64_t seed = 0);
+DemoModel make_demo_model(uint64_t seed = 0, const TensorParallel& tp = {});
 
 }  // namespace refit

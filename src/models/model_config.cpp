@@ -154,10 +154,10 @@ ModelConfig config_from_gguf(const GgufMetadata& m) {
   c.rms_eps = m.get_f32(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
   c.rope_theta = m.get_f32(key("rope.freq_base")).value_or(10000.0f);
   c.rope_dim = m.get_u32(key("rope.dimension_count")).value_or(0);
-  // llama.cpp's "NORM" rope (adjacent pairs) for llama/mistral, NEOX for qwen.
-  c.rope_style = (c.arch == Architecture::qwen2 || c.arch == Architecture::qwen3)
-                     ? ops::RopeStyle::neox
-                     : ops::RopeStyle::interleaved;
+  // llama.cpp runs llama/mistral with adjacent-pair ("NORM") rope on q/k rows its
+  // converter permuted; the loader permutes them back to Hugging Face order, where
+  // rotate_half ("neox") is the same rotation. Qwen files are in that order already.
+  c.rope_style = ops::RopeStyle::neox;
   if (auto tokens = m.find_array_strings("tokenizer.ggml.tokens")) c.vocab_size = tokens->size();
   c.vocab_size = m.get_u32(key("vocab_size")).value_or(static_cast<uint32_t>(c.vocab_size));
   if (auto bos = m.get_u32("tokenizer.ggml.bos_token_id")) c.bos_id = *bos;

@@ -36,7 +36,9 @@ ModelConfig config_from_llama2c(const Llama2cModel& m) {
   c.max_seq_len = h.seq_len;
   c.rms_eps = 1e-5f;
   c.rope_theta = 10000.0f;
-  c.rope_style = ops::RopeStyle::interleaved;  // run.c rotates adjacent pairs
+  // run.c rotates adjacent pairs of the original (Meta) q/k row order; the loader
+  // permutes q/k rows to Hugging Face order, where rotate_half ("neox") is the same rope.
+  c.rope_style = ops::RopeStyle::neox;
   c.tied_embeddings = h.shared_classifier;
   c.bos_id = 1;
   c.eos_id = 2;
@@ -58,7 +60,11 @@ Tensor llama2c_tensor(const Llama2cModel& m, const std::string& name) {
     for (auto [suffix, file_name] : map)
       if (match[2] == suffix) {
         const Tensor* t = m.find_tensor(file_name);
-        return t && l < t->size(0) ? t->select(0, l) : Tensor();
+        if (!t || l >= t->size(0)) return Tensor();
+        Tensor layer = t->select(0, l);
+        if (match[2] == "self_attn.q_proj.weight") return permute_rows_for_gguf_rope(layer, m.config().n_heads, true);
+        if (match[2] == "self_attn.k_proj.weight") return permute_rows_for_gguf_rope(layer, m.config().n_kv_heads, true);
+        return layer;
       }
     return Tensor();
   }
@@ -116,7 +122,10 @@ ModelConfig read_model_config(const Checkpoint& ck) {
 CheckpointWeights::CheckpointWeights(const Checkpoint& checkpoint, const ModelConfig& config)
     : checkpoint_(checkpoint) {
   if (checkpoint.format() == CheckpointFormat::gguf)
-    for (const TensorSpec& s : model_tensor_specs(config)) gguf_names_[s.hf_name] = s.gguf_name;
+    for (const TensorSpec& s : model_tensor_specs(config)) {
+      gguf_names_[s.hf_name] = s.gguf_name;
+      if (s.gguf_rope_permute_heads > 0) gguf_permute_heads_[s.hf_name] = s.gguf_rope_permute_heads;
+    }
 }
 
 Tensor CheckpointWeights::find(const std::string& name) const {
@@ -128,7 +137,12 @@ Tensor CheckpointWeights::find(const std::string& name) const {
       if (it == gguf_names_.end()) return Tensor();
       const GgufTensorInfo* info = g.find_tensor(it->second);
       if (!info) return Tensor();
-      return is_plain_ggml(info->type) ? g.tensor(it->second) : g.dequantize(it->second);
+      Tensor t = is_plain_ggml(info->type) ? g.tensor(it->second) : g.dequantize(it->second);
+      // llama.cpp's converter permuted q/k rows for its adjacent-pair rope; undo it so
+      // parameters hold Hugging Face order (refit's canonical form) and use rotate_half.
+      auto permute = gguf_permute_heads_.find(name);
+      if (permute != gguf_permute_heads_.end()) t = permute_rows_for_gguf_rope(t, permute->second, true);
+      return t;
     }
     case CheckpointFormat::hf_folder:
     case CheckpointFormat::safetensors:
@@ -140,25 +154,32 @@ Tensor CheckpointWeights::find(const std::string& name) const {
 }
 
 void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& options) {
-  const size_t total = model.parameters().total_bytes();
-  size_t done = 0;
+  const ParameterSet& params = model.parameters();
+  const std::vector<std::string> names = params.checkpoint_names();
   CheckpointWeights weights(ck, model.config());
-  for (const auto& p : model.parameters().all()) {
-    Tensor t = weights.find(p->name());
-    if (!t.defined()) fail("{}: checkpoint has no tensor for parameter '{}'", ck.path(), p->name());
+  // Check every tensor exists and fits before writing any (a bad file changes nothing).
+  std::vector<Tensor> tensors;
+  for (const std::string& name : names) {
+    Tensor t = weights.find(name);
+    if (!t.defined()) fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
+    CheckpointTarget target = params.target(name);
     try {
-      p->load(t);
+      target.parameter->check_loadable(*target.sub_shard, t);
     } catch (const Error& e) {
       fail("{}: {}", ck.path(), e.what());
     }
-    done += p->data().nbytes();
-    if (options.progress) options.progress(done, total);
+    tensors.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    CheckpointTarget target = params.target(names[i]);
+    target.parameter->load(*target.sub_shard, tensors[i]);
+    if (options.progress) options.progress(i + 1, names.size());
   }
 }
 
 std::unique_ptr<LlamaModel> load_model(const Checkpoint& ck, const LoadOptions& options) {
   ModelConfig config = read_model_config(ck);
-  auto model = std::make_unique<LlamaModel>(config, config.weight_dtype);
+  auto model = std::make_unique<LlamaModel>(config, config.weight_dtype, options.tensor_parallel);
   load_weights(*model, ck, options);
   return model;
 }

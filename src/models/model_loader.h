@@ -15,8 +15,9 @@
 namespace refit {
 
 struct LoadOptions {
-  // Called with (bytes loaded, total bytes) while parameters load.
+  // Called with (tensors loaded, total tensors) while parameters load.
   std::function<void(size_t, size_t)> progress;
+  TensorParallel tensor_parallel;  // this process's rank in the TP group
 };
 
 // Reads the configuration a checkpoint describes (no weights loaded).
@@ -34,6 +35,7 @@ class CheckpointWeights {
  private:
   const Checkpoint& checkpoint_;
   std::unordered_map<std::string, std::string> gguf_names_;  // canonical -> GGUF
+  std::unordered_map<std::string, int64_t> gguf_permute_heads_;  // q/k rows to un-permute
 };
 
 std::unique_ptr<LlamaModel> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});

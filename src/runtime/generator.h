@@ -26,6 +26,7 @@ struct GenerateResult {
   std::vector<float> logits;    // [n_positions][vocab] when record_logits
   int64_t n_positions = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  uint64_t weight_version = 0;  // the weights every token was computed with (Engine sets it)
 };
 
 // Called after each generated token; return false to stop.

@@ -1,33 +1,160 @@
 #include "weights/parameter.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace refit {
 
-Parameter::Parameter(std::string name, Shape logical_shape, DType stored_dtype)
-    : name_(std::move(name)), logical_shape_(std::move(logical_shape)) {
-  data_ = Tensor::empty(logical_shape_, stored_dtype);
+Parameter::Parameter(std::string name, Shape local_shape, DType stored_dtype,
+                     std::vector<SubShard> sub_shards, int64_t rank, int64_t world)
+    : name_(std::move(name)), local_shape_(std::move(local_shape)), sub_shards_(std::move(sub_shards)),
+      rank_(rank), world_(world) {
+  REFIT_ASSERT(!sub_shards_.empty());
+  logical_shape_ = sub_shards_[0].checkpoint_shape;
+  if (sub_shards_.size() > 1) {
+    logical_shape_[0] = 0;
+    for (const SubShard& s : sub_shards_) logical_shape_[0] += s.checkpoint_shape[0];
+  }
+  int64_t rows = 0;
+  for (const SubShard& s : sub_shards_) rows += s.local_rows;
+  REFIT_ASSERT(local_shape_.empty() ? rows <= 1 : rows == local_shape_[0]);
+  data_ = Tensor::empty(local_shape_, stored_dtype);
   data_.set_read_only(true);
 }
 
-void Parameter::check_loadable(const Tensor& source) const {
-  if (!source.defined()) fail("parameter '{}': no tensor given", name_);
-  if (source.shape() != logical_shape_)
-    fail("parameter '{}': expected shape {}, got {}", name_, shape_str(logical_shape_),
-         shape_str(source.shape()));
-  if (!dtype_is_floating(source.dtype()))
-    fail("parameter '{}': expected a floating-point tensor, got {}", name_,
-         dtype_name(source.dtype()));
-  if (source.device().type != DeviceType::cpu)
-    fail("parameter '{}': tensor is on {}, this engine's weights live on the cpu", name_,
-         source.device().str());
+Parameter::Parameter(std::string name, Shape shape, DType stored_dtype)
+    : Parameter(name, shape, stored_dtype,
+                {SubShard{name, shape, -1, 0, 0, 0, shape.empty() ? 1 : shape[0]}}) {}
+
+const SubShard* Parameter::find_sub_shard(const std::string& checkpoint_name) const {
+  for (const SubShard& s : sub_shards_)
+    if (s.checkpoint_name == checkpoint_name) return &s;
+  return nullptr;
 }
 
-void Parameter::load(const Tensor& source) {
-  check_loadable(source);
-  Tensor writable = data_;
-  writable.set_read_only(false);
-  writable.copy_from(source);
+bool Parameter::transposed() const {
+  return std::count(transforms_.begin(), transforms_.end(), LayoutTransform::transpose) % 2 == 1;
+}
+
+std::string Parameter::sharding_str() const {
+  if (world_ == 1 && sub_shards_.size() == 1) return "replicated";
+  std::string s = fmt::format("rank {} of {}, row dim {}:", rank_, world_, row_dim());
+  for (const SubShard& sub : sub_shards_) {
+    s += fmt::format(" rows {}..{} <- {}", sub.local_row_offset, sub.local_row_offset + sub.local_rows,
+                     sub.checkpoint_name);
+    if (sub.split_dim >= 0)
+      s += fmt::format("[dim {}: {}..{}]", sub.split_dim, sub.slice_start, sub.slice_start + sub.slice_length);
+  }
+  return s;
+}
+
+Tensor Parameter::matmul_view() const { return transposed() ? data_.transpose(0, 1) : data_; }
+
+Tensor Parameter::writable() const {
+  Tensor w = data_;
+  w.set_read_only(false);
+  return w;
+}
+
+void Parameter::check_loadable(const SubShard& sub, const Tensor& full, bool check_finite) const {
+  const std::string& what = sub.checkpoint_name;
+  if (!full.defined()) fail("parameter '{}': no tensor given for '{}'", name_, what);
+  if (full.shape() != sub.checkpoint_shape)
+    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape), shape_str(full.shape()));
+  switch (full.dtype()) {
+    case DType::f32: case DType::f16: case DType::bf16: case DType::f64: break;
+    default:
+      fail("'{}': dtype {} cannot be converted to the parameter's {} (send f32, f16 or bf16)", what,
+           dtype_name(full.dtype()), dtype_name(data_.dtype()));
+  }
+  if (full.device().type != DeviceType::cpu)
+    fail("'{}': tensor is on {}, but this engine's weights live on the cpu", what, full.device().str());
+  if (check_finite) {
+    std::vector<float> values = sub.slice(full).to_floats();
+    for (size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i])) fail("'{}': element {} is {} (finite values required)", what, i, values[i]);
+  }
+}
+
+Tensor Parameter::transformed(const Tensor& rows) const {
+  Tensor t = rows;
+  for (LayoutTransform tr : transforms_) {
+    switch (tr) {
+      case LayoutTransform::transpose: t = t.transpose(0, 1).contiguous(); break;
+      case LayoutTransform::shuffle_16x16: t = shuffle_16x16(t); break;
+    }
+  }
+  return t;
+}
+
+void Parameter::load(const SubShard& sub, const Tensor& full) {
+  check_loadable(sub, full);
+  // Stage only this sub-shard's rows: extra memory is bounded by one parameter.
+  Tensor rows = Tensor::empty(sub.local_shape(), data_.dtype());
+  rows.copy_from(sub.slice(full));
+  if (local_shape_.size() <= 1) {  // vectors: no layout transforms
+    writable().narrow(0, sub.local_row_offset, sub.local_rows).copy_from(rows.view({sub.local_rows}));
+    return;
+  }
+  Tensor stored_rows = transformed(rows);
+  Tensor region = writable().narrow(row_dim(), sub.local_row_offset, sub.local_rows);
+  if (transposed()) {
+    region.copy_from(stored_rows);
+  } else {
+    // Row ranges are contiguous in memory for the plain and the shuffled layout (a
+    // shuffle tile never crosses a 16-row boundary, and sub-shards start on one).
+    std::memcpy(region.raw_data(), stored_rows.raw_data(), stored_rows.nbytes());
+  }
+}
+
+void Parameter::load(const Tensor& full) {
+  if (sub_shards_.size() != 1)
+    fail("parameter '{}' is fused from {} checkpoint tensors; load each by name", name_, sub_shards_.size());
+  load(sub_shards_[0], full);
+}
+
+std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
+  if (local_shape_.size() != 2) return "only 2-d weights take layout transforms";
+  switch (t) {
+    case LayoutTransform::transpose:
+      if (!transforms_.empty()) return "transpose must be the first transform";
+      return {};
+    case LayoutTransform::shuffle_16x16: {
+      if (std::find(transforms_.begin(), transforms_.end(), t) != transforms_.end())
+        return "already shuffled (the shuffle is not idempotent)";
+      if (transposed()) return "a transposed weight cannot be shuffled";
+      std::string why = shuffle_16x16_unsupported_reason(local_shape_[0], local_shape_[1], data_.dtype());
+      if (!why.empty()) return why;
+      for (const SubShard& s : sub_shards_)
+        if (s.local_row_offset % 16 != 0 || s.local_rows % 16 != 0)
+          return fmt::format("rows of '{}' ({}..{}) do not start and end on 16-row tiles",
+                             s.checkpoint_name, s.local_row_offset, s.local_row_offset + s.local_rows);
+      return {};
+    }
+  }
+  return "unknown transform";
+}
+
+void Parameter::apply_transform(LayoutTransform t) {
+  std::string why = transform_unsupported_reason(t);
+  if (!why.empty()) fail("parameter '{}': cannot apply {}: {}", name_, layout_transform_name(t), why);
+  Tensor current = data_.clone();  // transient copy of one parameter
+  Tensor result;
+  switch (t) {
+    case LayoutTransform::transpose: result = current.transpose(0, 1).contiguous(); break;
+    case LayoutTransform::shuffle_16x16: result = shuffle_16x16(current); break;
+  }
+  // Same storage, new view: the address never changes.
+  void* before = data_.storage()->data();
+  std::memcpy(before, result.raw_data(), result.nbytes());
+  data_ = Tensor::from_storage(data_.storage(), data_.dtype(), result.shape());
+  data_.set_layout(result.layout());
+  data_.set_read_only(true);
+  transforms_.push_back(t);
+  REFIT_ASSERT(data_.storage()->data() == before);
 }
 
 }  // namespace refit

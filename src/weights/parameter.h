@@ -1,39 +1,87 @@
 // A model parameter: owned by its layer for the engine's life and never replaced
-// (law L2). Its storage is allocated once; loading new weights converts and copies
-// into that same storage, so its address is stable across any number of reloads.
+// (law L2). Its storage is allocated once; every load converts, slices and transforms
+// the incoming checkpoint tensor and writes it into that same storage, so the address
+// is stable across any number of reloads and captured kernel graphs stay valid.
 //
-// It knows its checkpoint (Hugging Face) name, the logical shape and dtype a trainer
-// sends, and the dtype it is stored in. Loading validates before writing anything.
+// What it records, so that a reload is exact:
+//  * its sub-shards: which checkpoint tensor fills which rows (fused q/k/v and gate/up
+//    have several; each stored byte derives from exactly one of them),
+//  * its tensor-parallel slice of each (rank, world, split dim),
+//  * the ordered layout transforms applied after loading (transpose, tile shuffle).
+// The loader is this class's load(): data on the parameter, not an attribute that a
+// post-processing step can drop (seed 001).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "weights/layout_transform.h"
+#include "weights/shard.h"
 
 namespace refit {
 
 class Parameter {
  public:
-  Parameter(std::string name, Shape logical_shape, DType stored_dtype);
+  // A parameter of local (this rank's, untransformed) shape `local_shape` filled from
+  // `sub_shards` (rows concatenated along dim 0), stored in `stored_dtype`.
+  Parameter(std::string name, Shape local_shape, DType stored_dtype, std::vector<SubShard> sub_shards,
+            int64_t rank = 0, int64_t world = 1);
+  // Convenience: an unfused, replicated parameter whose checkpoint tensor has its name.
+  Parameter(std::string name, Shape shape, DType stored_dtype);
   Parameter(const Parameter&) = delete;
   Parameter& operator=(const Parameter&) = delete;
 
   const std::string& name() const { return name_; }
+  // Full (unsharded) shape of the parameter as a trainer sees it: for unfused ones the
+  // checkpoint shape; for fused ones the concatenated checkpoint shapes.
   const Shape& logical_shape() const { return logical_shape_; }
+  const Shape& local_shape() const { return local_shape_; }
   DType dtype() const { return data_.dtype(); }
-  // The stored tensor. Exported read-only: the engine forbids writes from outside.
-  const Tensor& data() const { return data_; }
+  int64_t rank() const { return rank_; }
+  int64_t world() const { return world_; }
+  // The dim of the *stored* tensor along which rows (sub-shards, TP slices) run:
+  // 0, or 1 after a transpose.
+  int64_t row_dim() const { return transposed() ? 1 : 0; }
+  const std::vector<SubShard>& sub_shards() const { return sub_shards_; }
+  const SubShard* find_sub_shard(const std::string& checkpoint_name) const;
+  const std::vector<LayoutTransform>& transforms() const { return transforms_; }
+  bool transposed() const;
+  std::string sharding_str() const;  // "replicated" or "rank 1 of 2: rows 64..128 of q_proj, ..."
 
-  // Throws (naming this parameter, expected and actual shape) unless `source` can be
-  // loaded; writes nothing.
-  void check_loadable(const Tensor& source) const;
-  // check_loadable, then convert `source` (any float dtype, any strides) into the
-  // existing storage.
-  void load(const Tensor& source);
+  // The stored tensor (read-only to the outside; exported through DLPack as is).
+  const Tensor& data() const { return data_; }
+  // The weight as kernels take it: [out, in] logical orientation (a transposed view
+  // when stored transposed), layout tag kept.
+  Tensor matmul_view() const;
+
+  // Throws (naming this parameter and the checkpoint tensor, expected and actual) unless
+  // `full` can be loaded as `sub_shard`; writes nothing. check_finite scans the values.
+  void check_loadable(const SubShard& sub_shard, const Tensor& full, bool check_finite = false) const;
+  // check_loadable, then slice, convert, re-apply the recorded transforms and write the
+  // rows of `sub_shard` in place.
+  void load(const SubShard& sub_shard, const Tensor& full);
+  // For unfused parameters: load the single sub-shard.
+  void load(const Tensor& full);
+
+  // Applies a layout transform to the stored contents in place and records it. Throws
+  // (changing nothing) when the transform does not fit the shape, or when it is
+  // already applied and not idempotent.
+  void apply_transform(LayoutTransform t);
+  // "" when `t` can be applied now, else why not.
+  std::string transform_unsupported_reason(LayoutTransform t) const;
 
  private:
+  // `rows` (already sliced and converted, plain layout [n, K]) in the stored form.
+  Tensor transformed(const Tensor& rows) const;
+  Tensor writable() const;
+
   std::string name_;
   Shape logical_shape_;
+  Shape local_shape_;
+  std::vector<SubShard> sub_shards_;
+  int64_t rank_ = 0, world_ = 1;
+  std::vector<LayoutTransform> transforms_;
   Tensor data_;
 };
 

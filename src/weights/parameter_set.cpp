@@ -4,11 +4,20 @@
 
 namespace refit {
 
-Parameter& ParameterSet::add(std::string name, Shape shape, DType dtype) {
-  if (by_name_.count(name)) fail("parameter '{}' is defined twice", name);
-  params_.push_back(std::make_unique<Parameter>(name, std::move(shape), dtype));
-  by_name_[name] = params_.back().get();
+Parameter& ParameterSet::add(std::unique_ptr<Parameter> p) {
+  if (by_name_.count(p->name())) fail("parameter '{}' is defined twice", p->name());
+  for (const SubShard& s : p->sub_shards()) {
+    if (by_checkpoint_name_.count(s.checkpoint_name))
+      fail("checkpoint tensor '{}' would fill two parameters", s.checkpoint_name);
+    by_checkpoint_name_[s.checkpoint_name] = {p.get(), &s};
+  }
+  by_name_[p->name()] = p.get();
+  params_.push_back(std::move(p));
   return *params_.back();
+}
+
+Parameter& ParameterSet::add(std::string name, Shape shape, DType dtype) {
+  return add(std::make_unique<Parameter>(std::move(name), std::move(shape), dtype));
 }
 
 Parameter* ParameterSet::find(std::string_view name) const {
@@ -19,6 +28,18 @@ Parameter* ParameterSet::find(std::string_view name) const {
 Parameter& ParameterSet::get(std::string_view name) const {
   if (Parameter* p = find(name)) return *p;
   fail("unknown parameter '{}'", name);
+}
+
+CheckpointTarget ParameterSet::target(std::string_view checkpoint_name) const {
+  auto it = by_checkpoint_name_.find(std::string(checkpoint_name));
+  return it == by_checkpoint_name_.end() ? CheckpointTarget{} : it->second;
+}
+
+std::vector<std::string> ParameterSet::checkpoint_names() const {
+  std::vector<std::string> names;
+  for (const auto& p : params_)
+    for (const SubShard& s : p->sub_shards()) names.push_back(s.checkpoint_name);
+  return names;
 }
 
 size_t ParameterSet::total_bytes() const {

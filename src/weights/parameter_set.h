@@ -1,5 +1,6 @@
-// The parameters of one model, by canonical (Hugging Face) name, in creation order.
-// Layers create their parameters here; loaders and refit find them by name.
+// The parameters of one model in creation order, found by parameter name or by the
+// checkpoint tensor name that fills (part of) them. Layers create their parameters
+// here; loaders and refit look them up.
 #pragma once
 
 #include <memory>
@@ -12,17 +13,28 @@
 
 namespace refit {
 
+struct CheckpointTarget {
+  Parameter* parameter = nullptr;
+  const SubShard* sub_shard = nullptr;
+};
+
 class ParameterSet {
  public:
-  Parameter& add(std::string name, Shape shape, DType dtype);
+  Parameter& add(std::unique_ptr<Parameter> parameter);
+  Parameter& add(std::string name, Shape shape, DType dtype);  // unfused, replicated
   Parameter* find(std::string_view name) const;
   Parameter& get(std::string_view name) const;  // throws naming the unknown parameter
+  // Where a checkpoint tensor goes; parameter null when no parameter takes it.
+  CheckpointTarget target(std::string_view checkpoint_name) const;
+  // Every checkpoint tensor name the parameters take, in parameter order.
+  std::vector<std::string> checkpoint_names() const;
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
   size_t total_bytes() const;
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
   std::unordered_map<std::string, Parameter*> by_name_;
+  std::unordered_map<std::string, CheckpointTarget> by_checkpoint_name_;
 };
 
 }  // namespace refit

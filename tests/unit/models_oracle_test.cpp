@@ -191,10 +191,11 @@ TEST(ModelArchitectures, Qwen2BiasesAreApplied) {
   std::vector<float> with_bias = teacher_forced_logits(*model, seq);
   int zeroed = 0;
   for (const auto& p : model->parameters().all())
-    if (p->name().ends_with("_proj.bias")) {
-      p->load(Tensor::zeros(p->logical_shape(), DType::f32));
-      ++zeroed;
-    }
+    for (const SubShard& s : p->sub_shards())
+      if (s.checkpoint_name.ends_with("_proj.bias")) {
+        p->load(s, Tensor::zeros(s.checkpoint_shape, DType::f32));
+        ++zeroed;
+      }
   EXPECT_EQ(zeroed, 3 * model->config().n_layers);
   LogitError e = compare_logits(teacher_forced_logits(*model, seq), with_bias, seq.size(),
                                 static_cast<size_t>(model->config().vocab_size));

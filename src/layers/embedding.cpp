@@ -1,0 +1,85 @@
+#include "layers/embedding.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace refit {
+namespace {
+
+std::unique_ptr<Parameter> vocab_rows(const std::string& name, int64_t vocab, int64_t dim, DType dtype,
+                                      const TensorParallel& tp, int64_t* start, int64_t* local) {
+  auto [first, count] = split_units(vocab, tp.rank(), tp.world(), name);
+  if (count * tp.world() != vocab)
+    fail("{}: a vocabulary of {} rows cannot be split across {} ranks", name, vocab, tp.world());
+  *start = first;
+  *local = count;
+  SubShard s{name, {vocab, dim}, tp.world() > 1 ? 0 : -1, first, count, 0, count};
+  return std::make_unique<Parameter>(name, Shape{count, dim}, dtype, std::vector<SubShard>{s}, tp.rank(),
+                                     tp.world());
+}
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(ParameterSet& params, const std::string& name, int64_t vocab,
+                                               int64_t dim, DType dtype, const TensorParallel& tp)
+    : vocab_(vocab), communicator_(tp.communicator) {
+  weight_ = &params.add(vocab_rows(name, vocab, dim, dtype, tp, &vocab_start_, &local_vocab_));
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
+  const int64_t T = ids.size(0), dim = weight_->local_shape()[1];
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t id = ids.data<int32_t>()[t];
+    if (id < 0 || id >= vocab_) fail("token id {} is outside the vocabulary (size {})", id, vocab_);
+  }
+  Tensor out = Tensor::empty({T, dim}, DType::f32);
+  if (communicator_->world_size() == 1) {
+    ops::embedding(weight_->data(), ids, out);
+    return out;
+  }
+  // Look up the ids this rank owns; other rows stay zero, and the sum fills them.
+  Tensor local_ids = Tensor::empty({T}, DType::i32);
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t id = ids.data<int32_t>()[t] - static_cast<int32_t>(vocab_start_);
+    local_ids.data<int32_t>()[t] = (id >= 0 && id < local_vocab_) ? id : 0;
+  }
+  ops::embedding(weight_->data(), local_ids, out);
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t id = ids.data<int32_t>()[t] - static_cast<int32_t>(vocab_start_);
+    if (id < 0 || id >= local_vocab_) std::memset(out.data<float>() + t * dim, 0, dim * sizeof(float));
+  }
+  communicator_->all_reduce_sum(out.data<float>(), static_cast<size_t>(out.numel()));
+  return out;
+}
+
+ParallelLmHead::ParallelLmHead(ParameterSet& params, const std::string& name, int64_t vocab, int64_t dim,
+                               DType dtype, const TensorParallel& tp, Parameter* tied_to)
+    : vocab_(vocab), communicator_(tp.communicator) {
+  if (tied_to) {
+    weight_ = tied_to;
+  } else {
+    int64_t start = 0, local = 0;
+    weight_ = &params.add(vocab_rows(name, vocab, dim, dtype, tp, &start, &local));
+  }
+}
+
+Tensor ParallelLmHead::forward(const Tensor& x) const {
+  const int64_t T = x.size(0), local = weight_->local_shape()[0];
+  Tensor local_logits = Tensor::empty({T, local}, DType::f32);
+  ops::matmul(x, weight_->matmul_view(), Tensor(), local_logits);
+  const int world = communicator_->world_size();
+  if (world == 1) return local_logits;
+  // Gather [world][T][local] then interleave into [T][vocab].
+  std::vector<float> gathered(static_cast<size_t>(world * T * local));
+  communicator_->all_gather(local_logits.data<float>(), static_cast<size_t>(T * local), gathered.data());
+  Tensor logits = Tensor::empty({T, vocab_}, DType::f32);
+  for (int r = 0; r < world; ++r)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(logits.data<float>() + t * vocab_ + r * local, gathered.data() + (r * T + t) * local,
+                  local * sizeof(float));
+  return logits;
+}
+
+}  // namespace refit

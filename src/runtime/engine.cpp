@@ -1,0 +1,152 @@
+#include "runtime/engine.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "dist/communicator.h"
+#include "formats/checkpoint.h"
+#include "models/demo_model.h"
+#include "models/model_loader.h"
+#include "tokenizer/vocab_loaders.h"
+
+namespace refit {
+namespace {
+
+std::vector<LayoutTransform> parse_layout(const std::string& layout) {
+  if (layout.empty() || layout == "plain") return {};
+  if (layout == "transpose") return {LayoutTransform::transpose};
+  if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle") return {LayoutTransform::shuffle_16x16};
+  fail("unknown weight layout '{}' (use plain, transpose or shuffle16x16)", layout);
+}
+
+}  // namespace
+
+Engine::Engine(const EngineOptions& options) {
+  if (options.threads > 0) set_num_threads(options.threads);
+  TensorParallel tp;
+  if (options.communicator) tp.communicator = options.communicator;
+  if (options.tp != tp.world())
+    fail("--tp {} needs {} processes (start them with mpirun -np {}), but this process group has {}", options.tp,
+         options.tp, options.tp, tp.world());
+  if (!options.quant.empty()) fail("quantization '{}' is not available in this build yet", options.quant);
+  if (options.model_path.empty()) {
+    DemoModel demo = make_demo_model(0, tp);
+    model_ = std::move(demo.model);
+    tokenizer_ = std::move(demo.tokenizer);
+    description_ = "built-in demo model (synthetic weights)";
+  } else {
+    auto checkpoint = Checkpoint::open(options.model_path);
+    LoadOptions load;
+    load.tensor_parallel = tp;
+    model_ = load_model(*checkpoint, load);
+    description_ = options.model_path;
+    if (checkpoint->format() != CheckpointFormat::llama2c || !options.tokenizer_path.empty()) {
+      try {
+        tokenizer_ = load_tokenizer(options.model_path, options.tokenizer_path.empty()
+                                                            ? std::nullopt
+                                                            : std::optional<std::string>(options.tokenizer_path));
+      } catch (const Error&) {
+        if (!options.tokenizer_path.empty()) throw;
+      }
+    }
+  }
+  // Kernel-specific layouts, applied after loading and recorded on each parameter so
+  // every later load re-applies them (vLLM's process_weights_after_loading, done once).
+  for (LayoutTransform t : parse_layout(options.layout))
+    for (const auto& p : model_->parameters().all()) {
+      if (p->local_shape().size() != 2 || p->name() == "model.embed_tokens.weight") continue;
+      if (p->transform_unsupported_reason(t).empty()) p->apply_transform(t);
+    }
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return model_->config(); }
+int Engine::rank() const { return model_->tensor_parallel().rank(); }
+int Engine::world_size() const { return model_->tensor_parallel().world(); }
+
+GenerateResult Engine::generate(const GenerateRequest& request, const TokenCallback& on_token) {
+  std::shared_lock lock(weights_mutex_);
+  GenerateResult result = refit::generate(*model_, request, on_token);
+  result.weight_version = weight_version_.load();
+  return result;
+}
+
+Tensor Engine::logits(const std::vector<int32_t>& tokens) {
+  std::shared_lock lock(weights_mutex_);
+  if (tokens.empty()) fail("logits: no tokens given");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= config().vocab_size)
+      fail("logits: token {} is outside the vocabulary (size {})", id, config().vocab_size);
+  KvCache cache = model_->make_cache(static_cast<int64_t>(tokens.size()));
+  return model_->forward(tokens, 0, cache, /*all_logits=*/true);
+}
+
+std::vector<ParameterInfo> Engine::named_parameters() const {
+  std::vector<ParameterInfo> out;
+  for (const auto& p : model_->parameters().all()) {
+    ParameterInfo info;
+    info.name = p->name();
+    info.tensor = p->data();
+    info.logical_shape = p->logical_shape();
+    info.logical_dtype = p->dtype();
+    for (const SubShard& s : p->sub_shards()) info.checkpoint_names.push_back(s.checkpoint_name);
+    info.sharding = p->sharding_str();
+    for (LayoutTransform t : p->transforms()) info.transforms.push_back(layout_transform_name(t));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::unique_ptr<WeightUpdate> Engine::begin_update(const UpdateOptions& options) {
+  return std::make_unique<WeightUpdate>(model_->parameters(), options);
+}
+
+void Engine::commit(WeightUpdate& update) {
+  if (update.failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", update.failure());
+  std::unique_lock lock(weights_mutex_);
+  update.apply();
+  ++weight_version_;
+}
+
+uint64_t Engine::update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                             const UpdateOptions& options) {
+  auto update = begin_update(options);
+  for (const auto& [name, tensor] : tensors) update->update(name, tensor);
+  commit(*update);
+  return weight_version();
+}
+
+uint64_t Engine::update_weights_from_disk(const std::string& path, const std::vector<std::string>& names,
+                                          const UpdateOptions& options) {
+  std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
+  ModelConfig source_config = read_model_config(*checkpoint);
+  const ModelConfig& c = config();
+  if (source_config.dim != c.dim || source_config.n_layers != c.n_layers || source_config.vocab_size != c.vocab_size ||
+      source_config.n_heads != c.n_heads || source_config.n_kv_heads != c.n_kv_heads || source_config.ffn_dim != c.ffn_dim)
+    fail("{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match the served "
+         "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
+         path, source_config.dim, source_config.n_layers, source_config.n_heads, source_config.n_kv_heads,
+         source_config.ffn_dim, source_config.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim,
+         c.vocab_size);
+  auto update = begin_update(options);
+  update->keep_alive(checkpoint);
+  CheckpointWeights weights(*checkpoint, source_config);
+  const std::vector<std::string> wanted = names.empty() ? model_->parameters().checkpoint_names() : names;
+  for (const std::string& name : wanted) {
+    Tensor t = weights.find(name);
+    if (!t.defined()) {
+      if (!model_->parameters().target(name).parameter)
+        fail("{}: unknown tensor '{}' (no parameter takes it)", path, name);
+      fail("{}: the checkpoint has no tensor '{}'", path, name);
+    }
+    update->update(name, t);
+  }
+  commit(*update);
+  return weight_version();
+}
+
+}  // namespace refit

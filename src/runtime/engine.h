@@ -1,0 +1,92 @@
+// Engine: one loaded model with its tokenizer, its weight version and the weight-update
+// (refit) transaction. The API the CLI, the Python module and the HTTP server share.
+//
+// Thread safety: generation holds the weights' read lock; a commit takes the write
+// lock, so an update lands between two forward passes and never inside one. generate()
+// holds the read lock for the whole request, so one call sees one weight version.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "models/llama_model.h"
+#include "runtime/generator.h"
+#include "tokenizer/tokenizer.h"
+#include "weights/weight_update.h"
+
+namespace refit {
+
+class Communicator;
+
+struct EngineOptions {
+  std::string model_path;   // empty: the built-in demo model
+  std::string tokenizer_path;  // for formats without a tokenizer (llama2.c)
+  int tp = 1;               // tensor-parallel size (needs a communicator of that size)
+  std::string quant;        // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
+  std::string layout;       // "" (plain), "transpose", "shuffle16x16": kernel layout transforms
+  int threads = 0;          // 0: all cores
+  std::shared_ptr<Communicator> communicator;  // null: single process (tp must be 1)
+};
+
+// A parameter as the outside world sees it: the stored tensor (read-only, exportable
+// through DLPack) and the metadata that explains it.
+struct ParameterInfo {
+  std::string name;
+  Tensor tensor;            // stored form (this rank's shard, after transforms)
+  Shape logical_shape;      // full, unsharded, as a trainer sends it
+  DType logical_dtype;
+  std::vector<std::string> checkpoint_names;  // fused parameters have several
+  std::string sharding;     // e.g. "dim 0, rank 0 of 2" or "replicated"
+  std::vector<std::string> transforms;  // e.g. {"transpose"}, {"shuffle_16x16"}
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const;
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const LlamaModel& model() const { return *model_; }
+  const std::string& description() const { return description_; }
+  int rank() const;
+  int world_size() const;
+
+  // Generation on the current weights; result.weight_version says which.
+  GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token = {});
+  // Teacher-forced logits [T, vocab] for `tokens` starting at position 0.
+  Tensor logits(const std::vector<int32_t>& tokens);
+
+  std::vector<ParameterInfo> named_parameters() const;
+
+  // ---- refit ----
+  uint64_t weight_version() const { return weight_version_.load(); }
+  // A transaction: update() validates each tensor immediately (nothing is written);
+  // commit() applies all of them in place between forward passes and bumps the version.
+  std::unique_ptr<WeightUpdate> begin_update(const UpdateOptions& options = {});
+  void commit(WeightUpdate& update);
+  // One-call forms (validate everything, then commit; on any error nothing changes).
+  uint64_t update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                       const UpdateOptions& options = {});
+  // `names` empty: every parameter the checkpoint has for this model (all must be present).
+  uint64_t update_weights_from_disk(const std::string& path, const std::vector<std::string>& names = {},
+                                    const UpdateOptions& options = {});
+
+  // The lock generation steps hold (servers with their own loop take it per step).
+  std::shared_mutex& weights_mutex() { return weights_mutex_; }
+  LlamaModel& mutable_model() { return *model_; }
+
+ private:
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::string description_;
+  std::atomic<uint64_t> weight_version_{1};
+  std::shared_mutex weights_mutex_;
+};
+
+}  // namespace refit

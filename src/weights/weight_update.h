@@ -1,0 +1,52 @@
+// A weight update (refit) as a transaction: begin -> update(name, tensor)* -> commit, or
+// abort. update() validates each incoming tensor at once (known checkpoint name, its
+// full logical shape, a float dtype the parameter converts from, the cpu, and finite
+// values when asked) and keeps a reference to it: nothing is copied or written. A
+// refused tensor marks the transaction failed, and a failed transaction cannot commit,
+// so a bad update leaves every byte and the weight version as they were. apply() (run
+// by Engine::commit under the weights' write lock) writes each tensor into its
+// parameter's existing storage through Parameter::load, one at a time, so the extra
+// memory is one parameter's staging buffer.
+#pragma once
+
+#include <any>
+#include <string>
+#include <vector>
+
+#include "weights/parameter_set.h"
+
+namespace refit {
+
+struct UpdateOptions {
+  bool check_finite = false;  // refuse NaN/inf values (scans every value)
+};
+
+class WeightUpdate {
+ public:
+  WeightUpdate(const ParameterSet& params, UpdateOptions options) : params_(params), options_(options) {}
+
+  // Validates and stages a reference. Throws Error naming the tensor and the problem;
+  // the transaction is then failed.
+  void update(const std::string& checkpoint_name, const Tensor& tensor);
+  // Keeps something (an open checkpoint whose mapped tensors are staged) alive until
+  // the transaction ends.
+  void keep_alive(std::any owner) { owners_.push_back(std::move(owner)); }
+
+  size_t size() const { return pending_.size(); }
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  bool finished() const { return finished_; }
+  void abort();
+  // Writes every staged tensor. Refuses a failed or finished transaction.
+  void apply();
+
+ private:
+  const ParameterSet& params_;
+  UpdateOptions options_;
+  std::vector<std::pair<CheckpointTarget, Tensor>> pending_;
+  std::vector<std::any> owners_;
+  std::string failure_;
+  bool finished_ = false;
+};
+
+}  // namespace refit
