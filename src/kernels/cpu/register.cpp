@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/serve_kernels.h"
 #include "kernels/op_fns.h"
 #include "kernels/registry.h"
 
@@ -118,6 +119,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
                     {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
                     "stride 1 along head_dim for q, k_cache, v_cache, out",
                     fn_ptr<kernels::AttentionFn>(&cpu::attention_hwy)));
+  register_serve_cpu_kernels(registry);  // paged attention, batch-invariant f32 matmul
 }
 
 }  // namespace refit

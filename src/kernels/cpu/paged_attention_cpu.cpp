@@ -1,0 +1,133 @@
+// Paged causal grouped-query attention over a PagedKvCache block pool, in Highway SIMD.
+//
+// The arithmetic for one (token, head) is exactly that of attention_cpu.cpp's AttendOne
+// (same dot-product order, same max/exp/sum, same value accumulation), only the address
+// of cache row s comes from the block table. Hence a token's output does not depend on
+// which other sequences share the call, nor on how its prompt was chunked, and equals the
+// contiguous-cache kernel bit for bit: the batch invariance the server promises.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/paged_attention_cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace refit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// q: [hd]. Cache row s of this kv head is at base + table[s / bs] * ldb + (s % bs) * ldr
+// (same for k and v through their own bases/strides). len rows. scores: scratch [len].
+void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v, int64_t ldb_k,
+                    int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
+                    int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                    float* HWY_RESTRICT out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  float mx = -HUGE_VALF;
+  for (int64_t s = 0; s < len; ++s) {
+    const float* kr = k + table[s / bs] * ldb_k + (s % bs) * ldr_k;
+    VF acc = hn::Zero(df);
+    int64_t d = 0;
+    for (; d + L <= hd; d += L) acc = hn::MulAdd(hn::LoadU(df, q + d), hn::LoadU(df, kr + d), acc);
+    float dot = hn::GetLane(hn::SumOfLanes(df, acc));
+    for (; d < hd; ++d) dot += q[d] * kr[d];
+    scores[s] = dot * scale;
+    mx = std::max(mx, scores[s]);
+  }
+  const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
+  VF vsum = hn::Zero(df);
+  int64_t s = 0;
+  for (; s + L <= len; s += L) {
+    const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
+    hn::StoreU(e, df, scores + s);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
+
+  int64_t d = 0;
+  for (; d + L <= hd; d += L) hn::StoreU(hn::Zero(df), df, out + d);
+  for (; d < hd; ++d) out[d] = 0.0f;
+  for (s = 0; s < len; ++s) {
+    const float* vr = v + table[s / bs] * ldb_v + (s % bs) * ldr_v;
+    const VF p = hn::Set(df, scores[s]);
+    d = 0;
+    for (; d + L <= hd; d += L)
+      hn::StoreU(hn::MulAdd(p, hn::LoadU(df, vr + d), hn::LoadU(df, out + d)), df, out + d);
+    for (; d < hd; ++d) out[d] += scores[s] * vr[d];
+  }
+  const VF inv = hn::Set(df, 1.0f / sum);
+  d = 0;
+  for (; d + L <= hd; d += L) hn::StoreU(hn::Mul(hn::LoadU(df, out + d), inv), df, out + d);
+  for (; d < hd; ++d) out[d] *= 1.0f / sum;
+}
+
+}  // namespace refit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/serve_kernels.h"
+
+namespace refit::cpu {
+HWY_EXPORT(PagedAttendOne);
+
+void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                         const Tensor& block_tables, const Tensor& query_starts,
+                         const Tensor& start_positions, float scale, Tensor& out) {
+  init_cpu_isa();
+  const int64_t N = q.size(0), H = q.size(1), hd = q.size(2);
+  const int64_t bs = k_pool.size(1), KVH = k_pool.size(2);
+  const int64_t B = block_tables.size(0), max_blocks = block_tables.size(1);
+  const int64_t group = H / KVH;
+  if (N == 0) return;
+  const int32_t* tables = block_tables.data<const int32_t>();
+  const int32_t* qs = query_starts.data<const int32_t>();
+  const int32_t* sp = start_positions.data<const int32_t>();
+  // Which sequence each token belongs to, and its position.
+  std::vector<int32_t> seq_of(static_cast<size_t>(N));
+  std::vector<int64_t> pos_of(static_cast<size_t>(N));
+  int64_t max_len = 0, total_len = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = qs[b]; i < qs[b + 1]; ++i) {
+      seq_of[static_cast<size_t>(i)] = static_cast<int32_t>(b);
+      pos_of[static_cast<size_t>(i)] = sp[b] + (i - qs[b]);
+      max_len = std::max(max_len, pos_of[static_cast<size_t>(i)] + 1);
+      total_len += pos_of[static_cast<size_t>(i)] + 1;
+    }
+  const float* qp = q.data<const float>();
+  const float* kp = k_pool.data<const float>();
+  const float* vp = v_pool.data<const float>();
+  float* op = out.data<float>();
+  const int64_t qt = q.stride(0), qh = q.stride(1), ot = out.stride(0), oh = out.stride(1);
+  const int64_t kb = k_pool.stride(0), kr = k_pool.stride(1), kh = k_pool.stride(2);
+  const int64_t vb = v_pool.stride(0), vr = v_pool.stride(1), vh = v_pool.stride(2);
+  const int64_t per_item = std::max<int64_t>(1, total_len / N) * hd;
+  const int64_t grain = std::max<int64_t>(1, 8192 / per_item);
+  // Head-major items as in attention_cpu.cpp: whole heads per thread chunk.
+  parallel_for(H * N, [&](int64_t i0, int64_t i1, int) {
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(max_len));
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t h = it / N, i = it % N, kvh = h / group;
+      const int64_t b = seq_of[static_cast<size_t>(i)];
+      HWY_DYNAMIC_DISPATCH(PagedAttendOne)(qp + i * qt + h * qh, kp + kvh * kh, vp + kvh * vh, kb, kr,
+                                           vb, vr, tables + b * max_blocks, bs,
+                                           pos_of[static_cast<size_t>(i)] + 1, hd, scale,
+                                           scores.data(), op + i * ot + h * oh);
+    }
+  }, grain);
+}
+
+}  // namespace refit::cpu
+#endif  // HWY_ONCE
