@@ -18,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 
 namespace {
@@ -67,6 +68,7 @@ void BM_openblas_sgemm(benchmark::State& state) {
   const int64_t M = state.range(0);
   Tensor x = random_tensor({M, kK}, 1), w = random_tensor({kN, kK}, 2);
   Tensor out = Tensor::empty({M, kN}, DType::f32);
+  refit::cpu::prepare_openblas();  // same core selection as refit's f32 kernel
   openblas_set_num_threads(refit::num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(kN), int(kK), 1.0f,
@@ -131,6 +133,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   benchmark::AddCustomContext("refit_threads", std::to_string(refit::num_threads()));
   benchmark::AddCustomContext("refit_cpu_isa", refit::cpu::cpu_isa_name());
+  refit::cpu::prepare_openblas();
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
   benchmark::AddCustomContext("K", std::to_string(kK));
   benchmark::AddCustomContext("N", std::to_string(kN));
   benchmark::RunSpecifiedBenchmarks();

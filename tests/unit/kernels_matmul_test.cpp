@@ -121,8 +121,19 @@ TEST(KernelsMatmul, strided_rows_of_x_and_out_are_honoured) {
   }
 }
 
+// A table with only the kernels defined next to this test (the global one also holds
+// layout and serving kernels that other tests cover).
+const KernelRegistry& core_registry() {
+  static KernelRegistry* r = [] {
+    auto* reg = new KernelRegistry();
+    cpu::register_core_cpu_kernels(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
 TEST(KernelsMatmul, dispatch_picks_blas_for_f32_and_highway_for_bf16) {
-  Tensor x = random_tensor({2, 8}, 1), out = make_out(2, 4);
+  Tensor x = random_tensor({5, 8}, 1), out = make_out(5, 4);
   std::array<const Tensor*, 4> args{};
   for (auto [dtype, name] : {std::pair{DType::f32, "matmul.cpu.f32_blas"},
                              std::pair{DType::bf16, "matmul.cpu.f16_bf16_hwy"},
@@ -130,7 +141,18 @@ TEST(KernelsMatmul, dispatch_picks_blas_for_f32_and_highway_for_bf16) {
     Tensor w = random_tensor({4, 8}, 2).to(dtype);
     Tensor none;
     args = {&x, &w, &none, &out};
-    EXPECT_EQ(KernelRegistry::global().select("matmul", args).name, name);
+    EXPECT_EQ(core_registry().select("matmul", args).name, name);
+  }
+}
+
+TEST(KernelsMatmul, dispatch_sends_f32_decode_shapes_to_highway) {
+  Tensor w = random_tensor({4, 8}, 2), none;
+  for (int64_t M : {1L, 4L, 5L}) {
+    Tensor x = random_tensor({M, 8}, 1), out = make_out(M, 4);
+    std::array<const Tensor*, 4> args{&x, &w, &none, &out};
+    EXPECT_EQ(core_registry().select("matmul", args).name,
+              M <= 4 ? "matmul.cpu.f32_hwy_decode" : "matmul.cpu.f32_blas")
+        << "M=" << M;
   }
 }
 
@@ -149,11 +171,12 @@ TEST(KernelsMatmul, refuses_mismatched_shapes_with_both_shapes_named) {
   EXPECT_THROW(ops::matmul(x, w_ok, bad_bias, out), Error);
 }
 
-TEST(KernelsMatmul, refuses_transposed_weight_view_with_a_reason) {
-  Tensor x = random_tensor({2, 8}, 1), out = make_out(2, 4);
-  Tensor wt = random_tensor({8, 4}, 2).transpose(0, 1);  // [4, 8] but column-major
+TEST(KernelsMatmul, transposed_weight_view_is_refused_by_the_row_major_kernels_with_a_reason) {
+  Tensor x = random_tensor({2, 8}, 1), out = make_out(2, 4), none;
+  Tensor wt = Tensor::empty({8, 4}, DType::bf16).transpose(0, 1);  // [4, 8], column-major
+  std::array<const Tensor*, 4> args{&x, &wt, &none, &out};
   try {
-    ops::matmul(x, wt, Tensor(), out);
+    core_registry().select("matmul", args);
     FAIL() << "expected a DispatchError";
   } catch (const DispatchError& e) {
     EXPECT_NE(std::string(e.what()).find("stride 1"), std::string::npos) << e.what();

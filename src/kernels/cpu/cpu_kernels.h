@@ -7,9 +7,18 @@
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace refit::cpu {
 
+// The kernels of this file's ops (one per op and weight dtype), without the extra
+// layouts and serving kernels register_cpu_kernels() adds; tests use it for a table
+// whose contents they know.
+void register_core_cpu_kernels(KernelRegistry& registry);
+
+// Once per process before the first BLAS call: pins OpenBLAS to one thread and corrects
+// its core detection where old versions fall back to SSE3 kernels (matmul_blas.cpp).
+void prepare_openblas();
 // f32 weights: OpenBLAS sgemm, N split across the refit pool (OpenBLAS kept to 1 thread).
 void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // f16/bf16 (and f32) weights, f32 activations, Highway; batch-invariant (matmul_cpu.cpp).

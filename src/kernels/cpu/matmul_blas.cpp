@@ -10,16 +10,58 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_kernels.h"
 
+// Present in OpenBLAS builds with DYNAMIC_ARCH (Debian's); weak so other BLAS builds link.
+extern "C" {
+__attribute__((weak)) void gotoblas_dynamic_init(void);
+__attribute__((weak)) void gotoblas_dynamic_quit(void);
+}
+
 namespace refit::cpu {
+namespace {
+
+// OpenBLAS before 0.3.25 falls back to its SSE3 "Prescott" kernels on x86 CPUs whose
+// model number it does not know (OpenMathLib/OpenBLAS#4267), e.g. Sapphire Rapids as a
+// VM presents it: sgemm then runs 3-4x slower. When that happened, the user did not
+// choose a core (OPENBLAS_CORETYPE), and this CPU has AVX-512 or AVX2, re-run OpenBLAS's
+// own core selection with the matching core name. Done once, before our first BLAS call.
+void fix_openblas_core_detection() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return;
+  const char* core = openblas_get_corename();
+  if (core == nullptr || strcasecmp(core, "prescott") != 0) return;
+  const char* better = nullptr;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    better = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    better = "Haswell";
+#endif
+  if (better == nullptr) return;
+  setenv("OPENBLAS_CORETYPE", better, 0);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+}
+
+}  // namespace
+
+void prepare_openblas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    fix_openblas_core_detection();
+    openblas_set_num_threads(1);
+  });
+}
 
 void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  static std::once_flag single_threaded;
-  std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
+  prepare_openblas();
 
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   if (M == 0 || N == 0) return;

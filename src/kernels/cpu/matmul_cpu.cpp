@@ -155,6 +155,55 @@ HWY_INLINE void ConvertRows(const typename WeightTraits<W>::T* w, int64_t ldw, i
   }
 }
 
+// Four rows of x against `rows` (<= kBlockRows) f32 weight rows, the sum over k split
+// into chunks of kChunk so the chunk of x (4 rows) and of w (16 rows) stays in L1: the
+// accumulators are parked in `park` between chunks. Each (m, n) accumulator still sees
+// k = 0, L, 2L, ... in order, so the result is bit-identical to DotTile's.
+template <int NR>
+HWY_INLINE void ChunkTile(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RESTRICT w,
+                          int64_t ldw, int64_t k0, int64_t k1, float* HWY_RESTRICT park,
+                          int64_t park_row) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[4][NR];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = hn::Load(df, park + (i * park_row + j) * L);
+  for (int64_t k = k0; k < k1; k += L) {
+    VF wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = hn::LoadU(df, w + j * ldw + k);
+    for (int i = 0; i < 4; ++i) {
+      const VF xv = hn::LoadU(df, x + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < NR; ++j) hn::Store(acc[i][j], df, park + (i * park_row + j) * L);
+}
+
+void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RESTRICT w,
+                   int64_t ldw, int64_t rows, int64_t K, const float* bias, float* out,
+                   int64_t ldo) {
+  constexpr int64_t kChunk = 512;  // floats of k per pass: (4 + 16) rows x 2 KiB in L1
+  constexpr int64_t kParkRow = matmul_detail::kBlockRows;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float park[4 * kParkRow * (HWY_MAX_BYTES / sizeof(float))];
+  for (int64_t v = 0; v < 4 * kParkRow; ++v) hn::Store(hn::Zero(df), df, park + v * L);
+  const int64_t kv = K / L * L;  // the vector part of k; the rest is the scalar tail
+  for (int64_t k0 = 0; k0 < kv; k0 += kChunk) {
+    const int64_t k1 = std::min(kv, k0 + kChunk);
+    int64_t j = 0;
+    for (; j + 4 <= rows; j += 4) ChunkTile<4>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
+    for (; j < rows; ++j) ChunkTile<1>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < rows; ++j) {
+      float s = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, park + (i * kParkRow + j) * L)));
+      for (int64_t kk = kv; kk < K; ++kk) s = std::fma(x[i * ldx + kk], w[j * ldw + kk], s);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
 // Rows [0, M) of x against weight rows [n0, n1) through a converted f32 block.
 // buf holds kBlockRows * K floats, private to the calling thread.
 template <WeightType W>
@@ -176,8 +225,7 @@ void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int6
     }
     const float* b = bias ? bias + nb : nullptr;
     int64_t m = 0;
-    for (; m + 4 <= M; m += 4)
-      RowBlock<WeightType::f32, 4, 4>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b, out + m * ldo + nb, ldo);
+    for (; m + 4 <= M; m += 4) FourRowsBlock(x + m * ldx, ldx, wf, ldf, rows, K, b, out + m * ldo + nb, ldo);
     for (; m < M; ++m)
       RowBlock<WeightType::f32, 1, 8>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b, out + m * ldo + nb, ldo);
   }

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul_layouts.h"
 #include "kernels/cpu/serve_kernels.h"
 #include "kernels/op_fns.h"
 #include "kernels/registry.h"
@@ -77,7 +78,7 @@ const void* fn_ptr(Fn f) {
 
 }  // namespace
 
-void register_cpu_kernels(KernelRegistry& registry) {
+void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
   cpu::init_cpu_isa();  // REFIT_CPU_ISA applies before any kernel runs
   constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32;
   constexpr Dense rows = Dense::rows, all = Dense::all;
@@ -87,6 +88,23 @@ void register_cpu_kernels(KernelRegistry& registry) {
                     {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                     "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
                     fn_ptr<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
+  // Decode shapes: sgemm with one row runs at a fraction of memory bandwidth, the Highway
+  // dot-product kernel streams the weights at full speed (bench/RESULTS.md).
+  // Priority between OpenBLAS and the batch-invariant f32 kernel (serve_kernels.cpp).
+  Kernel f32_decode = make("matmul", "matmul.cpu.f32_hwy_decode", 15,
+                           {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true),
+                            arg("out", {f32})},
+                           {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+                           "M <= 4; x, w, out: stride 1 along K/N; bias contiguous",
+                           fn_ptr<kernels::MatmulFn>(&cpu::matmul_hwy));
+  auto dense = f32_decode.constraint;
+  f32_decode.constraint = [dense](std::span<const Tensor* const> args) -> std::string {
+    if (args.size() > 0 && args[0] != nullptr && args[0]->defined() && args[0]->dim() == 2 &&
+        args[0]->size(0) > 4)
+      return fmt::format("M = {} rows; this kernel is for M <= 4", args[0]->size(0));
+    return dense(args);
+  };
+  registry.add(std::move(f32_decode));
   registry.add(make("matmul", "matmul.cpu.f16_bf16_hwy", 10,
                     {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
                      arg("out", {f32})},
@@ -119,7 +137,12 @@ void register_cpu_kernels(KernelRegistry& registry) {
                     {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
                     "stride 1 along head_dim for q, k_cache, v_cache, out",
                     fn_ptr<kernels::AttentionFn>(&cpu::attention_hwy)));
+}
+
+void register_cpu_kernels(KernelRegistry& registry) {
+  cpu::register_core_cpu_kernels(registry);
   register_serve_cpu_kernels(registry);  // paged attention, batch-invariant f32 matmul
+  cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
 }
 
 }  // namespace refit
