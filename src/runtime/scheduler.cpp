@@ -1,0 +1,463 @@
+#include "runtime/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "models/batched_forward.h"
+
+namespace refit {
+
+using Clock = std::chrono::steady_clock;
+
+PauseMode pause_mode_from_name(const std::string& name) {
+  if (name == "abort") return PauseMode::abort;
+  if (name == "retract") return PauseMode::retract;
+  if (name == "in_place") return PauseMode::in_place;
+  if (name == "drain") return PauseMode::drain;
+  fail("unknown pause mode '{}' (use abort, retract or in_place)", name);
+}
+
+const char* pause_mode_name(PauseMode m) {
+  switch (m) {
+    case PauseMode::drain: return "drain";
+    case PauseMode::abort: return "abort";
+    case PauseMode::retract: return "retract";
+    case PauseMode::in_place: return "in_place";
+  }
+  return "?";
+}
+
+// ---- RequestHandle ----
+
+bool RequestHandle::next(Event& event, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestHandle::push(Event e) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+// ---- Scheduler ----
+
+struct Scheduler::Sequence {
+  std::shared_ptr<RequestHandle> handle;
+  RequestSpec spec;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t n_prompt = 0;
+  int64_t cached = 0;           // positions whose k/v are in the cache
+  std::vector<int32_t> table;
+  std::unique_ptr<Sampler> sampler;
+  Clock::time_point queued_at;
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+};
+
+namespace {
+
+int64_t auto_blocks(const LlamaModel& model, const SchedulerOptions& o) {
+  if (o.kv_blocks > 0) return o.kv_blocks;
+  const ModelConfig& c = model.config();
+  const int64_t kv_heads = model.blocks().empty() ? c.n_kv_heads : model.blocks()[0].attention->local_kv_heads();
+  const int64_t block_bytes = 2 * c.n_layers * o.block_size * kv_heads * c.head_dim * 4;
+  const int64_t want = o.max_running * ((c.max_seq_len + o.block_size - 1) / o.block_size);
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_bytes) / std::max<int64_t>(block_bytes, 1));
+  return std::max<int64_t>(1, std::min(want, cap));
+}
+
+// Raw log-probabilities of a logits row: x - max - log(sum exp(x - max)), summed in a
+// fixed order (double) so the value depends only on the row.
+void log_softmax_row(std::span<const float> logits, std::vector<double>& out) {
+  out.resize(logits.size());
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = static_cast<double>(mx) + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
+                     std::function<uint64_t()> weight_version, SchedulerOptions options)
+    : model_(model),
+      weights_mutex_(weights_mutex),
+      weight_version_(std::move(weight_version)),
+      options_(options),
+      cache_(make_paged_cache(model, auto_blocks(model, options), options.block_size)) {
+  if (options_.max_running <= 0 || options_.max_step_tokens <= 0)
+    fail("scheduler: max_running ({}) and max_step_tokens ({}) must be positive", options_.max_running,
+         options_.max_step_tokens);
+  options_.kv_blocks = cache_.n_blocks();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mutex_);
+  abort_all_locked();
+}
+
+std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
+  const ModelConfig& c = model_.config();
+  if (spec.prompt.empty()) fail("the prompt is empty (no tokens)");
+  for (int32_t t : spec.prompt)
+    if (t < 0 || t >= c.vocab_size) fail("prompt token id {} is outside the vocabulary (0..{})", t, c.vocab_size - 1);
+  if (spec.max_tokens < 0) fail("max_tokens must be >= 0, got {}", spec.max_tokens);
+  const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
+  if (n_prompt + std::max<int64_t>(spec.max_tokens, 1) > c.max_seq_len)
+    fail("this model's maximum context length is {} tokens; the request has {} prompt tokens and max_tokens {} ({} in all)",
+         c.max_seq_len, n_prompt, spec.max_tokens, n_prompt + spec.max_tokens);
+  spec.sampling.validate();
+  if (spec.top_logprobs < 0 || spec.top_logprobs > 20) fail("top_logprobs must be in 0..20, got {}", spec.top_logprobs);
+  if (cache_.blocks_for(n_prompt + std::max<int64_t>(spec.max_tokens, 1)) > cache_.n_blocks())
+    throw ServerBusy(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
+                                 n_prompt + spec.max_tokens));
+  auto seq = std::make_unique<Sequence>();
+  seq->handle = std::make_shared<RequestHandle>();
+  seq->tokens = spec.prompt;
+  seq->n_prompt = n_prompt;
+  seq->sampler = std::make_unique<Sampler>(spec.sampling);
+  seq->spec = std::move(spec);
+  seq->queued_at = Clock::now();
+  std::shared_ptr<RequestHandle> handle = seq->handle;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw ServerBusy("the server is shutting down");
+    if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
+      ++counters_.requests_rejected;
+      throw ServerBusy(fmt::format("the server is at capacity: {} requests running and {} queued (limit {}); retry later",
+                                   running_.size(), waiting_.size(), options_.max_waiting));
+    }
+    handle->id_ = next_id_++;
+    waiting_.push_back(std::move(seq));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+void Scheduler::finish(Sequence& s, const std::string& reason, const std::string& error, bool busy) {
+  if (!s.table.empty()) cache_.release(s.table);
+  s.table.clear();
+  s.cached = 0;
+  if (reason == "abort") ++counters_.requests_aborted;
+  else if (busy) ++counters_.requests_rejected;
+  else ++counters_.requests_finished;
+  RequestHandle::Event e{RequestHandle::Event::finished, {}, reason, error, busy};
+  s.handle->push(std::move(e));
+}
+
+void Scheduler::retract(Sequence& s, bool restart) {
+  if (!s.table.empty()) cache_.release(s.table);
+  s.table.clear();
+  s.cached = 0;
+  if (restart && s.generated() > 0) {
+    s.tokens.resize(static_cast<size_t>(s.n_prompt));
+    s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
+    s.handle->push(RequestHandle::Event{RequestHandle::Event::restart, {}, {}, {}, false});
+  }
+}
+
+void Scheduler::abort_all_locked() {
+  for (auto& s : running_) finish(*s, "abort");
+  for (auto& s : waiting_) finish(*s, "abort");
+  running_.clear();
+  waiting_.clear();
+}
+
+void Scheduler::retract_all_locked(bool honour_restart) {
+  // Back to the queue front in admission order, ahead of requests that never started.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    retract(**it, honour_restart && (*it)->spec.restart_on_retract);
+    waiting_.push_front(std::move(*it));
+  }
+  running_.clear();
+}
+
+bool Scheduler::started_work_locked() const {
+  if (!running_.empty()) return true;
+  return std::any_of(waiting_.begin(), waiting_.end(), [](const auto& s) { return s->generated() > 0; });
+}
+
+double Scheduler::run_exclusive(PauseMode mode, const std::function<void()>& fn) {
+  std::unique_lock lock(mutex_);
+  // One exclusive operation at a time.
+  cv_.wait(lock, [&] { return !exclusive_ && !draining_; });
+  if (mode == PauseMode::drain && !paused_) {
+    draining_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !started_work_locked() || stop_; });
+    draining_ = false;
+  } else if (mode == PauseMode::abort) {
+    exclusive_ = true;
+    cv_.wait(lock, [&] { return !stepping_; });
+    abort_all_locked();
+  } else if (mode == PauseMode::retract) {
+    exclusive_ = true;
+    cv_.wait(lock, [&] { return !stepping_; });
+    retract_all_locked(true);
+  }
+  exclusive_ = true;
+  cv_.wait(lock, [&] { return !stepping_; });
+  lock.unlock();
+  const auto t0 = Clock::now();
+  std::exception_ptr error;
+  try {
+    fn();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  lock.lock();
+  exclusive_ = false;
+  if (error) ++counters_.refit_failures;
+  else {
+    ++counters_.refits;
+    counters_.refit_seconds += seconds;
+  }
+  lock.unlock();
+  cv_.notify_all();
+  if (error) std::rethrow_exception(error);
+  return seconds;
+}
+
+void Scheduler::pause(PauseMode mode) {
+  std::unique_lock lock(mutex_);
+  paused_ = true;
+  cv_.wait(lock, [&] { return !stepping_; });
+  if (mode == PauseMode::abort) abort_all_locked();
+  else if (mode == PauseMode::retract) retract_all_locked(true);
+  // in_place (and drain, which makes no sense as a pause): leave everything as it is.
+}
+
+void Scheduler::resume() {
+  {
+    std::lock_guard lock(mutex_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool Scheduler::paused() const {
+  std::lock_guard lock(mutex_);
+  return paused_;
+}
+
+int64_t Scheduler::flush_cache() {
+  std::lock_guard lock(mutex_);
+  return cache_.stats().used_blocks;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mutex_);
+  SchedulerStats s = counters_;
+  s.running = static_cast<int64_t>(running_.size());
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.kv = cache_.stats();
+  s.paused = paused_;
+  return s;
+}
+
+void Scheduler::loop() {
+  std::unique_lock lock(mutex_);
+  while (!stop_) {
+    const bool can_run = !paused_ && !exclusive_ && (!running_.empty() || (!waiting_.empty() && !draining_));
+    if (!can_run) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      // Queue timeouts still apply while nothing runs.
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if ((*it)->handle->cancelled()) {
+          finish(**it, "abort");
+          it = waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      continue;
+    }
+    lock.unlock();
+    step();
+    lock.lock();
+  }
+}
+
+bool Scheduler::step() {
+  struct Work {
+    Sequence* seq;
+    int64_t n_new;
+    bool sample;
+  };
+  std::vector<Work> work;
+  std::unique_lock lock(mutex_);
+  if (paused_ || exclusive_ || stop_) return false;
+  const auto now = Clock::now();
+  // Cancelled requests leave, freeing their blocks.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->handle->cancelled()) {
+      finish(**it, "abort");
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Sequence& s = **it;
+    const double waited = std::chrono::duration<double>(now - s.queued_at).count();
+    if (s.handle->cancelled()) {
+      finish(s, "abort");
+      it = waiting_.erase(it);
+    } else if (waited > options_.queue_timeout_seconds && s.generated() == 0) {
+      finish(s, "error",
+             fmt::format("the request waited {:.0f} s for KV-cache space ({} of {} blocks in use); retry later", waited,
+                         cache_.stats().used_blocks, cache_.n_blocks()),
+             true);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Admission (FIFO): a request enters when the blocks of its whole known context fit
+  // (prompt plus tokens already generated before a retraction), keeping one block spare
+  // per running request for their next decode token.
+  while (!draining_ && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+    Sequence& s = *waiting_.front();
+    const int64_t need = cache_.blocks_for(static_cast<int64_t>(s.tokens.size()) + 1);
+    const int64_t spare = static_cast<int64_t>(running_.size());
+    if (need + spare > cache_.free_blocks() && !running_.empty()) break;
+    if (!cache_.reserve(s.table, static_cast<int64_t>(s.tokens.size()))) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  // Decode tokens first (one each), then prompt chunks within the token budget.
+  int64_t budget = options_.max_step_tokens;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
+    if (pending != 1) continue;
+    while (!cache_.reserve(s.table, s.cached + 1)) {
+      // Preempt the newest other request; recompute it later.
+      if (running_.size() <= 1 || running_.back().get() == &s) break;
+      retract(*running_.back(), false);
+      waiting_.push_front(std::move(running_.back()));
+      running_.pop_back();
+      ++counters_.preemptions;
+    }
+    if (static_cast<int64_t>(s.table.size()) < cache_.blocks_for(s.cached + 1)) {
+      finish(s, "length");
+      continue;
+    }
+    work.push_back({&s, 1, true});
+    --budget;
+  }
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
+    if (pending <= 1 || budget <= 0) continue;
+    const int64_t n = std::min(pending, budget);
+    if (!cache_.reserve(s.table, s.cached + n)) continue;
+    work.push_back({&s, n, n == pending});
+    budget -= n;
+  }
+  // Requests finished above (cache full) leave the running set.
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->table.empty(); }),
+                 running_.end());
+  work.erase(std::remove_if(work.begin(), work.end(), [](const Work& w) { return w.seq->table.empty(); }), work.end());
+  if (work.empty()) return false;
+  stepping_ = true;
+  lock.unlock();
+
+  // The forward pass, outside the scheduler lock (submissions continue) but inside the
+  // weights' shared lock (a commit waits for the step to end).
+  std::vector<BatchSequence> batch;
+  for (const Work& w : work) {
+    BatchSequence b;
+    b.tokens = std::span<const int32_t>(w.seq->tokens).subspan(static_cast<size_t>(w.seq->cached),
+                                                                static_cast<size_t>(w.n_new));
+    b.start_pos = w.seq->cached;
+    b.block_table = w.seq->table;
+    b.logits = w.sample ? LogitsWanted::last : LogitsWanted::none;
+    batch.push_back(b);
+  }
+  BatchForwardResult result;
+  uint64_t version = 0;
+  std::string forward_error;
+  {
+    std::shared_lock weights(weights_mutex_);
+    version = weight_version_();
+    try {
+      result = batched_forward(model_, batch, cache_);
+    } catch (const std::exception& e) {
+      forward_error = e.what();
+    }
+  }
+
+  lock.lock();
+  stepping_ = false;
+  ++counters_.steps;
+  std::vector<double> logprobs;
+  for (size_t i = 0; i < work.size(); ++i) {
+    Sequence& s = *work[i].seq;
+    if (!forward_error.empty()) {
+      finish(s, "error", "forward pass failed: " + forward_error);
+      s.table.clear();
+      continue;
+    }
+    s.cached += work[i].n_new;
+    if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
+    if (!work[i].sample) continue;
+    const int64_t V = result.logits.size(1);
+    std::span<const float> row(result.logits.data<const float>() + result.first_row[i] * V, static_cast<size_t>(V));
+    if (s.spec.max_tokens == 0) {
+      finish(s, "length");
+      continue;
+    }
+    const int32_t token = s.sampler->sample(row, s.tokens);
+    log_softmax_row(row, logprobs);
+    TokenEvent ev;
+    ev.token = token;
+    ev.logprob = static_cast<float>(logprobs[static_cast<size_t>(token)]);
+    ev.weight_version = version;
+    if (s.spec.top_logprobs > 0) {
+      std::vector<int32_t> ids(static_cast<size_t>(V));
+      std::iota(ids.begin(), ids.end(), 0);
+      const size_t k = std::min<size_t>(static_cast<size_t>(s.spec.top_logprobs), ids.size());
+      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+        return logprobs[static_cast<size_t>(a)] > logprobs[static_cast<size_t>(b)] ||
+               (logprobs[static_cast<size_t>(a)] == logprobs[static_cast<size_t>(b)] && a < b);
+      });
+      for (size_t j = 0; j < k; ++j)
+        ev.top.push_back({ids[j], static_cast<float>(logprobs[static_cast<size_t>(ids[j])])});
+    }
+    s.tokens.push_back(token);
+    ++counters_.generated_tokens;
+    s.handle->push(RequestHandle::Event{RequestHandle::Event::token, std::move(ev), {}, {}, false});
+    const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) != s.spec.stop_tokens.end();
+    if (stop) finish(s, "stop");
+    else if (s.generated() >= s.spec.max_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)
+      finish(s, "length");
+  }
+  // Finished requests (their table was released) leave the batch.
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->table.empty() && s->cached == 0; }),
+                 running_.end());
+  lock.unlock();
+  cv_.notify_all();
+  return true;
+}
+
+}  // namespace refit

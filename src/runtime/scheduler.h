@@ -1,0 +1,186 @@
+// Continuous batching over a paged KV cache: the server's engine loop.
+//
+// One loop thread runs steps. Each step it drops cancelled requests, admits waiting ones
+// while blocks and batch slots allow (FIFO), gives every running request its next token
+// (decode) or its next prompt chunk (chunked prefill within a per-step token budget), runs
+// ONE batched forward (models/batched_forward.h) under the weights' shared lock, and
+// samples. Requests join and leave the batch between any two steps.
+//
+// KV pressure: a request needing a new block when none is free preempts the most recently
+// admitted running request (its blocks are freed and it re-queues at the front, to be
+// recomputed). Requests wait in a bounded queue; a full queue, or waiting longer than
+// queue_timeout, ends them with ServerBusy (HTTP 503).
+//
+// Refit between steps. run_exclusive(mode, fn) runs fn (a weight update) while no step
+// is in flight:
+//   drain   (default) stop admitting, let every started request finish on the old
+//           weights, then update: each request sees one weight version.
+//   abort   end every request (finish_reason "abort"), then update.
+// pause(mode) / resume() are SGLang's /pause_generation and /continue_generation:
+//   abort     end every request;
+//   retract   free every running request's KV and re-queue it: a request that asked for
+//             it (restart_on_retract, the server's non-streaming requests) restarts from
+//             its prompt, so its whole output is on one weight version; others keep their
+//             tokens and recompute the KV on resume;
+//   in_place  keep everything; requests continue on the new weights with their old KV.
+// Every generated token records the weight version it was sampled under.
+//
+// Batch invariance: a request's logits do not depend on the batch or the chunking
+// (batched_forward.h), so its tokens and logprobs are the same alone or under load.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "layers/paged_kv_cache.h"
+#include "models/llama_model.h"
+#include "runtime/sampler.h"
+
+namespace refit {
+
+// The server is full (queue limit, queue timeout, a request larger than the cache): 503.
+class ServerBusy : public Error {
+ public:
+  using Error::Error;
+};
+
+struct SchedulerOptions {
+  int64_t block_size = 16;
+  int64_t kv_blocks = 0;          // 0: enough for max_running full contexts, capped by kv_memory_bytes
+  size_t kv_memory_bytes = size_t{2} << 30;
+  int64_t max_running = 64;       // sequences per step
+  int64_t max_step_tokens = 256;  // new tokens per step (prefill chunks share it)
+  int64_t max_waiting = 4096;     // queued requests before 503
+  double queue_timeout_seconds = 120;
+};
+
+enum class PauseMode : uint8_t { drain, abort, retract, in_place };
+PauseMode pause_mode_from_name(const std::string& name);  // throws naming the mode
+const char* pause_mode_name(PauseMode m);
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct TokenEvent {
+  int32_t token = -1;
+  float logprob = 0;              // raw: log_softmax of the logits, before temperature/penalties
+  uint64_t weight_version = 0;
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
+};
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;
+  int top_logprobs = 0;
+  bool restart_on_retract = true;
+};
+
+// What a request's consumer (an HTTP handler thread) reads. Thread-safe.
+class RequestHandle {
+ public:
+  struct Event {
+    enum Kind : uint8_t { token, restart, finished } kind;
+    TokenEvent token_event;       // kind == token
+    std::string finish_reason;    // kind == finished: "stop", "length", "abort", "error"
+    std::string error;            // kind == finished with "error"
+    bool busy = false;            // the error is ServerBusy (503)
+  };
+  // Blocks until the next event (or the timeout: then returns false).
+  bool next(Event& event, std::chrono::milliseconds timeout);
+  // The consumer is gone or has what it needs (stop string): the scheduler ends the
+  // request and frees its blocks at the next step.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+  uint64_t id() const { return id_; }
+
+ private:
+  friend class Scheduler;
+  void push(Event e);
+  uint64_t id_ = 0;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;
+};
+
+struct SchedulerStats {
+  int64_t running = 0, waiting = 0;
+  PagedKvCacheStats kv;
+  uint64_t requests_finished = 0, requests_aborted = 0, requests_rejected = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0, preemptions = 0;
+  uint64_t refits = 0, refit_failures = 0;
+  double refit_seconds = 0;  // total
+  bool paused = false;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
+            std::function<uint64_t()> weight_version, SchedulerOptions options = {});
+  ~Scheduler();  // stops the loop; pending requests end with "abort"
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Throws Error for an invalid one (empty prompt, context overflow)
+  // and ServerBusy when the queue is full or the request can never fit the cache.
+  std::shared_ptr<RequestHandle> submit(RequestSpec spec);
+
+  // Runs fn with no step in flight (see the file comment); fn's exception propagates
+  // after generation resumes. Returns fn's duration in seconds.
+  double run_exclusive(PauseMode mode, const std::function<void()>& fn);
+  void pause(PauseMode mode);
+  void resume();
+  bool paused() const;
+  // Frees cached state that is not in use (no prefix cache yet: returns the blocks in use).
+  int64_t flush_cache();
+
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return options_; }
+  int64_t max_context() const { return model_.config().max_seq_len; }
+
+ private:
+  struct Sequence;
+  void loop();
+  bool step();  // false when there was nothing to run
+  void finish(Sequence& s, const std::string& reason, const std::string& error = {}, bool busy = false);
+  void retract(Sequence& s, bool restart);
+  void abort_all_locked();
+  void retract_all_locked(bool honour_restart);
+  bool started_work_locked() const;
+
+  const LlamaModel& model_;
+  std::shared_mutex& weights_mutex_;
+  std::function<uint64_t()> weight_version_;
+  SchedulerOptions options_;
+  PagedKvCache cache_;
+
+  mutable std::mutex mutex_;  // guards everything below and the cache
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  bool stop_ = false;
+  bool paused_ = false;
+  bool draining_ = false;     // run_exclusive(drain) is waiting for started requests
+  bool exclusive_ = false;    // an exclusive fn is running
+  bool stepping_ = false;     // the loop is inside a step
+  uint64_t next_id_ = 1;
+  SchedulerStats counters_;
+  std::thread thread_;
+};
+
+}  // namespace refit
