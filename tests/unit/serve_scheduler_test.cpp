@@ -193,12 +193,16 @@ TEST_F(SchedulerTest, requests_queue_when_the_cache_is_full_and_preemption_keeps
 }
 
 TEST_F(SchedulerTest, cancelled_requests_free_their_blocks) {
-  auto sched = make();
-  auto h = sched->submit(greedy(random_tokens(40, 1, config_.vocab_size), 200));
-  RequestHandle::Event e;
-  ASSERT_TRUE(h->next(e, 10s));  // it is running
+  SchedulerOptions o;
+  o.max_step_tokens = 1;  // a 200-token prompt takes 200 steps: time to cancel it mid-way
+  auto sched = make(o);
+  auto h = sched->submit(greedy(random_tokens(200, 1, config_.vocab_size), 20));
+  for (int i = 0; i < 2000 && sched->stats().kv.used_blocks == 0; ++i) std::this_thread::sleep_for(1ms);
+  sched->pause(PauseMode::in_place);
+  EXPECT_EQ(sched->stats().running, 1);
   EXPECT_GT(sched->stats().kv.used_blocks, 0);
   h->cancel();
+  sched->resume();
   Outcome rest = collect(*h);
   EXPECT_EQ(rest.finish_reason, "abort");
   EXPECT_EQ(sched->stats().kv.used_blocks, 0);
@@ -242,9 +246,11 @@ TEST_F(SchedulerTest, refit_drains_so_every_request_sees_one_weight_version) {
 
 TEST_F(SchedulerTest, pause_modes_abort_retract_and_in_place) {
   const std::vector<int32_t> prompt = random_tokens(12, 4, config_.vocab_size);
-  Outcome v1 = collect(*make()->submit(greedy(prompt, 40)));
+  // Long enough that a request is still running when the test pauses after its first token.
+  constexpr int64_t kLong = 240;
+  Outcome v1 = collect(*make()->submit(greedy(prompt, kLong)));
   load_seed(*model_, 2);
-  Outcome v2 = collect(*make()->submit(greedy(prompt, 40)));
+  Outcome v2 = collect(*make()->submit(greedy(prompt, kLong)));
   load_seed(*model_, 1);
   auto sched = make();
   auto update = [&](uint64_t seed) {
@@ -260,14 +266,14 @@ TEST_F(SchedulerTest, pause_modes_abort_retract_and_in_place) {
     EXPECT_EQ(e.kind, RequestHandle::Event::token);
   };
   // abort: running requests end with "abort" and free their blocks.
-  auto a = sched->submit(greedy(prompt, 40));
+  auto a = sched->submit(greedy(prompt, kLong));
   wait_first_token(*a);
   sched->pause(PauseMode::abort);
   EXPECT_EQ(collect(*a).finish_reason, "abort");
   EXPECT_EQ(sched->stats().kv.used_blocks, 0);
   sched->resume();
   // retract with restart: the request re-runs from its prompt on the new weights.
-  auto r = sched->submit(greedy(prompt, 40));
+  auto r = sched->submit(greedy(prompt, kLong));
   wait_first_token(*r);
   sched->pause(PauseMode::retract);
   EXPECT_EQ(sched->stats().kv.used_blocks, 0);
@@ -279,7 +285,7 @@ TEST_F(SchedulerTest, pause_modes_abort_retract_and_in_place) {
   for (uint64_t v : ro.versions) EXPECT_EQ(v, 2u);
   // in_place: the request keeps its KV and continues on the new weights; the versions
   // of its tokens say where the switch happened.
-  auto p = sched->submit(greedy(prompt, 40));
+  auto p = sched->submit(greedy(prompt, kLong));
   wait_first_token(*p);
   sched->pause(PauseMode::in_place);
   EXPECT_GT(sched->stats().kv.used_blocks, 0);
