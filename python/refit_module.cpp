@@ -325,4 +325,13 @@ PYBIND11_MODULE(_refit, m) {
   refit::python::bind_tensor(m);
   refit::python::bind_engine(m);
   m.attr("has_cuda") = refit::python::build_has_cuda();
+  m.def(
+      "zeros",
+      [](std::vector<int64_t> shape, const std::string& dtype) {
+        std::optional<refit::DType> d = refit::dtype_from_name(dtype);
+        if (!d) throw py::value_error(fmt::format("zeros: unknown dtype '{}'", dtype));
+        return refit::python::PyTensor(refit::Tensor::zeros(std::move(shape), *d));
+      },
+      py::arg("shape"), py::arg("dtype") = "f32",
+      "A new zero-filled tensor owned by refit, in any refit dtype (f32, bf16, f8_e4m3fn, f4_e2m1, ...).");
 }

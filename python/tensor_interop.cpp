@@ -102,6 +102,16 @@ std::string device_from_dlpack_tuple(py::handle device_tuple) {
   }
 }
 
+}  // namespace
+
+std::string brief(const py::error_already_set& e) {
+  // what() appends a traceback; messages we build need only "Type: message".
+  std::string type = py::str(e.type().attr("__name__"));
+  return type + ": " + std::string(py::str(e.value()));
+}
+
+namespace {
+
 bool host_accessible(const std::string& device) {
   return device == "cpu" || device == "cuda_host" || device == "rocm_host";
 }
@@ -141,7 +151,7 @@ Tensor import_torch(py::handle object, const std::string& what) {
     // e.g. a sparse tensor, a conjugated complex view.
     throw py::type_error(fmt::format("parameter {}: cannot import this torch tensor ({} {}): {}", label(what),
                                      py::str(object.attr("dtype")).cast<std::string>(),
-                                     py::str(object.attr("layout")).cast<std::string>(), e.what()));
+                                     py::str(object.attr("layout")).cast<std::string>(), brief(e)));
   }
   return consume_capsule(capsule, what);
 }
@@ -157,7 +167,7 @@ Tensor import_dlpack_object(py::handle object, const std::string& what) {
     if (!e.matches(PyExc_TypeError)) {
       throw py::type_error(fmt::format("parameter {}: the {} refused DLPack export: {}", label(what),
                                        py::str(py::type::of(object).attr("__name__")).cast<std::string>(),
-                                       e.what()));
+                                       brief(e)));
     }
     // A pre-1.0 producer (numpy 1.24) does not know max_version.
     try {
@@ -165,7 +175,7 @@ Tensor import_dlpack_object(py::handle object, const std::string& what) {
     } catch (py::error_already_set& e2) {
       throw py::type_error(fmt::format("parameter {}: the {} refused DLPack export: {}", label(what),
                                        py::str(py::type::of(object).attr("__name__")).cast<std::string>(),
-                                       e2.what()));
+                                       brief(e2)));
     }
   }
   return consume_capsule(capsule, what);

@@ -64,6 +64,9 @@ Tensor import_tensor(py::handle object, const std::string& what);
 // format: "torch", "numpy", "refit" (the PyTensor itself) or "auto" (torch, else numpy).
 py::object export_tensor(const Tensor& tensor, const std::string& format);
 
+// "TypeName: message" of a Python exception, without the traceback what() adds.
+std::string brief(const py::error_already_set& e);
+
 // Whether this build can hold tensors on an accelerator (a CUDA backend).
 bool build_has_cuda();
 

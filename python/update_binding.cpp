@@ -59,7 +59,7 @@ class PyWeightUpdate {
       if (failure_.empty()) failure_ = e.what();
       throw;
     } catch (py::error_already_set& e) {
-      if (failure_.empty()) failure_ = e.what();
+      if (failure_.empty()) failure_ = brief(e);
       throw;
     }
     py::gil_scoped_release release;  // validation may scan every value (check_finite)

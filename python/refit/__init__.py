@@ -23,6 +23,7 @@ from ._refit import (  # noqa: F401
     UpdateError,
     WeightUpdate,
     has_cuda,
+    zeros,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "UpdateError",
     "WeightUpdate",
     "has_cuda",
+    "zeros",
 ]
