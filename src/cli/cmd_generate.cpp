@@ -9,10 +9,9 @@
 #include <unistd.h>
 
 #include "cli/command.h"
-#include "cli/model_source.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
-#include "runtime/generator.h"
+#include "dist/communicator.h"
+#include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace refit::cli {
@@ -25,7 +24,20 @@ struct GenerateOptions {
   int top_k = 0, threads = 0;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
+  int tp = 1;
+  std::string layout;
+  std::string refit_from, refit_names;
+  int64_t refit_after = 0;
 };
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::string name;
+  std::istringstream in(text);
+  while (std::getline(in, name, ','))
+    if (!name.empty()) names.push_back(name);
+  return names;
+}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
   std::vector<int32_t> ids;
@@ -48,18 +60,29 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 int run(const GenerateOptions& o) {
-  if (o.threads > 0) set_num_threads(o.threads);
-  LoadedModel loaded = load_model_for_cli(o.model, o.tokenizer, !o.json);
-  const LlamaModel& model = *loaded.model;
+  EngineOptions engine_options;
+  engine_options.model_path = o.model;
+  engine_options.tokenizer_path = o.tokenizer;
+  engine_options.threads = o.threads;
+  engine_options.tp = o.tp;
+  engine_options.layout = o.layout;
+  if (o.tp > 1) {
+    engine_options.communicator = mpi_communicator_if_launched();
+    if (!engine_options.communicator)
+      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit generate --tp {} ...`{}", o.tp, o.tp,
+           o.tp, built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
+  }
+  Engine engine(engine_options);
+  const bool leader = engine.rank() == 0;  // every rank computes; rank 0 prints
+  const Tokenizer* tokenizer = engine.tokenizer();
 
   GenerateRequest req;
   if (!o.prompt_ids.empty()) {
     req.prompt = parse_ids(o.prompt_ids);
   } else {
-    if (!loaded.tokenizer)
-      fail("{} carries no tokenizer: pass --tokenizer FILE or --prompt-ids", loaded.description);
-    req.prompt = loaded.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
-    if (req.prompt.empty()) req.prompt.push_back(model.config().bos_id);
+    if (!tokenizer) fail("{} carries no tokenizer: pass --tokenizer FILE or --prompt-ids", engine.description());
+    req.prompt = tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
+    if (req.prompt.empty()) req.prompt.push_back(engine.config().bos_id);
   }
   req.max_tokens = o.n;
   req.sampling.temperature = o.temperature;
@@ -70,27 +93,40 @@ int run(const GenerateOptions& o) {
   req.sampling.seed = o.seed;
   req.record_logits = !o.logits_file.empty();
   if (!o.ignore_eos) {
-    int32_t eos = loaded.tokenizer ? loaded.tokenizer->vocab().eos() : model.config().eos_id;
+    int32_t eos = tokenizer ? tokenizer->vocab().eos() : engine.config().eos_id;
     if (eos >= 0) req.stop_tokens.push_back(eos);
   }
 
+  // Refit mid-generation: after `refit_after` tokens, swap in B's weights (all, or the
+  // named tensors) between two decode steps; 0 means before the prompt is processed.
+  const std::vector<std::string> refit_names = split_names(o.refit_names);
+  auto do_refit = [&] { engine.update_weights_from_disk(o.refit_from, refit_names); };
+  if (!o.refit_from.empty() && o.refit_after == 0) do_refit();
+
   std::unique_ptr<StreamingDecoder> stream;
-  if (loaded.tokenizer && !o.json) {
-    stream = std::make_unique<StreamingDecoder>(*loaded.tokenizer);
+  if (tokenizer && !o.json && leader) {
+    stream = std::make_unique<StreamingDecoder>(*tokenizer);
     // Echo the prompt as llama.cpp does, so the continuation reads naturally.
     for (int32_t id : req.prompt) fmt::print("{}", stream->push(id));
     std::fflush(stdout);
   }
-  GenerateResult result = generate(model, req, [&](int32_t token) {
+  std::vector<uint64_t> versions;
+  int64_t generated = 0;
+  // The model-level loop (not Engine::generate, which holds the weights' read lock for
+  // the whole request) so that the refit can commit between two steps.
+  GenerateResult result = generate(engine.model(), req, [&](int32_t token) {
+    versions.push_back(engine.weight_version());  // the weights that produced this token
     if (stream) {
       fmt::print("{}", stream->push(token));
       std::fflush(stdout);
-    } else if (!o.json) {
+    } else if (!o.json && leader) {
       fmt::print("{} ", token);
       std::fflush(stdout);
     }
+    if (!o.refit_from.empty() && o.refit_after > 0 && ++generated == o.refit_after) do_refit();
     return true;
   });
+  if (!leader) return 0;
   if (stream) fmt::print("{}", stream->finish());
   if (!o.json) fmt::print("\n");
 
@@ -107,18 +143,21 @@ int run(const GenerateOptions& o) {
   const double prefill_tps = result.prefill_seconds > 0 ? req.prompt.size() / result.prefill_seconds : 0.0;
   if (o.json) {
     nlohmann::json j;
-    j["model"] = loaded.description;
+    j["model"] = engine.description();
     j["prompt_tokens"] = req.prompt;
     j["tokens"] = result.tokens;
-    j["text"] = loaded.tokenizer ? loaded.tokenizer->decode(result.tokens) : "";
+    j["text"] = tokenizer ? tokenizer->decode(result.tokens) : "";
     j["finish_reason"] = result.finish_reason;
+    j["weight_versions"] = versions;
+    j["weight_version"] = engine.weight_version();
     j["n_positions"] = result.n_positions;
+    j["tp"] = engine.world_size();
     j["prefill_tokens_per_second"] = prefill_tps;
     j["decode_tokens_per_second"] = decode_tps;
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (isatty(STDERR_FILENO)) {
-    fmt::print(stderr, "[{} prompt tokens at {:.1f} t/s, {} generated at {:.1f} t/s]\n",
-               req.prompt.size(), prefill_tps, result.tokens.size(), decode_tps);
+    fmt::print(stderr, "[{} prompt tokens at {:.1f} t/s, {} generated at {:.1f} t/s]\n", req.prompt.size(),
+               prefill_tps, result.tokens.size(), decode_tps);
   }
   return 0;
 }
@@ -141,6 +180,12 @@ CommandRegistrar registrar{{"generate", "Generate text with a model (the built-i
   sub.add_flag("--json", o->json, "Print one JSON object: prompt_tokens, tokens, text");
   sub.add_option("--logits", o->logits_file, "Write f32 logits of every position to FILE");
   sub.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+  sub.add_option("--tp", o->tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
+  sub.add_option("--layout", o->layout, "Weight layout transform: plain, transpose, shuffle16x16");
+  sub.add_option("--refit-from", o->refit_from, "Refit to this checkpoint's weights during generation");
+  sub.add_option("--refit-after", o->refit_after, "Generated tokens before the refit (0: before the prompt)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--refit-names", o->refit_names, "Comma-separated tensor names to refit (default: all)");
   return std::function<int()>([o] { return run(*o); });
 }}};
 

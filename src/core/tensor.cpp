@@ -283,6 +283,16 @@ void Tensor::copy_from(const Tensor& src) {
       for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
     return;
   }
+  if (both_contiguous && src.dtype_ == DType::f32 && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
+    const float* s = src.data<float>();
+    uint16_t* d = data<uint16_t>();
+    const int64_t n = numel();
+    if (dtype_ == DType::bf16)
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
+    return;
+  }
   const size_t elem_bytes = static_cast<size_t>(dtype_bits(dtype_) / 8);
   if (src.dtype_ == dtype_ && elem_bytes > 0) {
     for_each_offset_pair(shape_, strides_, offset_, src.strides_, src.offset_,
@@ -325,6 +335,10 @@ void Tensor::set(std::span<const int64_t> index, double value) {
 
 std::vector<float> Tensor::to_floats() const {
   std::vector<float> out(static_cast<size_t>(numel()));
+  if (dtype_ == DType::f32 && is_contiguous()) {
+    if (!out.empty()) std::memcpy(out.data(), raw_data(), out.size() * sizeof(float));
+    return out;
+  }
   Shape out_strides = contiguous_strides(shape_);
   const void* base = storage_->data();
   for_each_offset_pair(shape_, strides_, offset_, out_strides, 0, [&](int64_t s, int64_t d) {

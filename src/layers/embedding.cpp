@@ -1,5 +1,6 @@
 #include "layers/embedding.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -8,15 +9,18 @@
 namespace refit {
 namespace {
 
+// Each rank holds ceil(vocab / world) rows; the last rank's rows past the vocabulary
+// are zero padding that no checkpoint tensor fills (as vLLM pads its vocab shards), so
+// gathered logits have equal parts.
 std::unique_ptr<Parameter> vocab_rows(const std::string& name, int64_t vocab, int64_t dim, DType dtype,
                                       const TensorParallel& tp, int64_t* start, int64_t* local) {
-  auto [first, count] = split_units(vocab, tp.rank(), tp.world(), name);
-  if (count * tp.world() != vocab)
-    fail("{}: a vocabulary of {} rows cannot be split across {} ranks", name, vocab, tp.world());
+  const int64_t padded = (vocab + tp.world() - 1) / tp.world();
+  const int64_t first = std::min<int64_t>(tp.rank() * padded, vocab);
+  const int64_t real = std::min<int64_t>(padded, vocab - first);
   *start = first;
-  *local = count;
-  SubShard s{name, {vocab, dim}, tp.world() > 1 ? 0 : -1, first, count, 0, count};
-  return std::make_unique<Parameter>(name, Shape{count, dim}, dtype, std::vector<SubShard>{s}, tp.rank(),
+  *local = real;
+  SubShard s{name, {vocab, dim}, tp.world() > 1 ? 0 : -1, first, real, 0, real};
+  return std::make_unique<Parameter>(name, Shape{padded, dim}, dtype, std::vector<SubShard>{s}, tp.rank(),
                                      tp.world());
 }
 
@@ -71,14 +75,17 @@ Tensor ParallelLmHead::forward(const Tensor& x) const {
   ops::matmul(x, weight_->matmul_view(), Tensor(), local_logits);
   const int world = communicator_->world_size();
   if (world == 1) return local_logits;
-  // Gather [world][T][local] then interleave into [T][vocab].
+  // Gather [world][T][local] then interleave into [T][vocab], dropping the padding.
   std::vector<float> gathered(static_cast<size_t>(world * T * local));
   communicator_->all_gather(local_logits.data<float>(), static_cast<size_t>(T * local), gathered.data());
   Tensor logits = Tensor::empty({T, vocab_}, DType::f32);
-  for (int r = 0; r < world; ++r)
+  for (int r = 0; r < world; ++r) {
+    const int64_t first = r * local, count = std::min(local, vocab_ - first);
+    if (count <= 0) continue;
     for (int64_t t = 0; t < T; ++t)
-      std::memcpy(logits.data<float>() + t * vocab_ + r * local, gathered.data() + (r * T + t) * local,
-                  local * sizeof(float));
+      std::memcpy(logits.data<float>() + t * vocab_ + first, gathered.data() + (r * T + t) * local,
+                  count * sizeof(float));
+  }
   return logits;
 }
 

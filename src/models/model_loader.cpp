@@ -177,6 +177,20 @@ void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& op
   }
 }
 
+void apply_weight_layout(LlamaModel& model, const std::string& layout) {
+  std::vector<LayoutTransform> transforms;
+  if (layout == "transpose") transforms = {LayoutTransform::transpose};
+  else if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle")
+    transforms = {LayoutTransform::shuffle_16x16};
+  else if (!layout.empty() && layout != "plain")
+    fail("unknown weight layout '{}' (use plain, transpose or shuffle16x16)", layout);
+  for (LayoutTransform t : transforms)
+    for (const auto& p : model.parameters().all()) {
+      if (p->local_shape().size() != 2 || p->name() == "model.embed_tokens.weight") continue;
+      if (p->transform_unsupported_reason(t).empty()) p->apply_transform(t);
+    }
+}
+
 std::unique_ptr<LlamaModel> load_model(const Checkpoint& ck, const LoadOptions& options) {
   ModelConfig config = read_model_config(ck);
   auto model = std::make_unique<LlamaModel>(config, config.weight_dtype, options.tensor_parallel);

@@ -13,16 +13,6 @@
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {
-namespace {
-
-std::vector<LayoutTransform> parse_layout(const std::string& layout) {
-  if (layout.empty() || layout == "plain") return {};
-  if (layout == "transpose") return {LayoutTransform::transpose};
-  if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle") return {LayoutTransform::shuffle_16x16};
-  fail("unknown weight layout '{}' (use plain, transpose or shuffle16x16)", layout);
-}
-
-}  // namespace
 
 Engine::Engine(const EngineOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
@@ -53,13 +43,8 @@ Engine::Engine(const EngineOptions& options) {
       }
     }
   }
-  // Kernel-specific layouts, applied after loading and recorded on each parameter so
-  // every later load re-applies them (vLLM's process_weights_after_loading, done once).
-  for (LayoutTransform t : parse_layout(options.layout))
-    for (const auto& p : model_->parameters().all()) {
-      if (p->local_shape().size() != 2 || p->name() == "model.embed_tokens.weight") continue;
-      if (p->transform_unsupported_reason(t).empty()) p->apply_transform(t);
-    }
+  // Kernel-specific layouts, applied after loading and recorded on each parameter.
+  apply_weight_layout(*model_, options.layout);
 }
 
 Engine::~Engine() = default;
