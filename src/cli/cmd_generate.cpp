@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "cli/progress_bar.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "runtime/engine.h"
@@ -66,6 +68,11 @@ int run(const GenerateOptions& o) {
   engine_options.threads = o.threads;
   engine_options.tp = o.tp;
   engine_options.layout = o.layout;
+  if (!o.json && !o.model.empty()) {
+    std::error_code ec;
+    const auto bytes = std::filesystem::is_regular_file(o.model, ec) ? std::filesystem::file_size(o.model, ec) : 0;
+    engine_options.progress = progress_bar(o.model, bytes);
+  }
   if (o.tp > 1) {
     engine_options.communicator = mpi_communicator_if_launched();
     if (!engine_options.communicator)

@@ -31,6 +31,7 @@ Engine::Engine(const EngineOptions& options) {
     auto checkpoint = Checkpoint::open(options.model_path);
     LoadOptions load;
     load.tensor_parallel = tp;
+    load.progress = options.progress;
     model_ = load_model(*checkpoint, load);
     description_ = options.model_path;
     if (checkpoint->format() != CheckpointFormat::llama2c || !options.tokenizer_path.empty()) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +32,7 @@ struct EngineOptions {
   std::string layout;       // "" (plain), "transpose", "shuffle16x16": kernel layout transforms
   int threads = 0;          // 0: all cores
   std::shared_ptr<Communicator> communicator;  // null: single process (tp must be 1)
+  std::function<void(size_t, size_t)> progress;  // (tensors loaded, total) while loading
 };
 
 // A parameter as the outside world sees it: the stored tensor (read-only, exportable
