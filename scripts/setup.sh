@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-stop set-up for a fresh Debian 12 machine: installs every package refit needs,
 # then configures and builds Release with ccache. Quickly a no-op when already done.
+# Usage: scripts/setup.sh [build targets...]   (default: everything)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +31,6 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
     -DPython3_EXECUTABLE=/usr/bin/python3 >&2
 fi
-cmake --build "$BUILD_DIR" -j"$(nproc)" >&2
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}" >&2
