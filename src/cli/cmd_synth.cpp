@@ -33,7 +33,12 @@ int run_synth(const SynthArgs& a) {
   SyntheticCheckpointOptions o;
   static const std::map<std::string, DType> kDTypes = {
       {"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}};
-  o.weight_dtype = kDTypes.at(a.dtype);
+  if (a.dtype == "q8_0") {
+    if (a.format != "gguf") fail("--dtype q8_0 needs --format gguf (safetensors has no Q8_0)");
+    o.gguf_q8_0 = true;
+  } else {
+    o.weight_dtype = kDTypes.at(a.dtype);
+  }
   o.seed = a.seed;
   o.name = fmt::format("synthetic-{}-{}-{}-s{}", a.arch, a.preset, a.dtype, a.seed);
   o.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
@@ -73,8 +78,9 @@ CommandRegistrar registrar{
                       "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 layers, GQA)")
            ->check(CLI::IsMember({"tiny", "small", "medium"}))
            ->capture_default_str();
-       sub.add_option("--dtype", args->dtype, "Matmul weight and embedding dtype (norms and biases are f32)")
-           ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+       sub.add_option("--dtype", args->dtype,
+                      "Matmul weight and embedding dtype (norms and biases are f32); q8_0: GGUF only")
+           ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
            ->capture_default_str();
        sub.add_option("--format", args->format, "hf: a folder with safetensors; gguf: one file")
            ->check(CLI::IsMember({"hf", "gguf"}))

@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "formats/file_sink.h"
+#include "core/thread_pool.h"
+#include "formats/gguf_quantize.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
 #include "models/synthetic_model.h"
@@ -42,7 +44,8 @@ const char* torch_dtype_name(DType d) {
 
 }  // namespace
 
-uint32_t gguf_file_type(DType weight_dtype) {
+uint32_t gguf_file_type(DType weight_dtype, bool q8_0) {
+  if (q8_0) return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
   switch (weight_dtype) {
     case DType::f32: return 0;   // LLAMA_FTYPE_ALL_F32
     case DType::f16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
@@ -113,6 +116,7 @@ nlohmann::json hf_generation_config_json(const ModelConfig& c) {
 void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
                         const SyntheticCheckpointOptions& o) {
   check_dtype(o.weight_dtype);
+  if (o.gguf_q8_0) fail("{}: Q8_0 weights exist only in GGUF files (use f32, f16 or bf16)", dir);
   config.validate("synthetic checkpoint");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -176,14 +180,16 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
 
 void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
                           const SyntheticCheckpointOptions& o) {
-  check_dtype(o.weight_dtype);
+  if (!o.gguf_q8_0) check_dtype(o.weight_dtype);
   c.validate("synthetic checkpoint");
+  const DType weight_dtype = o.gguf_q8_0 ? DType::f32 : o.weight_dtype;  // what is generated
   // llama.cpp runs Mistral under the llama architecture.
   const std::string arch = c.arch == Architecture::mistral ? "llama" : architecture_name(c.arch);
   GgufWriter w;
   w.add_string("general.architecture", arch);
   w.add_string("general.name", default_name(c, o));
-  w.add_u32("general.file_type", gguf_file_type(o.weight_dtype));
+  w.add_u32("general.file_type", gguf_file_type(o.weight_dtype, o.gguf_q8_0));
+  if (o.gguf_q8_0) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   w.add_u32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
   w.add_u32(key("context_length"), static_cast<uint32_t>(c.max_seq_len));
@@ -202,19 +208,36 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   add_gguf_tokenizer_metadata(w, synthetic_vocab(c.vocab_size));
 
   const std::vector<TensorSpec> specs = model_tensor_specs(c);
+  // Only 2-D weights are quantized; norms and biases stay f32 (llama-quantize does the same).
+  auto quantized = [&](const TensorSpec& spec) {
+    return o.gguf_q8_0 && (spec.role == TensorRole::matmul || spec.role == TensorRole::embedding);
+  };
   for (const TensorSpec& spec : specs) {
-    std::optional<GgmlType> type = ggml_type_of(synthetic_storage_dtype(spec, o.weight_dtype));
+    std::optional<GgmlType> type = quantized(spec) ? GgmlType::q8_0
+                                                   : ggml_type_of(synthetic_storage_dtype(spec, weight_dtype));
     REFIT_ASSERT(type.has_value());
     w.add_tensor(spec.gguf_name, *type, spec.shape);
   }
   w.open(path);
   size_t written = 0;
   uint64_t bytes_written = 0;
+  std::vector<BlockQ8_0> blocks;
   for (const TensorSpec& spec : specs) {
-    Tensor t = synthetic_tensor(c, spec, o.weight_dtype, o.seed);
+    Tensor t = synthetic_tensor(c, spec, weight_dtype, o.seed);
     if (spec.gguf_rope_permute_heads > 0) t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
-    w.write_tensor(spec.gguf_name, t);
-    bytes_written += t.nbytes();
+    if (quantized(spec)) {
+      const int64_t n = t.numel();
+      blocks.resize(static_cast<size_t>(n / kQK8_0));
+      const float* x = t.data<float>();
+      parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t b0, int64_t b1, int) {
+        quantize_row_q8_0(x + b0 * kQK8_0, blocks.data() + b0, (b1 - b0) * kQK8_0);
+      }, 1024);
+      w.write_tensor(spec.gguf_name, blocks.data(), blocks.size() * sizeof(BlockQ8_0));
+      bytes_written += blocks.size() * sizeof(BlockQ8_0);
+    } else {
+      w.write_tensor(spec.gguf_name, t);
+      bytes_written += t.nbytes();
+    }
     if (o.progress) o.progress(++written, specs.size(), bytes_written);
   }
   w.finish();

@@ -22,6 +22,9 @@ namespace refit {
 
 struct SyntheticCheckpointOptions {
   DType weight_dtype = DType::f32;  // f32, f16 or bf16: matmul weights and embeddings
+  // GGUF only: matmul weights and embeddings as Q8_0, quantized from the f32 values as
+  // llama-quantize does (weight_dtype is then ignored). HF refuses it.
+  bool gguf_q8_0 = false;
   uint64_t seed = 0;
   std::string name;  // general.name / description; default "synthetic-<arch>-<dim>d-s<seed>"
   // HF only: the largest shard (transformers' save_pretrained default is 5 GB).
@@ -41,7 +44,8 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& config,
 nlohmann::json hf_config_json(const ModelConfig& config, DType weight_dtype);
 nlohmann::json hf_generation_config_json(const ModelConfig& config);
 
-// GGUF general.file_type (llama_ftype) for the dtype of a model's weights.
-uint32_t gguf_file_type(DType weight_dtype);
+// GGUF general.file_type (llama_ftype) for the dtype of a model's weights (7 = MOSTLY_Q8_0
+// when q8_0).
+uint32_t gguf_file_type(DType weight_dtype, bool q8_0 = false);
 
 }  // namespace refit

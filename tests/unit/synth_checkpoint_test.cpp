@@ -223,3 +223,39 @@ TEST(SynthCheckpointFiles, unsupported_weight_dtype_is_refused) {
 
 }  // namespace
 }  // namespace refit
+
+namespace refit {
+namespace {
+
+TEST(SynthCheckpointFiles, q8_0_gguf_quantizes_2d_weights_and_keeps_norms_f32) {
+  TempDir dir;
+  const ModelConfig c = small_config(Architecture::llama);
+  SyntheticCheckpointOptions o;
+  o.gguf_q8_0 = true;
+  o.seed = 4;
+  write_synthetic_gguf(dir.file("q.gguf"), c, o);
+  auto f = GgufFile::open(dir.file("q.gguf"));
+  EXPECT_EQ(f->metadata().require_u32("general.file_type"), 7u);
+  EXPECT_EQ(f->metadata().require_u32("general.quantization_version"), 2u);
+  for (const TensorSpec& s : model_tensor_specs(c)) {
+    const GgufTensorInfo& info = f->tensor_info(s.gguf_name);
+    const bool is_2d = s.role == TensorRole::matmul || s.role == TensorRole::embedding;
+    EXPECT_EQ(info.type, is_2d ? GgmlType::q8_0 : GgmlType::f32) << s.gguf_name;
+    if (!is_2d) continue;
+    // Dequantized values are within half a quantization step of the (permuted) f32 values.
+    Tensor want = synthetic_tensor(c, s, DType::f32, 4);
+    if (s.gguf_rope_permute_heads > 0) want = permute_rows_for_gguf_rope(want, s.gguf_rope_permute_heads);
+    std::vector<float> w = want.to_floats(), got = f->dequantize(s.gguf_name).to_floats();
+    ASSERT_EQ(w.size(), got.size());
+    for (size_t b = 0; b < w.size(); b += 32) {
+      float amax = 0;
+      for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::abs(w[j]));
+      for (size_t j = b; j < b + 32; ++j)
+        ASSERT_LE(std::abs(got[j] - w[j]), amax / 127 * 0.51f + 1e-3f * amax) << s.gguf_name << " " << j;
+    }
+  }
+  EXPECT_THROW(write_synthetic_hf(dir.file("hf"), c, o), Error);
+}
+
+}  // namespace
+}  // namespace refit

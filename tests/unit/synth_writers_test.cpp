@@ -210,3 +210,36 @@ TEST(SynthGgufWriter, refuses_misuse) {
 
 }  // namespace
 }  // namespace refit
+
+// Q8_0 quantization must equal llama-quantize's: the oracle pack's Q8_0 llama file was made
+// from its F32 file with `llama-quantize --pure`, so quantizing the F32 tensors must give
+// the Q8_0 file's bytes exactly.
+#include "formats/gguf_quantize.h"
+
+namespace refit {
+namespace {
+
+TEST(SynthQuantize, q8_0_of_the_oracle_f32_model_equals_llama_quantize_output) {
+  const std::string dir = testing::kOracle + "/llamacpp/";
+  auto f32 = GgufFile::open(dir + "llama-f32/micro-llama-f32-s1.gguf");
+  auto q8 = GgufFile::open(dir + "llama-q8_0/micro-llama-q8_0-s1.gguf");
+  int checked = 0;
+  for (const GgufTensorInfo& info : q8->tensors()) {
+    if (info.type != GgmlType::q8_0) continue;
+    Tensor x = f32->tensor(info.name);
+    ASSERT_EQ(x.shape(), info.shape) << info.name;
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(x.numel() / kQK8_0));
+    quantize_row_q8_0(x.data<float>(), blocks.data(), x.numel());
+    GgmlTensorView want = q8->raw(info.name);
+    ASSERT_EQ(want.bytes.nbytes(), blocks.size() * sizeof(BlockQ8_0)) << info.name;
+    EXPECT_EQ(std::memcmp(want.bytes.raw_data(), blocks.data(), want.bytes.nbytes()), 0) << info.name;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4 * 7 + 2);  // every layer's 7 matrices, token_embd, output
+  std::vector<BlockQ8_0> one(1);
+  float bad[31] = {};
+  EXPECT_THROW(quantize_row_q8_0(bad, one.data(), 31), Error);
+}
+
+}  // namespace
+}  // namespace refit
