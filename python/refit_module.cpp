@@ -17,6 +17,7 @@
 
 #include "errors.h"
 #include "runtime/engine.h"
+#include "weights/layout_transform.h"
 #include "tensor_interop.h"
 #include "update_binding.h"
 
@@ -31,12 +32,53 @@ namespace {
 // (this rank's shard, layout transforms).
 class PyParameter : public PyTensor {
  public:
-  explicit PyParameter(ParameterInfo info) : PyTensor(info.tensor, info.name), info_(std::move(info)) {}
+  PyParameter(ParameterInfo info, std::vector<SubShard> shards)
+      : PyTensor(info.tensor, info.name), info_(std::move(info)), shards_(std::move(shards)) {}
   const ParameterInfo& info() const { return info_; }
+  const std::vector<SubShard>& shards() const { return shards_; }
 
  private:
   ParameterInfo info_;
+  std::vector<SubShard> shards_;
 };
+
+// The checkpoint tensor `sub` as this rank stores it, in checkpoint orientation: a view
+// of the engine's memory for the plain and transposed layouts, an unshuffled copy for
+// the tile-shuffled one.
+Tensor checkpoint_view(const Parameter& p, const SubShard& sub) {
+  Tensor logical = p.data();
+  bool copied = false;
+  for (auto it = p.transforms().rbegin(); it != p.transforms().rend(); ++it) {
+    switch (*it) {
+      case LayoutTransform::transpose: logical = logical.transpose(0, 1); break;
+      case LayoutTransform::shuffle_16x16:
+        logical = unshuffle_16x16(logical);
+        copied = true;
+        break;
+    }
+  }
+  Tensor rows = logical.dim() == 0 ? logical : logical.narrow(0, sub.local_row_offset, sub.local_rows);
+  Tensor out = rows.shape() == sub.local_shape() ? rows : rows.reshape(sub.local_shape());
+  if (copied) out.set_read_only(false);
+  return out;
+}
+
+py::dict state_dict(Engine& engine, bool copy, const std::string& format) {
+  if (engine.world_size() > 1)
+    throw py::value_error(fmt::format("state_dict: rank {} of {} holds only its shard of each tensor; gather "
+                                      "across ranks, or use named_parameters() for the local shards",
+                                      engine.rank(), engine.world_size()));
+  py::dict out;
+  for (const auto& p : engine.model().parameters().all())
+    for (const SubShard& sub : p->sub_shards()) {
+      Tensor t = checkpoint_view(*p, sub);
+      if (t.shape() != sub.checkpoint_shape)
+        throw Error(fmt::format("state_dict: '{}' has local shape {} but checkpoint shape {}", sub.checkpoint_name,
+                                shape_str(t.shape()), shape_str(sub.checkpoint_shape)));
+      out[py::str(sub.checkpoint_name)] = export_tensor(copy ? t.clone() : t, format);
+    }
+  return out;
+}
 
 struct GenerateOutput {
   std::vector<int32_t> ids;         // generated ids (the stop token included when hit)
@@ -230,7 +272,21 @@ void bind_tensor(py::module_& m) {
                              "The checkpoint tensors this parameter is built from (several for fused q/k/v).")
       .def_property_readonly("sharding", [](const PyParameter& p) { return p.info().sharding; })
       .def_property_readonly("transforms", [](const PyParameter& p) { return p.info().transforms; },
-                             "Layout transforms applied in place after loading, in order.");
+                             "Layout transforms applied in place after loading, in order.")
+      .def_property_readonly(
+          "shards",
+          [](const PyParameter& p) {
+            py::list out;
+            for (const SubShard& s : p.shards())
+              out.append(py::dict("checkpoint_name"_a = s.checkpoint_name,
+                                  "checkpoint_shape"_a = shape_tuple(s.checkpoint_shape), "split_dim"_a = s.split_dim,
+                                  "slice_start"_a = s.slice_start, "slice_length"_a = s.slice_length,
+                                  "local_row_offset"_a = s.local_row_offset, "local_rows"_a = s.local_rows));
+            return out;
+          },
+          "Which checkpoint tensor fills which rows of this rank's (untransformed) parameter: the rows "
+          "[local_row_offset, +local_rows) hold the slice [slice_start, +slice_length) along split_dim "
+          "(-1: the whole tensor).");
 }
 
 void bind_engine(py::module_& m) {
@@ -290,11 +346,16 @@ void bind_engine(py::module_& m) {
             py::list out;
             for (ParameterInfo& info : engine.named_parameters()) {
               std::string name = info.name;
-              out.append(py::make_tuple(name, PyParameter(std::move(info))));
+              std::vector<SubShard> shards = engine.model().parameters().get(name).sub_shards();
+              out.append(py::make_tuple(name, PyParameter(std::move(info), std::move(shards))));
             }
             return out;
           },
           "Every tensor the engine owns as (name, ParameterTensor): torch.from_dlpack(t) shares its memory.")
+      .def("state_dict", &state_dict, py::kw_only(), py::arg("copy") = false, py::arg("format") = "auto",
+           "{checkpoint name: tensor} in checkpoint shape and orientation, what update_weights_from_tensors "
+           "takes back. Zero-copy views of the engine's memory (read-only by contract) for the plain and "
+           "transposed layouts; unshuffled copies for shuffle16x16; copy=True always copies.")
       .def_property_readonly("weight_version", &Engine::weight_version)
       .def_property_readonly("config", &config_dict)
       .def_property_readonly("description", &Engine::description)
