@@ -15,6 +15,7 @@
 
 #include <random>
 
+#include "dist/communicator.h"
 #include "errors.h"
 #include "runtime/engine.h"
 #include "weights/layout_transform.h"
@@ -122,6 +123,14 @@ std::unique_ptr<Engine> make_engine(py::object model_path, int tp, py::object qu
   }
   if (tp < 1) throw py::value_error(fmt::format("tp must be >= 1, got {}", tp));
   options.tp = tp;
+  if (tp > 1) {
+    // One process per rank, as for the CLI: `mpirun -np N python3 trainer.py`.
+    options.communicator = mpi_communicator_if_launched();
+    if (!options.communicator)
+      throw py::value_error(fmt::format(
+          "tp={} runs one process per rank: start Python as `mpirun -np {} python3 ...`{}", tp, tp,
+          built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)"));
+  }
   py::gil_scoped_release release;
   return std::make_unique<Engine>(options);
 }
@@ -356,6 +365,8 @@ void bind_engine(py::module_& m) {
            "{checkpoint name: tensor} in checkpoint shape and orientation, what update_weights_from_tensors "
            "takes back. Zero-copy views of the engine's memory (read-only by contract) for the plain and "
            "transposed layouts; unshuffled copies for shuffle16x16; copy=True always copies.")
+      .def_property_readonly("rank", &Engine::rank)
+      .def_property_readonly("world_size", &Engine::world_size)
       .def_property_readonly("weight_version", &Engine::weight_version)
       .def_property_readonly("config", &config_dict)
       .def_property_readonly("description", &Engine::description)

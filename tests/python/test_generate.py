@@ -109,7 +109,7 @@ def test_engine_options(stories):
     assert refit.Engine(str(require(QWEN2_GGUF)), threads=1).generate([1, 2], max_tokens=3).ids
     with pytest.raises(ValueError, match="threads"):
         refit.Engine(str(QWEN2_GGUF), threads=0)
-    with pytest.raises(refit.Error, match="tp 2"):
+    with pytest.raises(ValueError, match="mpirun -np 2"):
         refit.Engine(str(QWEN2_GGUF), tp=2)
     with pytest.raises(refit.Error, match="no-such-model"):
         refit.Engine("/nonexistent/no-such-model.gguf")
