@@ -180,3 +180,21 @@ def test_generate_refuses_bad_prompts(stories):
         stories.generate([1], temperature=1.0, top_p=2.0)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         stories.logits([-1])
+
+
+ACCEPTED = [
+    ("a slice with an offset and a stride", lambda: torch.arange(300, dtype=torch.float32)[3:131:2] / 100),
+    ("a stride-0 expanded scalar", lambda: torch.tensor(0.5).expand(64)),
+    ("a column of a matrix", lambda: torch.linspace(0, 1, 64 * 3).view(64, 3)[:, 1]),
+    ("f64", lambda: torch.linspace(-1, 1, 64, dtype=torch.float64)),
+    ("bf16 requiring grad", lambda: torch.linspace(-1, 1, 64).to(torch.bfloat16).requires_grad_()),
+    ("a non-leaf tensor with a graph", lambda: torch.ones(64, requires_grad=True) * 0.25),
+]
+
+
+@pytest.mark.parametrize("what,make", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_what_trainers_send_is_accepted_and_converted(stories, what, make):
+    sent = make()
+    stories.update_weights_from_tensors([(NORM, sent)])
+    stored = torch.from_dlpack(dict(stories.named_parameters())[NORM])
+    assert torch.equal(stored, sent.detach().to(torch.float32)), what
