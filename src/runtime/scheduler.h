@@ -58,7 +58,7 @@ class ServerBusy : public Error {
 struct SchedulerOptions {
   int64_t block_size = 16;
   int64_t kv_blocks = 0;          // 0: enough for max_running full contexts, capped by kv_memory_bytes
-  size_t kv_memory_bytes = size_t{2} << 30;
+  size_t kv_memory_bytes = size_t{1} << 30;
   int64_t max_running = 64;       // sequences per step
   int64_t max_step_tokens = 256;  // new tokens per step (prefill chunks share it)
   int64_t max_waiting = 4096;     // queued requests before 503

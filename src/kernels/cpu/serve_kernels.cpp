@@ -53,11 +53,13 @@ ArgRule arg(std::string name, std::vector<DType> dtypes, bool optional = false) 
   return ArgRule{std::move(name), std::move(dtypes), {Layout::strided}, optional};
 }
 
-bool g_invariant_f32 = false;
-
 }  // namespace
 
-bool batch_invariant_f32_matmul() { return g_invariant_f32; }
+// Read once: the registry is built once per process, from the same value.
+bool batch_invariant_f32_matmul() {
+  static const bool on = invariant_from_env();
+  return on;
+}
 
 void register_serve_cpu_kernels(KernelRegistry& registry) {
   constexpr DType f32 = DType::f32, i32 = DType::i32;
@@ -76,15 +78,15 @@ void register_serve_cpu_kernels(KernelRegistry& registry) {
   pa.fn = reinterpret_cast<const void*>(static_cast<kernels::PagedAttentionFn>(&cpu::paged_attention_hwy));
   registry.add(std::move(pa));
 
-  g_invariant_f32 = invariant_from_env();
+  const bool invariant = batch_invariant_f32_matmul();
   Kernel mm;
   mm.op = "matmul";
   mm.name = "matmul.cpu.f32_invariant";
   mm.device = DeviceType::cpu;
-  mm.priority = g_invariant_f32 ? 30 : 5;  // above f32_blas (10) and f32_hwy_decode (20)
+  mm.priority = invariant ? 30 : 5;  // above f32_blas (10) and f32_hwy_decode (20)
   mm.args = {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})};
   mm.constraint = dense({0, 1, 3}, {2}, {"x", "w", "bias", "out"});
-  mm.constraint_text = g_invariant_f32
+  mm.constraint_text = invariant
                            ? "Highway, batch-invariant (default; REFIT_BATCH_INVARIANT=0 prefers OpenBLAS)"
                            : "Highway, batch-invariant (below OpenBLAS: REFIT_BATCH_INVARIANT=0)";
   mm.fn = reinterpret_cast<const void*>(static_cast<kernels::MatmulFn>(&cpu::matmul_hwy));

@@ -1,0 +1,211 @@
+#include "server/api_types.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace refit {
+
+nlohmann::json HttpError::body() const {
+  nlohmann::json e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+  e["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
+  return nlohmann::json{{"error", e}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw HttpError{400, message, "invalid_request_error", param, {}};
+}
+
+double number(const nlohmann::json& j, const char* name) {
+  if (!j.is_number()) bad(name, fmt::format("'{}' must be a number, got {}", name, j.dump()));
+  return j.get<double>();
+}
+
+int64_t integer(const nlohmann::json& j, const char* name) {
+  if (!j.is_number_integer()) bad(name, fmt::format("'{}' must be an integer, got {}", name, j.dump()));
+  return j.get<int64_t>();
+}
+
+bool boolean(const nlohmann::json& j, const char* name) {
+  if (!j.is_boolean()) bad(name, fmt::format("'{}' must be true or false, got {}", name, j.dump()));
+  return j.get<bool>();
+}
+
+std::vector<int32_t> id_list(const nlohmann::json& j) {
+  std::vector<int32_t> ids;
+  for (const auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      bad("prompt", fmt::format("token ids in 'prompt' must be non-negative integers, got {}", v.dump()));
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+// Chat content: a string, or a list of {"type": "text", "text": ...} parts.
+std::string message_content(const nlohmann::json& c, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null()) return {};
+  if (c.is_array()) {
+    std::string text;
+    for (const auto& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        bad(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  bad(param, fmt::format("'{}' must be a string or a list of text parts", param));
+}
+
+}  // namespace
+
+nlohmann::json parse_json_body(const std::string& body) {
+  try {
+    return nlohmann::json::parse(body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw HttpError{400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", {}, {}};
+  }
+}
+
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat) {
+  if (!body.is_object()) bad({}, "the request body must be a JSON object");
+  static const std::set<std::string> common = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop", "n",
+      "stream", "stream_options", "logprobs", "user", "presence_penalty", "frequency_penalty", "logit_bias",
+      "ignore_eos"};
+  static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
+  static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
+  GenerationParams p;
+  p.chat = chat;
+  for (const auto& [key, value] : body.items()) {
+    const bool known = common.count(key) || (chat ? chat_only.count(key) : completions_only.count(key));
+    if (!known) bad(key, fmt::format("unknown field '{}' for {}", key, chat ? "/v1/chat/completions" : "/v1/completions"));
+  }
+  if (body.contains("model")) {
+    if (!body["model"].is_string()) bad("model", "'model' must be a string");
+    p.model = body["model"].get<std::string>();
+  }
+  if (chat) {
+    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+      bad("messages", "'messages' must be a non-empty list of {role, content} objects");
+    size_t i = 0;
+    for (const auto& m : body["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+        bad(fmt::format("messages[{}]", i), fmt::format("messages[{}] needs a string 'role'", i));
+      const std::string role = m["role"].get<std::string>();
+      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+        bad(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported (system, user, assistant)", role));
+      p.messages.push_back({role == "developer" ? "system" : role, message_content(m.value("content", nlohmann::json()), i)});
+      ++i;
+    }
+  } else {
+    if (!body.contains("prompt")) bad("prompt", "'prompt' is required");
+    const auto& pr = body["prompt"];
+    if (pr.is_string()) {
+      p.prompt_texts.push_back(pr.get<std::string>());
+    } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
+      p.prompt_ids.push_back(id_list(pr));
+    } else if (pr.is_array() && !pr.empty()) {
+      for (const auto& item : pr) {
+        if (item.is_string()) p.prompt_texts.push_back(item.get<std::string>());
+        else if (item.is_array()) p.prompt_ids.push_back(id_list(item));
+        else bad("prompt", "'prompt' must be a string, a list of strings, or token ids");
+      }
+      if (!p.prompt_texts.empty() && !p.prompt_ids.empty()) bad("prompt", "'prompt' mixes strings and token-id lists");
+    } else {
+      bad("prompt", "'prompt' must be a non-empty string, list of strings, or token ids");
+    }
+  }
+  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (body.contains(max_key) && !body[max_key].is_null()) {
+    const int64_t m = integer(body[max_key], max_key);
+    if (m < 0) bad(max_key, fmt::format("'{}' must be >= 0, got {}", max_key, m));
+    p.max_tokens = m;
+  }
+  auto opt_number = [&](const char* key, auto& field) {
+    if (body.contains(key) && !body[key].is_null()) field = static_cast<std::remove_reference_t<decltype(field)>>(number(body[key], key));
+  };
+  p.sampling.temperature = 1.0f;  // OpenAI's default
+  opt_number("temperature", p.sampling.temperature);
+  opt_number("top_p", p.sampling.top_p);
+  opt_number("min_p", p.sampling.min_p);
+  opt_number("repetition_penalty", p.sampling.repetition_penalty);
+  if (body.contains("top_k") && !body["top_k"].is_null()) {
+    const int64_t k = integer(body["top_k"], "top_k");
+    p.sampling.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 means off
+  }
+  if (p.sampling.temperature < 0 || p.sampling.temperature > 100)
+    bad("temperature", fmt::format("'temperature' must be in [0, 100], got {}", p.sampling.temperature));
+  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1)) bad("top_p", fmt::format("'top_p' must be in (0, 1], got {}", p.sampling.top_p));
+  if (!(p.sampling.min_p >= 0 && p.sampling.min_p <= 1)) bad("min_p", "'min_p' must be in [0, 1]");
+  if (!(p.sampling.repetition_penalty > 0)) bad("repetition_penalty", "'repetition_penalty' must be > 0");
+  if (body.contains("seed") && !body["seed"].is_null()) {
+    const auto& s = body["seed"];
+    if (!s.is_number_integer()) bad("seed", "'seed' must be an integer");
+    p.sampling.seed = s.is_number_unsigned() ? s.get<uint64_t>() : static_cast<uint64_t>(s.get<int64_t>());
+    p.seed_given = true;
+  }
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const auto& s = body["stop"];
+    if (s.is_string()) p.stop.push_back(s.get<std::string>());
+    else if (s.is_array()) {
+      for (const auto& x : s) {
+        if (!x.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+        p.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings");
+    }
+    if (p.stop.size() > 4) bad("stop", "at most 4 stop sequences");
+    for (const auto& x : p.stop)
+      if (x.empty()) bad("stop", "stop sequences must not be empty");
+  }
+  if (body.contains("n") && !body["n"].is_null()) {
+    const int64_t n = integer(body["n"], "n");
+    if (n < 1 || n > 16) bad("n", fmt::format("'n' must be in 1..16, got {}", n));
+    p.n = static_cast<int>(n);
+  }
+  if (body.contains("best_of") && !body["best_of"].is_null() && integer(body["best_of"], "best_of") != p.n)
+    bad("best_of", "'best_of' other than n is not supported");
+  if (body.contains("stream") && !body["stream"].is_null()) p.stream = boolean(body["stream"], "stream");
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    const auto& so = body["stream_options"];
+    if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
+    for (const auto& [k, v] : so.items()) {
+      if (k != "include_usage") bad("stream_options." + k, fmt::format("unknown field 'stream_options.{}'", k));
+      p.include_usage = boolean(v, "stream_options.include_usage");
+    }
+  }
+  if (chat) {
+    const bool want = body.contains("logprobs") && !body["logprobs"].is_null() && boolean(body["logprobs"], "logprobs");
+    int64_t top = 0;
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+      top = integer(body["top_logprobs"], "top_logprobs");
+      if (top < 0 || top > 20) bad("top_logprobs", "'top_logprobs' must be in 0..20");
+      if (!want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    p.logprobs = want ? static_cast<int>(top) : -1;
+  } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const int64_t lp = integer(body["logprobs"], "logprobs");
+    if (lp < 0 || lp > 20) bad("logprobs", fmt::format("'logprobs' must be in 0..20, got {}", lp));
+    p.logprobs = static_cast<int>(lp);
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
+    if (body.contains(key) && !body[key].is_null() && number(body[key], key) != 0)
+      bad(key, fmt::format("'{}' is not supported (use repetition_penalty)", key));
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
+    bad("logit_bias", "'logit_bias' is not supported");
+  if (body.contains("suffix") && !body["suffix"].is_null()) bad("suffix", "'suffix' is not supported");
+  if (body.contains("echo") && !body["echo"].is_null()) p.echo = boolean(body["echo"], "echo");
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) p.ignore_eos = boolean(body["ignore_eos"], "ignore_eos");
+  if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string()) bad("user", "'user' must be a string");
+  return p;
+}
+
+}  // namespace refit

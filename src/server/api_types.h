@@ -1,0 +1,50 @@
+// The OpenAI-compatible request parameters the server accepts, parsed and validated from
+// JSON, and the error type every handler converts to an OpenAI-style error body.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "server/chat_template.h"
+
+namespace refit {
+
+// {"error": {"message", "type", "param", "code"}} with this HTTP status.
+struct HttpError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field, if any
+  std::string code;
+  nlohmann::json body() const;
+};
+
+struct GenerationParams {
+  bool chat = false;
+  std::string model;
+  std::vector<std::string> prompt_texts;           // completions: text prompts
+  std::vector<std::vector<int32_t>> prompt_ids;    // completions: token-id prompts
+  std::vector<ChatMessage> messages;               // chat
+  std::optional<int64_t> max_tokens;               // unset: 16 (completions), rest of context (chat)
+  SamplingParams sampling;
+  bool seed_given = false;
+  std::vector<std::string> stop;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int logprobs = -1;           // -1 off; completions: top count 0..20; chat: top_logprobs
+  bool ignore_eos = false;
+  bool echo = false;
+};
+
+// Throws HttpError (400) naming the field for malformed or unknown fields.
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat);
+
+// Parses a request body; HttpError 400 with the parser's message when it is not JSON.
+nlohmann::json parse_json_body(const std::string& body);
+
+}  // namespace refit

@@ -1,0 +1,383 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "server/api_types.h"
+#include "server/choice_stream.h"
+#include "server/rl_endpoints.h"
+
+namespace refit {
+
+using nlohmann::json;
+
+namespace {
+
+long unix_now() {
+  return static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+}
+
+std::string random_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{:x}{:04x}", prefix, rng() & 0xffffffffffffULL, counter.fetch_add(1) & 0xffff);
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// One generation request in flight: its choices and what the response needs.
+struct Generation {
+  GenerationParams params;
+  std::string id, model;
+  long created = 0;
+  std::vector<std::unique_ptr<ChoiceStream>> choices;
+  int64_t prompt_tokens = 0;  // summed over prompts (once per prompt, not per n)
+};
+
+}  // namespace
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : engine_(engine), options_(std::move(options)), started_at_(unix_now()) {
+  if (engine_.world_size() > 1)
+    fail("refit serve runs one process; tensor-parallel serving (--tp {}) is not supported yet", engine_.world_size());
+  if (options_.model_name.empty()) {
+    const std::string& d = engine_.description();
+    options_.model_name = d.find('/') != std::string::npos || std::filesystem::exists(d)
+                              ? std::filesystem::path(d).filename().string()
+                              : std::string("refit-demo");
+    if (options_.model_name.empty()) options_.model_name = std::filesystem::path(d).parent_path().filename().string();
+  }
+  const Tokenizer* tok = engine_.tokenizer();
+  std::string bos, eos;
+  if (tok) {
+    if (tok->vocab().bos() >= 0) bos = tok->token_to_piece(tok->vocab().bos());
+    if (tok->vocab().eos() >= 0) eos = tok->token_to_piece(tok->vocab().eos());
+  }
+  chat_template_ = load_chat_template(std::filesystem::exists(engine_.description()) ? engine_.description() : "", bos, eos);
+  scheduler_ = std::make_unique<Scheduler>(engine_.model(), engine_.weights_mutex(),
+                                           [this] { return engine_.weight_version(); }, options_.scheduler);
+  http_ = std::make_unique<httplib::Server>();
+  const int threads = options_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(size_t{8} << 30);  // tensor updates are large
+  http_->set_read_timeout(600);
+  http_->set_write_timeout(600);
+  routes();
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  scheduler_.reset();
+}
+
+void HttpServer::bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host.c_str());
+    if (port_ <= 0) fail("cannot listen on {}:<any port>", options_.host);
+  } else {
+    if (!http_->bind_to_port(options_.host.c_str(), options_.port))
+      fail("cannot listen on {}:{} (in use, or not an address of this machine)", options_.host, options_.port);
+    port_ = options_.port;
+  }
+}
+
+void HttpServer::serve() { http_->listen_after_bind(); }
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+std::string HttpServer::version_label(uint64_t version) const {
+  std::lock_guard lock(labels_mutex_);
+  auto it = labels_.find(version);
+  return it != labels_.end() ? it->second : std::to_string(version);
+}
+
+void HttpServer::routes() {
+  httplib::Server& s = *http_;
+
+  // Converts every exception of a handler into the right status and an OpenAI body.
+  auto guarded = [this](auto handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      ++http_requests_;
+      try {
+        handler(req, res);
+        return;
+      } catch (const HttpError& e) {
+        send_json(res, e.status, e.body());
+      } catch (const ServerBusy& e) {
+        send_json(res, 503, HttpError{503, e.what(), "service_unavailable", {}, "server_busy"}.body());
+      } catch (const Error& e) {
+        send_json(res, 400, HttpError{400, e.what(), "invalid_request_error", {}, {}}.body());
+      } catch (const std::exception& e) {
+        send_json(res, 500, HttpError{500, std::string("internal error: ") + e.what(), "server_error", {}, {}}.body());
+      }
+      ++http_errors_;
+    };
+  };
+
+  auto generation = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
+    auto g = std::make_shared<Generation>();
+    g->params = parse_generation_request(parse_json_body(req.body), chat);
+    const GenerationParams& p = g->params;
+    if (!p.model.empty() && p.model != options_.model_name)
+      throw HttpError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", p.model, options_.model_name),
+                      "invalid_request_error", "model", "model_not_found"};
+    if (p.echo) throw HttpError{400, "'echo' is not supported", "invalid_request_error", "echo", {}};
+    const Tokenizer* tok = engine_.tokenizer();
+    std::vector<std::vector<int32_t>> prompts = p.prompt_ids;
+    std::vector<std::string> stops = p.stop;
+    if (chat || !p.prompt_texts.empty()) {
+      if (!tok)
+        throw HttpError{400, fmt::format("{} carries no tokenizer: send token ids as 'prompt'", engine_.description()),
+                        "invalid_request_error", chat ? "messages" : "prompt", {}};
+      if (chat) {
+        prompts.push_back(tok->encode(chat_template_.render(p.messages), /*add_special=*/false, /*parse_special=*/true));
+        for (const auto& t : chat_template_.end_of_turn_texts()) stops.push_back(t);
+      } else {
+        for (const auto& text : p.prompt_texts) prompts.push_back(tok->encode(text, true, true));
+      }
+    }
+    const int64_t ctx = scheduler_->max_context();
+    std::vector<int32_t> stop_tokens;
+    if (!p.ignore_eos) {
+      const int32_t eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
+      if (eos >= 0) stop_tokens.push_back(eos);
+      if (tok && chat)  // the template's end-of-turn token, when the vocabulary has one
+        for (const auto& t : chat_template_.end_of_turn_texts()) {
+          auto ids = tok->encode(t, false, true);
+          if (ids.size() == 1) stop_tokens.push_back(ids[0]);
+        }
+    }
+    g->id = random_id(chat ? "chatcmpl" : "cmpl");
+    g->model = options_.model_name;
+    g->created = unix_now();
+    std::vector<std::shared_ptr<RequestHandle>> submitted;
+    try {
+      for (size_t pi = 0; pi < prompts.size(); ++pi) {
+        const int64_t n_prompt = static_cast<int64_t>(prompts[pi].size());
+        if (n_prompt == 0) throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
+        const int64_t max_tokens = p.max_tokens ? *p.max_tokens : (chat ? ctx - n_prompt : 16);
+        if (n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)
+          throw HttpError{400,
+                          fmt::format("this model's maximum context length is {} tokens; the request has {} prompt tokens "
+                                      "and max_tokens {} ({} in all)",
+                                      ctx, n_prompt, max_tokens, n_prompt + max_tokens),
+                          "invalid_request_error", p.max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"),
+                          "context_length_exceeded"};
+        g->prompt_tokens += n_prompt;
+        for (int j = 0; j < p.n; ++j) {
+          RequestSpec spec;
+          spec.prompt = prompts[pi];
+          spec.max_tokens = max_tokens;
+          spec.sampling = p.sampling;
+          spec.sampling.seed = p.seed_given ? p.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
+          spec.stop_tokens = stop_tokens;
+          spec.top_logprobs = std::max(p.logprobs, 0);
+          spec.restart_on_retract = !p.stream;
+          auto h = scheduler_->submit(std::move(spec));
+          submitted.push_back(h);
+          g->choices.push_back(std::make_unique<ChoiceStream>(h, tok, stops, n_prompt));
+        }
+      }
+    } catch (...) {
+      for (auto& h : submitted) h->cancel();
+      throw;
+    }
+
+    auto usage = [g] {
+      int64_t completion = 0;
+      for (auto& c : g->choices) completion += static_cast<int64_t>(c->tokens().size());
+      return json{{"prompt_tokens", g->prompt_tokens}, {"completion_tokens", completion},
+                  {"total_tokens", g->prompt_tokens + completion}};
+    };
+    auto versions_of = [this](const ChoiceStream& c) {
+      json v = json::array();
+      for (uint64_t x : c.versions()) v.push_back(version_label(x));
+      return v;
+    };
+    // Waits for the next event of any unfinished choice; returns its index or -1.
+    auto poll = [g](std::chrono::milliseconds wait) -> int {
+      for (size_t i = 0; i < g->choices.size(); ++i) {
+        ChoiceStream& c = *g->choices[i];
+        if (c.done()) continue;
+        RequestHandle::Event e;
+        const auto w = g->choices.size() == 1 ? wait : std::chrono::milliseconds(2);
+        if (c.handle().next(e, w)) {
+          c.apply(e);
+          return static_cast<int>(i);
+        }
+      }
+      return -1;
+    };
+    auto all_done = [g] {
+      for (auto& c : g->choices)
+        if (!c->done()) return false;
+      return true;
+    };
+
+    if (!p.stream) {
+      while (!all_done()) poll(std::chrono::milliseconds(100));
+      for (auto& c : g->choices)
+        if (c->finish_reason() == "error")
+          throw HttpError{c->busy() ? 503 : 500, c->error(), c->busy() ? "service_unavailable" : "server_error", {},
+                          c->busy() ? "server_busy" : ""};
+      json choices = json::array();
+      uint64_t last_version = 0;
+      for (size_t i = 0; i < g->choices.size(); ++i) {
+        const ChoiceStream& c = *g->choices[i];
+        json ch{{"index", i}, {"finish_reason", c.finish_reason()}, {"token_ids", c.tokens()},
+                {"weight_versions", versions_of(c)}};
+        if (chat) {
+          ch["message"] = json{{"role", "assistant"}, {"content", c.text()}};
+          ch["logprobs"] = p.logprobs >= 0 ? c.chat_logprobs(0, c.tokens().size()) : json(nullptr);
+        } else {
+          ch["text"] = c.text();
+          ch["logprobs"] = p.logprobs >= 0 ? c.completion_logprobs(0, c.tokens().size()) : json(nullptr);
+        }
+        if (!c.versions().empty()) last_version = std::max(last_version, c.versions().back());
+        choices.push_back(ch);
+      }
+      json body{{"id", g->id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", g->created},
+                {"model", g->model}, {"choices", choices}, {"usage", usage()},
+                {"weight_version", last_version ? version_label(last_version) : current_version_label()}};
+      send_json(res, 200, body);
+      return;
+    }
+
+    // Streaming: server-sent events, one chunk per new text; the client leaving
+    // (a failed write) cancels every choice so their KV blocks are freed.
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, g, chat, usage, versions_of, poll, all_done](
+                                                              size_t, httplib::DataSink& sink) {
+      auto cancel_all = [g] {
+        for (auto& c : g->choices) c->handle().cancel();
+      };
+      auto send = [&](const json& j) {
+        const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      auto chunk = [&](size_t index, const json& choice_fields) {
+        json ch = choice_fields;
+        ch["index"] = index;
+        return json{{"id", g->id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", g->created}, {"model", g->model}, {"choices", json::array({ch})}};
+      };
+      if (chat)
+        for (size_t i = 0; i < g->choices.size(); ++i)
+          if (!send(chunk(i, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))) {
+            cancel_all();
+            return false;
+          }
+      while (!all_done()) {
+        const int i = poll(std::chrono::milliseconds(100));
+        if (i < 0) {
+          if (!sink.is_writable()) {
+            cancel_all();
+            return false;
+          }
+          continue;
+        }
+        ChoiceStream& c = *g->choices[static_cast<size_t>(i)];
+        if (c.done() && c.finish_reason() == "error") {
+          send(HttpError{c.busy() ? 503 : 500, c.error(), c.busy() ? "service_unavailable" : "server_error", {}, {}}.body());
+          continue;
+        }
+        const std::string text = c.take_text();
+        const size_t from = c.tokens_taken(), to = c.tokens().size();
+        if (text.empty() && !c.done() && from == to) continue;
+        json fields;
+        const bool logprobs = g->params.logprobs >= 0;
+        if (chat) {
+          fields["delta"] = text.empty() ? json::object() : json{{"content", text}};
+          fields["logprobs"] = logprobs ? c.chat_logprobs(from, to) : json(nullptr);
+        } else {
+          fields["text"] = text;
+          fields["logprobs"] = logprobs ? c.completion_logprobs(from, to) : json(nullptr);
+        }
+        fields["finish_reason"] = c.done() ? json(c.finish_reason()) : json(nullptr);
+        std::vector<int32_t> ids(c.tokens().begin() + static_cast<std::ptrdiff_t>(from), c.tokens().end());
+        fields["token_ids"] = ids;
+        json vs = json::array();
+        for (size_t k = from; k < to; ++k) vs.push_back(version_label(c.versions()[k]));
+        fields["weight_versions"] = vs;
+        c.mark_tokens_sent();
+        json j = chunk(static_cast<size_t>(i), fields);
+        if (c.done() && !c.versions().empty()) j["weight_version"] = version_label(c.versions().back());
+        if (!send(j)) {
+          cancel_all();
+          return false;
+        }
+      }
+      if (g->params.include_usage) {
+        json u{{"id", g->id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", g->created},
+               {"model", g->model}, {"choices", json::array()}, {"usage", usage()}};
+        send(u);
+      }
+      static const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    });
+  };
+
+  s.Post("/v1/completions", guarded([generation](const httplib::Request& q, httplib::Response& r) { generation(q, r, false); }));
+  s.Post("/v1/chat/completions", guarded([generation](const httplib::Request& q, httplib::Response& r) { generation(q, r, true); }));
+
+  s.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+    json m{{"id", options_.model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "refit"},
+           {"max_model_len", scheduler_->max_context()}, {"weight_version", current_version_label()},
+           {"chat_template", chat_template_kind_name(chat_template_.kind)}, {"chat_template_source", chat_template_.source}};
+    send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
+  }));
+  s.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, 200, json{{"status", "ok"}}); }));
+  s.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+    const SchedulerStats st = scheduler_->stats();
+    std::string out;
+    auto metric = [&](const char* name, const char* type, const char* help, const std::string& value,
+                      const char* labels = "") {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name, labels, value);
+    };
+    out += "# HELP refit_requests_total Generation requests that ended, by outcome.\n# TYPE refit_requests_total counter\n";
+    out += fmt::format("refit_requests_total{{outcome=\"finished\"}} {}\n", st.requests_finished);
+    out += fmt::format("refit_requests_total{{outcome=\"aborted\"}} {}\n", st.requests_aborted);
+    out += fmt::format("refit_requests_total{{outcome=\"rejected\"}} {}\n", st.requests_rejected);
+    metric("refit_prompt_tokens_total", "counter", "Prompt tokens processed.", std::to_string(st.prompt_tokens));
+    metric("refit_generation_tokens_total", "counter", "Tokens generated.", std::to_string(st.generated_tokens));
+    metric("refit_running_requests", "gauge", "Requests in the running batch.", std::to_string(st.running));
+    metric("refit_queue_depth", "gauge", "Requests waiting for admission.", std::to_string(st.waiting));
+    metric("refit_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.", fmt::format("{:.6f}", st.kv.usage()));
+    metric("refit_kv_cache_blocks_used", "gauge", "KV-cache blocks in use.", std::to_string(st.kv.used_blocks));
+    metric("refit_kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", std::to_string(st.kv.total_blocks));
+    metric("refit_steps_total", "counter", "Batched forward steps.", std::to_string(st.steps));
+    metric("refit_preemptions_total", "counter", "Requests preempted for KV space.", std::to_string(st.preemptions));
+    metric("refit_refits_total", "counter", "Weight updates committed.", std::to_string(st.refits));
+    metric("refit_refit_failures_total", "counter", "Weight updates refused.", std::to_string(st.refit_failures));
+    metric("refit_refit_duration_seconds_total", "counter", "Time spent applying weight updates.",
+           fmt::format("{:.6f}", st.refit_seconds));
+    metric("refit_weight_version", "gauge", "Current weight version number.", std::to_string(engine_.weight_version()));
+    metric("refit_paused", "gauge", "1 while generation is paused.", st.paused ? "1" : "0");
+    metric("refit_http_requests_total", "counter", "HTTP requests received.", std::to_string(http_requests_.load()));
+    metric("refit_http_errors_total", "counter", "HTTP requests answered with an error.", std::to_string(http_errors_.load()));
+    res.set_content(out, "text/plain; version=0.0.4");
+  }));
+
+  RlContext rl{engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); }};
+  register_rl_endpoints(s, rl);
+
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404)
+      send_json(res, 404, HttpError{404, fmt::format("no route {} {}", req.method, req.path), "invalid_request_error", {}, "not_found"}.body());
+  });
+}
+
+}  // namespace refit

@@ -1,0 +1,66 @@
+// `refit serve`: the OpenAI-compatible HTTP API and SGLang's RL weight-update endpoints
+// over one Engine and its continuous-batching Scheduler (cpp-httplib, nlohmann-json).
+//
+//   POST /v1/completions, /v1/chat/completions (stream: true -> server-sent events)
+//   GET  /v1/models, /health, /metrics (Prometheus text), /get_weight_version
+//   POST /update_weights_from_disk, /update_weights_from_tensor, /get_weights_by_name,
+//        /pause_generation, /continue_generation, /flush_cache
+//
+// Every generation response carries "weight_version" (the label of the weights it ran
+// on; per choice "weight_versions" lists each token's) and per choice "token_ids".
+// Errors are OpenAI-style bodies {"error": {message, type, param, code}}; the RL endpoints
+// answer {"success", "message", "weight_version"}. A failed request never stops the server.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+#include "server/chat_template.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace refit {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (see HttpServer::port())
+  std::string model_name;  // "model" field reported; default: the model path's file name
+  int http_threads = 128;  // concurrent connections served
+  SchedulerOptions scheduler;
+};
+
+class HttpServer {
+ public:
+  HttpServer(Engine& engine, ServerOptions options);
+  ~HttpServer();
+  // Binds; throws naming host:port when that fails. Then serves until stop().
+  void bind();
+  void serve();
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  void routes();
+  std::string version_label(uint64_t version) const;
+  std::string current_version_label() const { return version_label(engine_.weight_version()); }
+
+  Engine& engine_;
+  ServerOptions options_;
+  ChatTemplate chat_template_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  mutable std::mutex labels_mutex_;
+  std::map<uint64_t, std::string> labels_;  // weight version -> the label a refit gave it
+  std::atomic<uint64_t> http_requests_{0}, http_errors_{0};
+  const long started_at_;
+};
+
+}  // namespace refit
