@@ -27,7 +27,7 @@ struct MatmulShape {
 const MatmulShape kShapes[] = {
     {1, 1, 1},    {1, 3, 17},   {1, 17, 33},  {1, 127, 257}, {1, 256, 64},  {2, 33, 17},
     {3, 64, 31},  {4, 257, 19}, {5, 31, 127}, {7, 17, 3},    {17, 127, 33}, {33, 256, 40},
-    {64, 96, 65}, {3, 2048, 9}, {9, 1000, 70}};
+    {64, 96, 65}, {3, 2048, 9}, {9, 1000, 70}, {133, 40, 21}};
 
 Tensor make_out(int64_t M, int64_t N) { return Tensor::empty({M, N}, DType::f32); }
 
@@ -85,13 +85,13 @@ TEST(KernelsMatmul, narrow_weights_error_is_bounded_by_their_precision) {
 TEST(KernelsMatmul, f16_bf16_rows_are_bitwise_independent_of_batch_size) {
   for_each_isa([] {
     for (DType dtype : {DType::bf16, DType::f16}) {
-      const int64_t M = 37, K = 333, N = 45;
+      const int64_t M = 137, K = 333, N = 45;
       Tensor x = random_tensor({M, K}, 11);
       Tensor w = random_tensor({N, K}, 12).to(dtype);
       Tensor bias = random_tensor({N}, 13);
       Tensor batch = make_out(M, N);
       cpu::matmul_hwy(x, w, bias, batch);
-      for (int64_t m : {0L, 5L, 36L}) {
+      for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
         for (int64_t rows : {1L, 2L, 3L, 4L, 9L}) {
           if (m + rows > M) continue;
           Tensor xs = x.narrow(0, m, rows).contiguous();

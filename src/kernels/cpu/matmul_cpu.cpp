@@ -34,6 +34,9 @@ namespace refit::cpu::matmul_detail {
 enum class WeightType : int { f32 = 0, f16 = 1, bf16 = 2 };
 constexpr int64_t kDecodeMaxRows = 4;
 constexpr int64_t kBlockRows = 16;  // weight rows converted at once (prefill)
+// Row stride of the converted block: K rounded up to a cache line plus one more line, so
+// that rows of a power-of-two K do not all fall into the same L1 sets.
+inline int64_t block_stride(int64_t K) { return (K + 15) / 16 * 16 + 16; }
 }  // namespace refit::cpu::matmul_detail
 #endif
 
@@ -142,13 +145,13 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
 // Converts weight rows [n, n + rows) to f32 into buf (rows x K, row stride K).
 template <WeightType W>
 HWY_INLINE void ConvertRows(const typename WeightTraits<W>::T* w, int64_t ldw, int64_t rows,
-                            int64_t K, float* HWY_RESTRICT buf) {
+                            int64_t K, float* HWY_RESTRICT buf, int64_t ldb) {
   using Tr = WeightTraits<W>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t r = 0; r < rows; ++r) {
     const auto* src = w + r * ldw;
-    float* dst = buf + r * K;
+    float* dst = buf + r * ldb;
     int64_t k = 0;
     for (; k + L <= K; k += L) hn::StoreU(Tr::load(df, src + k), df, dst + k);
     for (; k < K; ++k) dst[k] = Tr::scalar(src + k);
@@ -183,7 +186,7 @@ HWY_INLINE void ChunkTile(const float* HWY_RESTRICT x, int64_t ldx, const float*
 void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RESTRICT w,
                    int64_t ldw, int64_t rows, int64_t K, const float* bias, float* out,
                    int64_t ldo) {
-  constexpr int64_t kChunk = 512;  // floats of k per pass: (4 + 16) rows x 2 KiB in L1
+  constexpr int64_t kChunk = 256;  // floats of k per pass: (4 + 16) rows x 1 KiB in L1
   constexpr int64_t kParkRow = matmul_detail::kBlockRows;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -205,29 +208,38 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
 }
 
 // Rows [0, M) of x against weight rows [n0, n1) through a converted f32 block.
-// buf holds kBlockRows * K floats, private to the calling thread.
+// buf holds kBlockRows * block_stride(K) floats, private to the calling thread.
 template <WeightType W>
 void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw,
                  int64_t n0, int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo,
                  float* buf) {
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
-  for (int64_t nb = n0; nb < n1; nb += matmul_detail::kBlockRows) {
-    const int64_t rows = std::min<int64_t>(matmul_detail::kBlockRows, n1 - nb);
-    const float* wf;
-    int64_t ldf;
-    if constexpr (W == WeightType::f32) {
-      wf = reinterpret_cast<const float*>(w + nb * ldw);
-      ldf = ldw;
-    } else {
-      ConvertRows<W>(w + nb * ldw, ldw, rows, K, buf);
-      wf = buf;
-      ldf = K;
+  // Rows of x in blocks that stay in L2 while every weight block passes by; otherwise
+  // all of x would stream from L3 for each block of 16 weight rows. Weights are then
+  // converted once per x block, which costs little next to the multiply.
+  constexpr int64_t kRowsOfX = 64;
+  for (int64_t mb = 0; mb < M; mb += kRowsOfX) {
+    const int64_t m_end = std::min(M, mb + kRowsOfX);
+    for (int64_t nb = n0; nb < n1; nb += matmul_detail::kBlockRows) {
+      const int64_t rows = std::min<int64_t>(matmul_detail::kBlockRows, n1 - nb);
+      const float* wf;
+      int64_t ldf;
+      if constexpr (W == WeightType::f32) {
+        wf = reinterpret_cast<const float*>(w + nb * ldw);
+        ldf = ldw;
+      } else {
+        ldf = matmul_detail::block_stride(K);
+        ConvertRows<W>(w + nb * ldw, ldw, rows, K, buf, ldf);
+        wf = buf;
+      }
+      const float* b = bias ? bias + nb : nullptr;
+      int64_t m = mb;
+      for (; m + 4 <= m_end; m += 4)
+        FourRowsBlock(x + m * ldx, ldx, wf, ldf, rows, K, b, out + m * ldo + nb, ldo);
+      for (; m < m_end; ++m)
+        RowBlock<WeightType::f32, 1, 8>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b,
+                                        out + m * ldo + nb, ldo);
     }
-    const float* b = bias ? bias + nb : nullptr;
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) FourRowsBlock(x + m * ldx, ldx, wf, ldf, rows, K, b, out + m * ldo + nb, ldo);
-    for (; m < M; ++m)
-      RowBlock<WeightType::f32, 1, 8>(x + m * ldx, ldx, wf, ldf, 0, rows, K, b, out + m * ldo + nb, ldo);
   }
 }
 
@@ -312,7 +324,7 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
     if (decode) {
       HWY_DYNAMIC_DISPATCH(MatmulDecode)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
     } else {
-      float* buf = thread_block_buffer(matmul_detail::kBlockRows * K);
+      float* buf = thread_block_buffer(matmul_detail::kBlockRows * matmul_detail::block_stride(K));
       HWY_DYNAMIC_DISPATCH(MatmulPrefill)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo, buf);
     }
   });
