@@ -153,6 +153,26 @@ Tensor CheckpointWeights::find(const std::string& name) const {
   return Tensor();
 }
 
+bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
+  if (checkpoint_.format() == CheckpointFormat::gguf) {
+    auto it = gguf_names_.find(name);
+    if (it == gguf_names_.end()) return false;
+    const GgufTensorInfo* info = checkpoint_.gguf()->find_tensor(it->second);
+    if (!info) return false;
+    const bool permuted = gguf_permute_heads_.count(name) > 0;
+    if (is_plain_ggml(info->type) && !permuted) {
+      out->view = checkpoint_.gguf()->tensor(it->second);
+      return true;
+    }
+    out->shape = info->shape;
+    out->dtype = dtype_of_ggml(info->type);
+    out->produce = [this, name] { return find(name); };
+    return true;
+  }
+  out->view = find(name);
+  return out->view.defined();
+}
+
 void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& options) {
   const ParameterSet& params = model.parameters();
   const std::vector<std::string> names = params.checkpoint_names();

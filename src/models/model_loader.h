@@ -31,6 +31,15 @@ class CheckpointWeights {
   // An f32/f16/bf16 tensor (a zero-copy view where the format allows; quantized GGUF
   // tensors are dequantized to f32), or an undefined tensor when absent.
   Tensor find(const std::string& name) const;
+  // Without materialising: a zero-copy view when the format allows (`view` defined),
+  // else the declared shape and dtype and a function making the tensor. False if absent.
+  struct Lazy {
+    Tensor view;
+    Shape shape;
+    DType dtype = DType::f32;
+    std::function<Tensor()> produce;
+  };
+  bool find_lazy(const std::string& name, Lazy* out) const;
 
  private:
   const Checkpoint& checkpoint_;

@@ -10,6 +10,7 @@
 #include "formats/checkpoint.h"
 #include "models/demo_model.h"
 #include "models/model_loader.h"
+#include "models/quantize_model.h"
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {
@@ -21,8 +22,11 @@ Engine::Engine(const EngineOptions& options) {
   if (options.tp != tp.world())
     fail("--tp {} needs {} processes (start them with mpirun -np {}), but this process group has {}", options.tp,
          options.tp, options.tp, tp.world());
-  if (!options.quant.empty()) fail("quantization '{}' is not available in this build yet", options.quant);
+  const QuantScheme requested_quant = parse_quant_scheme(options.quant);
   if (options.model_path.empty()) {
+    if (requested_quant.enabled())
+      fail("--quant {} needs a model file (-m); the built-in demo model is created already loaded",
+           requested_quant.name());
     DemoModel demo = make_demo_model(0, tp);
     model_ = std::move(demo.model);
     tokenizer_ = std::move(demo.tokenizer);
@@ -32,8 +36,18 @@ Engine::Engine(const EngineOptions& options) {
     LoadOptions load;
     load.tensor_parallel = tp;
     load.progress = options.progress;
-    model_ = load_model(*checkpoint, load);
+    // Quantized serving: asked for, or the checkpoint's own scheme (GGUF Q8_0/MXFP4, HF FP8).
+    // The scheme is set on the parameters before the first load; every load quantizes.
+    QuantScheme quant = requested_quant.enabled() ? requested_quant : checkpoint_quant_scheme(*checkpoint);
     description_ = options.model_path;
+    if (quant.enabled()) {
+      ModelConfig config = read_model_config(*checkpoint);
+      model_ = std::make_unique<LlamaModel>(config, config.weight_dtype, tp);
+      description_ += " [" + quantize_linear_weights(*model_, quant).str() + "]";
+      load_weights(*model_, *checkpoint, load);
+    } else {
+      model_ = load_model(*checkpoint, load);
+    }
     if (checkpoint->format() != CheckpointFormat::llama2c || !options.tokenizer_path.empty()) {
       try {
         tokenizer_ = load_tokenizer(options.model_path, options.tokenizer_path.empty()
@@ -78,10 +92,26 @@ std::vector<ParameterInfo> Engine::named_parameters() const {
     info.name = p->name();
     info.tensor = p->data();
     info.logical_shape = p->logical_shape();
-    info.logical_dtype = p->dtype();
+    info.logical_dtype = p->logical_dtype();
     for (const SubShard& s : p->sub_shards()) info.checkpoint_names.push_back(s.checkpoint_name);
     info.sharding = p->sharding_str();
     for (LayoutTransform t : p->transforms()) info.transforms.push_back(layout_transform_name(t));
+    if (p->quantized()) {
+      // The scales are the parameter's own tensor, exported beside the codes (law L1):
+      // "<...>.weight" -> "<...>.weight_scale", [local rows, ceil(K / group)].
+      ParameterInfo scale = info;
+      const std::string suffix = ".weight";
+      scale.name = p->name().ends_with(suffix) ? p->name() + "_scale" : p->name() + ".scale";
+      scale.tensor = p->scale();
+      scale.logical_shape = p->scale().shape();
+      scale.logical_dtype = p->scale().dtype();
+      scale.checkpoint_names.clear();  // derived on every load; not sent on its own
+      scale.transforms.insert(scale.transforms.begin(), "quantize:" + p->quantization().name());
+      info.transforms.insert(info.transforms.begin(), "quantize:" + p->quantization().name());
+      out.push_back(std::move(info));
+      out.push_back(std::move(scale));
+      continue;
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -123,13 +153,17 @@ uint64_t Engine::update_weights_from_disk(const std::string& path, const std::ve
   CheckpointWeights weights(*checkpoint, source_config);
   const std::vector<std::string> wanted = names.empty() ? model_->parameters().checkpoint_names() : names;
   for (const std::string& name : wanted) {
-    Tensor t = weights.find(name);
-    if (!t.defined()) {
+    CheckpointWeights::Lazy lazy;
+    if (!weights.find_lazy(name, &lazy)) {
       if (!model_->parameters().target(name).parameter)
         fail("{}: unknown tensor '{}' (no parameter takes it)", path, name);
       fail("{}: the checkpoint has no tensor '{}'", path, name);
     }
-    update->update(name, t);
+    // Views over the mapping cost no memory; anything converted is made at commit.
+    if (lazy.view.defined())
+      update->update(name, lazy.view);
+    else
+      update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce);
   }
   commit(*update);
   return weight_version();

@@ -60,23 +60,28 @@ Tensor Parameter::writable() const {
   return w;
 }
 
-void Parameter::check_loadable(const SubShard& sub, const Tensor& full, bool check_finite) const {
+void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dtype, Device device) const {
   const std::string& what = sub.checkpoint_name;
-  if (!full.defined()) fail("parameter '{}': no tensor given for '{}'", name_, what);
-  if (full.shape() != sub.checkpoint_shape)
-    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape), shape_str(full.shape()));
-  switch (full.dtype()) {
+  if (shape != sub.checkpoint_shape)
+    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape), shape_str(shape));
+  switch (dtype) {
     case DType::f32: case DType::f16: case DType::bf16: case DType::f64: break;
     default:
       fail("'{}': dtype {} cannot be converted to the parameter's {} (send f32, f16 or bf16)", what,
-           dtype_name(full.dtype()), dtype_name(data_.dtype()));
+           dtype_name(dtype), dtype_name(data_.dtype()));
   }
-  if (full.device().type != DeviceType::cpu)
-    fail("'{}': tensor is on {}, but this engine's weights live on the cpu", what, full.device().str());
+  if (device.type != DeviceType::cpu)
+    fail("'{}': tensor is on {}, but this engine's weights live on the cpu", what, device.str());
+}
+
+void Parameter::check_loadable(const SubShard& sub, const Tensor& full, bool check_finite) const {
+  if (!full.defined()) fail("parameter '{}': no tensor given for '{}'", name_, sub.checkpoint_name);
+  check_declared(sub, full.shape(), full.dtype(), full.device());
   if (check_finite) {
     std::vector<float> values = sub.slice(full).to_floats();
     for (size_t i = 0; i < values.size(); ++i)
-      if (!std::isfinite(values[i])) fail("'{}': element {} is {} (finite values required)", what, i, values[i]);
+      if (!std::isfinite(values[i]))
+        fail("'{}': element {} is {} (finite values required)", sub.checkpoint_name, i, values[i]);
   }
 }
 
@@ -93,6 +98,13 @@ Tensor Parameter::transformed(const Tensor& rows) const {
 
 void Parameter::load(const SubShard& sub, const Tensor& full) {
   check_loadable(sub, full);
+  loaded_ = true;
+  if (quant_.enabled()) {
+    Tensor rows = Tensor::empty(sub.local_shape(), DType::f32);
+    rows.copy_from(sub.slice(full));
+    load_quantized(sub, rows);
+    return;
+  }
   // Stage only this sub-shard's rows: extra memory is bounded by one parameter.
   Tensor rows = Tensor::empty(sub.local_shape(), data_.dtype());
   rows.copy_from(sub.slice(full));
@@ -119,6 +131,19 @@ void Parameter::load(const Tensor& full) {
 
 std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
   if (local_shape_.size() != 2) return "only 2-d weights take layout transforms";
+  if (quant_.enabled()) {
+    if (t == LayoutTransform::transpose) return "quantized weights keep their [N, K] code layout";
+    if (std::find(transforms_.begin(), transforms_.end(), t) != transforms_.end())
+      return "already shuffled (the shuffle is not idempotent)";
+    const int64_t row_bytes = code_row_bytes(quant_, local_shape_[1]);
+    if (local_shape_[0] % 16 != 0) return fmt::format("N = {} is not a multiple of 16", local_shape_[0]);
+    if (row_bytes % 32 != 0) return fmt::format("rows of {} code bytes do not tile into 32-byte tiles", row_bytes);
+    for (const SubShard& s : sub_shards_)
+      if (s.local_row_offset % 16 != 0 || s.local_rows % 16 != 0)
+        return fmt::format("rows of '{}' ({}..{}) do not start and end on 16-row tiles", s.checkpoint_name,
+                           s.local_row_offset, s.local_row_offset + s.local_rows);
+    return {};
+  }
   switch (t) {
     case LayoutTransform::transpose:
       if (!transforms_.empty()) return "transpose must be the first transform";
@@ -142,6 +167,11 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
 void Parameter::apply_transform(LayoutTransform t) {
   std::string why = transform_unsupported_reason(t);
   if (!why.empty()) fail("parameter '{}': cannot apply {}: {}", name_, layout_transform_name(t), why);
+  if (quant_.enabled()) {
+    shuffle_quantized();
+    transforms_.push_back(t);
+    return;
+  }
   Tensor current = data_.clone();  // transient copy of one parameter
   Tensor result;
   switch (t) {
@@ -155,6 +185,65 @@ void Parameter::apply_transform(LayoutTransform t) {
   data_.set_layout(result.layout());
   data_.set_read_only(true);
   transforms_.push_back(t);
+  REFIT_ASSERT(data_.storage()->data() == before);
+}
+
+// ---- quantization ----
+
+std::string Parameter::quantization_unsupported_reason(const QuantScheme& scheme) const {
+  if (!scheme.enabled()) return "no quantization scheme given";
+  if (local_shape_.size() != 2) return "only 2-d weights are quantized";
+  if (quant_.enabled()) return fmt::format("already quantized ({})", quant_.name());
+  if (loaded_ || !transforms_.empty())
+    return "already loaded or transformed (quantization is chosen when the parameter is created)";
+  return scheme.unsupported_reason(local_shape_[1]);
+}
+
+void Parameter::set_quantization(const QuantScheme& scheme) {
+  std::string why = quantization_unsupported_reason(scheme);
+  if (!why.empty()) fail("parameter '{}': cannot quantize to {}: {}", name_, scheme.name(), why);
+  logical_dtype_ = data_.dtype();
+  quant_ = scheme;
+  // Allocated once, before any load; every later load writes into these two storages.
+  data_ = Tensor::empty(local_shape_, scheme.code_dtype());
+  data_.set_read_only(true);
+  scale_ = Tensor::empty({local_shape_[0], scheme.scale_cols(local_shape_[1])}, scheme.scale_dtype());
+  scale_.set_read_only(true);
+}
+
+void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
+  const int64_t n = sub.local_rows, k = local_shape_[1];
+  const int64_t row_bytes = code_row_bytes(quant_, k), s = scale_.size(1);
+  const size_t scale_size = dtype_nbytes(scale_.dtype(), 1);
+  // Staging: this sub-shard's codes and scales only.
+  Tensor codes = Tensor::empty({n, row_bytes}, DType::u8);
+  std::vector<uint8_t> scales(static_cast<size_t>(n * s) * scale_size);
+  quantize_rows(quant_, rows.data<const float>(), n, k, codes.raw_data(), scales.data());
+  const bool shuffled = !transforms_.empty();  // the only transform a quantized weight takes
+  if (shuffled) {
+    codes = shuffle_16x16(codes);
+    if (scales_follow_tiles(quant_)) shuffle_scales_16(scales.data(), n, s, scale_groups_per_tile(quant_), scale_size);
+  }
+  // A sub-shard's rows are one contiguous byte range in both layouts (tiles never cross
+  // a 16-row boundary, and shuffled sub-shards start on one), for codes and scales.
+  auto* code_base = static_cast<uint8_t*>(data_.storage()->data());
+  auto* scale_base = static_cast<uint8_t*>(scale_.storage()->data());
+  std::memcpy(code_base + sub.local_row_offset * row_bytes, codes.raw_data(), static_cast<size_t>(n * row_bytes));
+  std::memcpy(scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, scales.data(), scales.size());
+}
+
+void Parameter::shuffle_quantized() {
+  const int64_t n = local_shape_[0], row_bytes = code_row_bytes(quant_, local_shape_[1]);
+  void* before = data_.storage()->data();
+  Tensor bytes = Tensor::from_storage(data_.storage(), DType::u8, {n, row_bytes}).clone();
+  Tensor shuffled = shuffle_16x16(bytes);
+  std::memcpy(before, shuffled.raw_data(), shuffled.nbytes());
+  data_.set_layout(Layout::shuffled_16x16);
+  if (scales_follow_tiles(quant_)) {
+    shuffle_scales_16(scale_.storage()->data(), n, scale_.size(1), scale_groups_per_tile(quant_),
+                      dtype_nbytes(scale_.dtype(), 1));
+    scale_.set_layout(Layout::shuffled_16x16);
+  }
   REFIT_ASSERT(data_.storage()->data() == before);
 }
 

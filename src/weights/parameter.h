@@ -7,7 +7,10 @@
 //  * its sub-shards: which checkpoint tensor fills which rows (fused q/k/v and gate/up
 //    have several; each stored byte derives from exactly one of them),
 //  * its tensor-parallel slice of each (rank, world, split dim),
-//  * the ordered layout transforms applied after loading (transpose, tile shuffle).
+//  * the ordered layout transforms applied after loading (transpose, tile shuffle),
+//  * its quantization scheme, if any: every load quantizes the incoming rows (one
+//    sub-shard's, so scales never mix checkpoint tensors) before the layout transforms,
+//    and the scales live in a second storage owned here, address-stable like the codes.
 // The loader is this class's load(): data on the parameter, not an attribute that a
 // post-processing step can drop (seed 001).
 #pragma once
@@ -17,6 +20,7 @@
 
 #include "core/tensor.h"
 #include "weights/layout_transform.h"
+#include "weights/quant_scheme.h"
 #include "weights/shard.h"
 
 namespace refit {
@@ -37,7 +41,9 @@ class Parameter {
   // checkpoint shape; for fused ones the concatenated checkpoint shapes.
   const Shape& logical_shape() const { return logical_shape_; }
   const Shape& local_shape() const { return local_shape_; }
-  DType dtype() const { return data_.dtype(); }
+  DType dtype() const { return data_.dtype(); }  // stored dtype (codes when quantized)
+  // What the parameter holds before quantization (what it would store unquantized).
+  DType logical_dtype() const { return quant_.enabled() ? logical_dtype_ : data_.dtype(); }
   int64_t rank() const { return rank_; }
   int64_t world() const { return world_; }
   // The dim of the *stored* tensor along which rows (sub-shards, TP slices) run:
@@ -58,11 +64,27 @@ class Parameter {
   // Throws (naming this parameter and the checkpoint tensor, expected and actual) unless
   // `full` can be loaded as `sub_shard`; writes nothing. check_finite scans the values.
   void check_loadable(const SubShard& sub_shard, const Tensor& full, bool check_finite = false) const;
+  // The same checks from a declared shape, dtype and device (for tensors produced later).
+  void check_declared(const SubShard& sub_shard, const Shape& shape, DType dtype, Device device) const;
   // check_loadable, then slice, convert, re-apply the recorded transforms and write the
   // rows of `sub_shard` in place.
   void load(const SubShard& sub_shard, const Tensor& full);
   // For unfused parameters: load the single sub-shard.
   void load(const Tensor& full);
+
+  // ---- quantization ----
+  // Makes this parameter store `scheme`'s codes [rows, K] and scales [rows, S]. Part of
+  // creating it: refused once anything was loaded or transformed (the storage is
+  // allocated here, once, and never moves afterwards).
+  void set_quantization(const QuantScheme& scheme);
+  // "" when `scheme` fits this parameter now, else why not.
+  std::string quantization_unsupported_reason(const QuantScheme& scheme) const;
+  const QuantScheme& quantization() const { return quant_; }
+  bool quantized() const { return quant_.enabled(); }
+  // The scales [local rows, S] (undefined unless quantized): read-only, exportable.
+  const Tensor& scale() const { return scale_; }
+  // Columns sharing one scale (quantized only).
+  int64_t scale_group() const { return quant_.group(local_shape_.back()); }
 
   // Applies a layout transform to the stored contents in place and records it. Throws
   // (changing nothing) when the transform does not fit the shape, or when it is
@@ -75,6 +97,9 @@ class Parameter {
   // `rows` (already sliced and converted, plain layout [n, K]) in the stored form.
   Tensor transformed(const Tensor& rows) const;
   Tensor writable() const;
+  // Quantized load of one sub-shard's rows (f32 [n, K]) and in-place shuffle.
+  void load_quantized(const SubShard& sub_shard, const Tensor& rows);
+  void shuffle_quantized();
 
   std::string name_;
   Shape logical_shape_;
@@ -83,6 +108,10 @@ class Parameter {
   int64_t rank_ = 0, world_ = 1;
   std::vector<LayoutTransform> transforms_;
   Tensor data_;
+  QuantScheme quant_;
+  DType logical_dtype_ = DType::f32;
+  Tensor scale_;
+  bool loaded_ = false;
 };
 
 }  // namespace refit

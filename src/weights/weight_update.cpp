@@ -4,18 +4,37 @@
 
 namespace refit {
 
+void WeightUpdate::stage(const std::string& name, Staged staged) {
+  for (Staged& s : pending_)
+    if (s.target.sub_shard == staged.target.sub_shard) {
+      s = std::move(staged);  // the later tensor for the same name wins
+      return;
+    }
+  pending_.push_back(std::move(staged));
+}
+
 void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   try {
     CheckpointTarget target = params_.target(name);
     if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
     target.parameter->check_loadable(*target.sub_shard, tensor, options_.check_finite);
-    for (auto& [t, staged] : pending_)
-      if (t.sub_shard == target.sub_shard) {
-        staged = tensor;  // the later tensor for the same name wins
-        return;
-      }
-    pending_.emplace_back(target, tensor);
+    stage(name, {target, tensor, nullptr});
+  } catch (const Error& e) {
+    if (failure_.empty()) failure_ = e.what();
+    throw;
+  }
+}
+
+void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DType dtype,
+                               std::function<Tensor()> produce) {
+  if (finished_) fail("weight update: the transaction has already been committed or aborted");
+  try {
+    CheckpointTarget target = params_.target(name);
+    if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
+    target.parameter->check_declared(*target.sub_shard, shape, dtype, Device::cpu());
+    if (options_.check_finite) target.parameter->check_loadable(*target.sub_shard, produce(), true);
+    stage(name, {target, Tensor(), std::move(produce)});
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();
     throw;
@@ -31,7 +50,11 @@ void WeightUpdate::abort() {
 void WeightUpdate::apply() {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   if (failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
-  for (auto& [target, tensor] : pending_) target.parameter->load(*target.sub_shard, tensor);
+  for (Staged& s : pending_) {
+    Tensor tensor = s.tensor.defined() ? s.tensor : s.produce();
+    s.target.parameter->load(*s.target.sub_shard, tensor);
+    s = Staged{};  // release a produced tensor before making the next one
+  }
   pending_.clear();
   owners_.clear();
   finished_ = true;

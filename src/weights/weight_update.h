@@ -10,6 +10,7 @@
 #pragma once
 
 #include <any>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ class WeightUpdate {
   // Validates and stages a reference. Throws Error naming the tensor and the problem;
   // the transaction is then failed.
   void update(const std::string& checkpoint_name, const Tensor& tensor);
+  // A tensor made only when the commit writes it (dequantized or re-ordered from a
+  // file), declared by shape and dtype so it is validated now; memory then stays bounded
+  // by one parameter however large the update. check_finite makes it once now to scan.
+  void update_lazy(const std::string& checkpoint_name, const Shape& shape, DType dtype,
+                   std::function<Tensor()> produce);
   // Keeps something (an open checkpoint whose mapped tensors are staged) alive until
   // the transaction ends.
   void keep_alive(std::any owner) { owners_.push_back(std::move(owner)); }
@@ -43,7 +49,13 @@ class WeightUpdate {
  private:
   const ParameterSet& params_;
   UpdateOptions options_;
-  std::vector<std::pair<CheckpointTarget, Tensor>> pending_;
+  struct Staged {
+    CheckpointTarget target;
+    Tensor tensor;                    // or, when undefined:
+    std::function<Tensor()> produce;  // made at commit
+  };
+  void stage(const std::string& name, Staged staged);
+  std::vector<Staged> pending_;
   std::vector<std::any> owners_;
   std::string failure_;
   bool finished_ = false;
