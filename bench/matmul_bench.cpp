@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -20,6 +21,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
+#include "kernels/registry.h"
 
 namespace {
 
@@ -55,9 +57,24 @@ void BM_refit_matmul(benchmark::State& state, DType dtype) {
   const int64_t M = state.range(0);
   Tensor x = random_tensor({M, kK}, 1);
   Tensor w = random_tensor({kN, kK}, 2).to(dtype);
-  Tensor out = Tensor::empty({M, kN}, DType::f32);
+  Tensor out = Tensor::empty({M, kN}, DType::f32), none;
+  std::array<const Tensor*, 4> args{&x, &w, &none, &out};
+  state.SetLabel(refit::KernelRegistry::global().select("matmul", args).name);
   for (auto _ : state) {
     refit::ops::matmul(x, w, Tensor(), out);
+    benchmark::DoNotOptimize(out.data<float>());
+  }
+  report(state, M, static_cast<int64_t>(w.nbytes()));
+}
+
+// refit's OpenBLAS kernel called directly (dispatch may prefer a batch-invariant one):
+// sgemm on 1 thread per pool thread, N split across the pool.
+void BM_refit_f32_blas(benchmark::State& state) {
+  const int64_t M = state.range(0);
+  Tensor x = random_tensor({M, kK}, 1), w = random_tensor({kN, kK}, 2);
+  Tensor out = Tensor::empty({M, kN}, DType::f32);
+  for (auto _ : state) {
+    refit::cpu::matmul_f32_blas(x, w, Tensor(), out);
     benchmark::DoNotOptimize(out.data<float>());
   }
   report(state, M, static_cast<int64_t>(w.nbytes()));
@@ -121,6 +138,7 @@ void args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK_CAPTURE(BM_refit_matmul, f32, DType::f32)->Apply(args);
+BENCHMARK(BM_refit_f32_blas)->Apply(args);
 BENCHMARK(BM_openblas_sgemm)->Apply(args);
 BENCHMARK_CAPTURE(BM_refit_matmul, bf16, DType::bf16)->Apply(args);
 BENCHMARK_CAPTURE(BM_refit_matmul, f16, DType::f16)->Apply(args);
