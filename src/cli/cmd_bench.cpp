@@ -1,0 +1,139 @@
+// `refit bench`: prompt-processing and generation speed as llama.cpp's llama-bench measures
+// and prints it (runtime/token_bench.h, runtime/bench_report.h), beside a STREAM-style
+// bandwidth measured in the same run (decode cannot beat bandwidth / weight bytes). With
+// --refit: weight-update throughput from disk and from memory beside memcpy
+// (runtime/refit_bench.h).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "cli/command.h"
+#include "cli/progress_bar.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "runtime/bench_report.h"
+#include "runtime/engine.h"
+#include "runtime/memory_bandwidth.h"
+#include "runtime/refit_bench.h"
+#include "runtime/token_bench.h"
+
+namespace refit::cli {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int threads = 0;
+  int reps = 5;
+  std::string output = "md";
+  bool no_bandwidth = false;
+  bool refit = false;
+  std::string refit_from;
+  uint32_t seed = 0;
+  bool progress = false;
+};
+
+// Bytes of a file or of a folder's files: the progress bar only shows for large models.
+size_t path_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return static_cast<size_t>(fs::file_size(path, ec));
+  size_t total = 0;
+  if (fs::is_directory(path, ec))
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) total += static_cast<size_t>(e.file_size(ec));
+  return total;
+}
+
+void note(const BenchArgs& a, const std::string& what) {
+  if (a.progress) fmt::print(stderr, "refit bench: {}\n", what);
+}
+
+int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
+  const BenchModelInfo info = bench_model_info(engine.model(), a.model.empty() ? "(built-in demo)" : a.model);
+  const bool md = a.output == "md";
+  if (md) fmt::print("{}", token_bench_markdown_header());
+  std::fflush(stdout);
+
+  std::vector<TokenBenchResult> results;
+  auto run = [&](int n_prompt, int n_gen) {
+    note(a, fmt::format("{} x {} (+1 warm-up)", n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen),
+                        a.reps));
+    results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed));
+    if (md) fmt::print("{}", token_bench_markdown_row(results.back(), info));
+    std::fflush(stdout);
+  };
+  if (a.n_prompt > 0) run(a.n_prompt, 0);
+  if (a.n_gen > 0) run(0, a.n_gen);
+
+  std::optional<StreamResult> stream;
+  if (!a.no_bandwidth) {
+    note(a, "STREAM-style bandwidth");
+    stream = measure_stream();
+  }
+  if (md) {
+    if (stream) fmt::print("{}", bandwidth_markdown(*stream, info, results));
+    fmt::print("\nbuild: refit (CPU, {} kernels)\n", cpu::cpu_isa_name());
+  } else {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const TokenBenchResult& r : results) out.push_back(token_bench_json(r, info, stream));
+    fmt::print("{}\n", out.dump(2));
+  }
+  return 0;
+}
+
+int run_bench(const BenchArgs& a) {
+  if (a.reps < 1) fail("bench: -r must be at least 1 (got {})", a.reps);
+  if (a.n_prompt < 0 || a.n_gen < 0) fail("bench: -p and -n must not be negative");
+  if (!a.refit && a.n_prompt == 0 && a.n_gen == 0) fail("bench: nothing to run (-p 0 and -n 0)");
+  if (a.refit && a.model.empty() && a.refit_from.empty())
+    fail("bench --refit needs -m PATH (the checkpoint whose weights are pushed into the engine)");
+
+  EngineOptions options;
+  options.model_path = a.model;
+  options.threads = a.threads;
+  if (!a.model.empty()) options.progress = progress_bar("loading " + a.model, path_bytes(a.model));
+  note(a, a.model.empty() ? "built-in demo model" : "loading " + a.model);
+  Engine engine(options);
+
+  if (!a.refit) return run_token_benchmarks(a, engine);
+
+  const std::string source = a.refit_from.empty() ? a.model : a.refit_from;
+  note(a, "refit from " + source);
+  const RefitBenchResult r = run_refit_bench(engine, source, a.reps);
+  if (a.output == "md")
+    fmt::print("{}", refit_bench_markdown(r));
+  else
+    fmt::print("{}\n", refit_bench_json(r).dump(2));
+  return 0;
+}
+
+CommandRegistrar registrar{
+    {"bench", "Prompt and generation speed as llama-bench measures it (or refit throughput with --refit)",
+     [](CLI::App& sub) {
+       auto args = std::make_shared<BenchArgs>();
+       sub.add_option("-m,--model", args->model, "Model (GGUF, HF folder, llama2.c .bin); none: built-in demo");
+       sub.add_option("-p,--n-prompt", args->n_prompt, "Prompt tokens (pp test, one batch); 0 skips it")
+           ->capture_default_str();
+       sub.add_option("-n,--n-gen", args->n_gen, "Generated tokens (tg test, one at a time); 0 skips it")
+           ->capture_default_str();
+       sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
+       sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")->capture_default_str();
+       sub.add_option("-o,--output", args->output, "Output format")
+           ->check(CLI::IsMember({"md", "json"}))
+           ->capture_default_str();
+       sub.add_flag("--no-bandwidth", args->no_bandwidth, "Skip the STREAM-style bandwidth measurement");
+       sub.add_flag("--refit", args->refit,
+                    "Measure weight-update throughput (disk and in-memory) beside memcpy instead of pp/tg");
+       sub.add_option("--refit-from", args->refit_from, "--refit: checkpoint to update from (default: -m)");
+       sub.add_option("--seed", args->seed, "Seed of the random prompt tokens")->capture_default_str();
+       sub.add_flag("--progress", args->progress, "Progress lines on stderr");
+       return std::function<int()>([args] { return run_bench(*args); });
+     }}};
+
+}  // namespace
+}  // namespace refit::cli

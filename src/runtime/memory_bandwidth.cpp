@@ -1,0 +1,222 @@
+#include "runtime/memory_bandwidth.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace refit {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Page-aligned, never zero-initialised by the allocator: the caller touches it (on the pool,
+// so each thread's first touch places its pages as the measurement will use them).
+struct AlignedBuffer {
+  explicit AlignedBuffer(size_t n) : bytes(n) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, std::max<size_t>(n, 1)) != 0) throw std::bad_alloc();
+    data.reset(static_cast<uint8_t*>(p));
+  }
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data;
+  size_t bytes;
+};
+
+void parallel_fill(AlignedBuffer& b, uint8_t value) {
+  parallel_for(static_cast<int64_t>(b.bytes), [&](int64_t s, int64_t e, int) {
+    std::memset(b.data.get() + s, value, static_cast<size_t>(e - s));
+  }, int64_t{1} << 20);
+}
+
+std::vector<std::filesystem::path> regular_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (path.empty()) return files;
+  if (fs::is_directory(path)) {
+    for (const auto& entry : fs::directory_iterator(path))
+      if (entry.is_regular_file()) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(path)) {
+    files.emplace_back(path);
+  }
+  return files;
+}
+
+}  // namespace
+
+StreamResult measure_stream(int64_t array_bytes, int reps) {
+  StreamResult r;
+  r.threads = num_threads();
+  r.array_bytes = array_bytes;
+  r.reps = std::max(reps, 1);
+  const size_t n = static_cast<size_t>(array_bytes);
+  AlignedBuffer a(n), b(n);
+  parallel_fill(a, 1);
+  parallel_fill(b, 2);
+  // Chunks of whole cache lines, split the same way every pass.
+  const int64_t grain = 1 << 16;
+
+  double best_copy = 1e300;
+  for (int i = 0; i <= r.reps; ++i) {  // pass 0 is untimed, as in STREAM
+    const auto start = std::chrono::steady_clock::now();
+    parallel_for(array_bytes, [&](int64_t s, int64_t e, int) {
+      std::memcpy(a.data.get() + s, b.data.get() + s, static_cast<size_t>(e - s));
+    }, grain);
+    const double t = seconds_since(start);
+    if (i > 0) best_copy = std::min(best_copy, t);
+  }
+  r.copy_gbs = 2.0 * static_cast<double>(array_bytes) / best_copy * 1e-9;
+
+  // Read-only: integer sums (they vectorise without reassociation flags) into a per-thread
+  // slot the compiler cannot drop.
+  std::vector<uint64_t> sink(static_cast<size_t>(std::max(num_threads(), 1)) * 8, 0);
+  double best_read = 1e300;
+  for (int i = 0; i <= r.reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    parallel_for(array_bytes / 8, [&](int64_t s, int64_t e, int idx) {
+      const uint64_t* p = reinterpret_cast<const uint64_t*>(a.data.get());
+      uint64_t acc[8] = {};
+      int64_t j = s;
+      for (; j + 8 <= e; j += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += p[j + k];
+      for (; j < e; ++j) acc[0] += p[j];
+      uint64_t total = 0;
+      for (uint64_t v : acc) total += v;
+      sink[static_cast<size_t>(idx) * 8] += total;  // one cache line per thread
+    }, grain / 8);
+    const double t = seconds_since(start);
+    if (i > 0) best_read = std::min(best_read, t);
+  }
+  r.read_gbs = static_cast<double>(array_bytes) / best_read * 1e-9;
+  // Keep the sums observable.
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink) keep = keep + v;
+  (void)keep;
+  return r;
+}
+
+double measure_memcpy_gbs(size_t bytes, int reps) {
+  AlignedBuffer src(bytes), dst(bytes);
+  parallel_fill(src, 3);
+  parallel_fill(dst, 4);
+  double best = 1e300;
+  for (int i = 0; i < std::max(reps, 1); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(dst.data.get(), src.data.get(), bytes);
+    best = std::min(best, seconds_since(start));
+  }
+  volatile uint8_t keep = dst.data.get()[bytes / 2];
+  (void)keep;
+  return static_cast<double>(bytes) / best * 1e-9;
+}
+
+ProcMemory read_proc_memory() {
+  ProcMemory m;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return m;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    long long kb = 0;
+    if (std::sscanf(line, "VmRSS: %lld", &kb) == 1) m.rss_kb = kb;
+    else if (std::sscanf(line, "VmHWM: %lld", &kb) == 1) m.hwm_kb = kb;
+    else if (std::sscanf(line, "RssAnon: %lld", &kb) == 1) m.rss_anon_kb = kb;
+    else if (std::sscanf(line, "RssFile: %lld", &kb) == 1) m.rss_file_kb = kb;
+  }
+  std::fclose(f);
+  return m;
+}
+
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+PeakMemorySampler::PeakMemorySampler(int period_us) : period_us_(std::max(period_us, 50)) {
+  sample();
+  thread_ = std::thread([this] {
+    while (running_.load(std::memory_order_relaxed)) {
+      sample();
+      std::this_thread::sleep_for(std::chrono::microseconds(period_us_));
+    }
+  });
+}
+
+PeakMemorySampler::~PeakMemorySampler() { stop(); }
+
+void PeakMemorySampler::stop() {
+  if (thread_.joinable()) {
+    running_.store(false);
+    thread_.join();
+    sample();
+  }
+}
+
+void PeakMemorySampler::sample() {
+  const ProcMemory m = read_proc_memory();
+  int64_t v = peak_rss_kb_.load();
+  while (m.rss_kb > v && !peak_rss_kb_.compare_exchange_weak(v, m.rss_kb)) {}
+  v = peak_anon_kb_.load();
+  while (m.rss_anon_kb > v && !peak_anon_kb_.compare_exchange_weak(v, m.rss_anon_kb)) {}
+}
+
+double page_cached_fraction(const std::string& path) {
+  const long page = sysconf(_SC_PAGESIZE);
+  uint64_t pages = 0, resident = 0;
+  for (const auto& file : regular_files(path)) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) {
+        const size_t n = (static_cast<size_t>(st.st_size) + page - 1) / page;
+        std::vector<unsigned char> vec(n);
+        if (::mincore(p, static_cast<size_t>(st.st_size), vec.data()) == 0) {
+          pages += n;
+          for (unsigned char c : vec) resident += c & 1;
+        }
+        ::munmap(p, static_cast<size_t>(st.st_size));
+      }
+    }
+    ::close(fd);
+  }
+  return pages == 0 ? 0.0 : static_cast<double>(resident) / static_cast<double>(pages);
+}
+
+uint64_t warm_page_cache(const std::string& path) {
+  uint64_t total = 0;
+  std::vector<char> buf(size_t{8} << 20);
+  for (const auto& file : regular_files(path)) {
+    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    for (;;) {
+      const ssize_t got = ::read(fd, buf.data(), buf.size());
+      if (got <= 0) break;
+      total += static_cast<uint64_t>(got);
+    }
+    ::close(fd);
+  }
+  return total;
+}
+
+}  // namespace refit

@@ -1,0 +1,159 @@
+#include "runtime/token_bench.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace refit {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+std::string rfc3339_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%FT%TZ", &tm);
+  return buf;
+}
+
+// llama.cpp's model-size classes are per architecture and layer count; the parameter count
+// rounded to the nearest B (or M below a billion) gives the same label for the common
+// shapes (TinyLlama-1.1B: "1B").
+std::string size_class(uint64_t n_params) {
+  if (n_params >= 1'000'000'000ull) return fmt::format("{}B", std::llround(double(n_params) / 1e9));
+  return fmt::format("{}M", std::llround(double(n_params) / 1e6));
+}
+
+// llama_model_ftype_name spelling.
+std::string ftype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "all F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    default: return std::string(dtype_name(t));
+  }
+}
+
+}  // namespace
+
+BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename) {
+  BenchModelInfo info;
+  info.filename = filename;
+  info.weight_dtype = model.weight_dtype();
+  const ModelConfig& c = model.config();
+  for (const auto& p : model.parameters().all()) {
+    const uint64_t bytes = p->data().nbytes();
+    info.size_bytes += bytes;
+    info.n_params += static_cast<uint64_t>(p->data().numel());
+    const bool lookup_only = !c.tied_embeddings && p->name() == "model.embed_tokens.weight";
+    info.decode_bytes_per_token += lookup_only ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
+                                               : bytes;
+  }
+  info.type = fmt::format("{} {} {}", architecture_name(c.arch), size_class(info.n_params),
+                          ftype_name(info.weight_dtype));
+  return info;
+}
+
+double bench_mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+double bench_stddev(const std::vector<double>& v) {
+  if (v.size() <= 1) return 0;
+  const double mean = bench_mean(v);
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  return std::sqrt(sq / double(v.size() - 1));
+}
+
+std::string TokenBenchResult::name() const {
+  if (n_prompt > 0 && n_gen == 0) return fmt::format("pp{}", n_prompt);
+  if (n_gen > 0 && n_prompt == 0) return fmt::format("tg{}", n_gen);
+  return fmt::format("pp{}+tg{}", n_prompt, n_gen);
+}
+
+std::vector<double> TokenBenchResult::samples_ts() const {
+  std::vector<double> ts;
+  for (uint64_t ns : samples_ns) ts.push_back(1e9 * double(n_prompt + n_gen) / double(ns));
+  return ts;
+}
+
+double TokenBenchResult::avg_ts() const { return bench_mean(samples_ts()); }
+double TokenBenchResult::stddev_ts() const { return bench_stddev(samples_ts()); }
+
+uint64_t TokenBenchResult::avg_ns() const {
+  std::vector<double> v(samples_ns.begin(), samples_ns.end());
+  return static_cast<uint64_t>(bench_mean(v));
+}
+
+uint64_t TokenBenchResult::stddev_ns() const {
+  std::vector<double> v(samples_ns.begin(), samples_ns.end());
+  return static_cast<uint64_t>(bench_stddev(v));
+}
+
+TokenBenchResult run_token_bench(const LlamaModel& model, int n_prompt, int n_gen, int reps, uint32_t seed) {
+  const ModelConfig& c = model.config();
+  if (n_prompt < 0 || n_gen < 0) fail("bench: -p and -n must not be negative (got {} and {})", n_prompt, n_gen);
+  if (n_prompt == 0 && n_gen == 0) fail("bench: a test needs -p or -n above 0");
+  if (reps < 1) fail("bench: -r must be at least 1 (got {})", reps);
+  if (n_prompt + n_gen > c.max_seq_len)
+    fail("bench: {} prompt + {} generated tokens exceed the model's context length {}", n_prompt, n_gen,
+         c.max_seq_len);
+
+  TokenBenchResult r;
+  r.n_prompt = n_prompt;
+  r.n_gen = n_gen;
+  r.n_threads = num_threads();
+  r.n_batch = n_prompt > 0 ? n_prompt : 1;
+  r.test_time = rfc3339_now();
+
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> random_id(0, static_cast<int32_t>(c.vocab_size - 1));
+  const int32_t bos = (c.bos_id >= 0 && c.bos_id < c.vocab_size) ? c.bos_id : random_id(rng);
+  KvCache cache = model.make_cache(n_prompt + n_gen);
+
+  // Both from an empty cache: position 0 onwards overwrites whatever an earlier run left,
+  // and attention only reads positions below the current one.
+  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+  auto run_prompt = [&](int n) {
+    prompt.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) prompt[size_t(i)] = i == 0 ? bos : random_id(rng);
+    Tensor logits = model.forward(prompt, 0, cache, /*all_logits=*/false);
+    (void)logits;
+  };
+  auto run_gen = [&](int64_t start_pos, int n) {
+    int32_t token = bos;
+    for (int i = 0; i < n; ++i) {
+      int32_t one[1] = {token};
+      Tensor logits = model.forward(one, start_pos + i, cache, /*all_logits=*/false);
+      (void)logits;
+      token = random_id(rng);
+    }
+  };
+
+  if (n_prompt > 0) run_prompt(n_prompt);  // warm-up, as llama-bench: the whole prompt
+  if (n_gen > 0) run_gen(0, 1);            // and one generated token
+  for (int rep = 0; rep < reps; ++rep) {
+    const uint64_t start = now_ns();
+    if (n_prompt > 0) run_prompt(n_prompt);
+    if (n_gen > 0) run_gen(n_prompt, n_gen);
+    r.samples_ns.push_back(now_ns() - start);
+  }
+  return r;
+}
+
+}  // namespace refit

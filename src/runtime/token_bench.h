@@ -1,0 +1,59 @@
+// Prompt-processing and token-generation speed, measured the way llama.cpp's llama-bench
+// measures it (tools/llama-bench/llama-bench.cpp), so the two compare row by row:
+//   * random token ids (BOS first, then uniform ids; llama-bench uses std::rand() % n_vocab),
+//   * a pp test runs the whole prompt as one batch (llama-bench's default n_batch 2048 covers
+//     pp512 in one llama_decode) and keeps only the last position's logits,
+//   * a tg test runs n_gen single-token forward passes from an empty cache, feeding a random
+//     token each time: no sampling inside the timing,
+//   * one untimed warm-up (the whole prompt for pp, one token for tg), then `reps` timed runs,
+//     each from an empty cache; a sample's t/s is (n_prompt + n_gen) / its time, and avg/stddev
+//     are over the samples' t/s (sample stddev, n - 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/llama_model.h"
+
+namespace refit {
+
+// What llama-bench reports about the model (llama_model_desc / _size / _n_params).
+struct BenchModelInfo {
+  std::string filename;
+  std::string type;          // "llama 1B F16": architecture, size class, weight dtype
+  uint64_t size_bytes = 0;   // bytes of every stored parameter
+  uint64_t n_params = 0;     // elements of every stored parameter
+  // Bytes one decode step must read: every parameter except the embedding table when the
+  // LM head is untied (a lookup reads one row of it). The KV cache is extra and small at tg128.
+  uint64_t decode_bytes_per_token = 0;
+  DType weight_dtype = DType::f32;
+};
+BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename);
+
+struct TokenBenchResult {
+  int n_prompt = 0;
+  int n_gen = 0;
+  int n_threads = 0;
+  int n_batch = 0;         // largest batch one forward pass took (n_prompt, or 1 for tg)
+  std::string test_time;   // RFC 3339, UTC, when the test started
+  std::vector<uint64_t> samples_ns;
+
+  std::string name() const;  // "pp512", "tg128" or "pp512+tg128", as llama-bench
+  std::vector<double> samples_ts() const;
+  double avg_ts() const;
+  double stddev_ts() const;
+  uint64_t avg_ns() const;
+  uint64_t stddev_ns() const;
+};
+
+// Runs one test (n_prompt and/or n_gen > 0) on `model` with the pool's current thread count.
+// `seed` seeds the random token ids. Throws when the test does not fit the context length.
+TokenBenchResult run_token_bench(const LlamaModel& model, int n_prompt, int n_gen, int reps,
+                                 uint32_t seed = 0);
+
+// Mean and sample standard deviation as llama-bench computes them (0 for fewer than two).
+double bench_mean(const std::vector<double>& v);
+double bench_stddev(const std::vector<double>& v);
+
+}  // namespace refit

@@ -1,0 +1,248 @@
+// `refit bench` machinery: llama-bench-compatible timing and output (statistics, test
+// names, markdown columns, JSON field names), the STREAM-style bandwidth, resident-memory
+// readings, and the refit-throughput benchmark on a tiny synthetic checkpoint.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "formats_test_util.h"
+#include "models/demo_model.h"
+#include "models/synthetic_checkpoint.h"
+#include "models/synthetic_model.h"
+#include "runtime/bench_report.h"
+#include "runtime/memory_bandwidth.h"
+#include "runtime/refit_bench.h"
+#include "runtime/token_bench.h"
+
+namespace refit {
+namespace {
+
+using testing::TempDir;
+
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string out;
+  FILE* p = ::popen((std::string(REFIT_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int rc = ::pclose(p);
+  return {WEXITSTATUS(rc), out};
+}
+
+TEST(BenchStats, mean_and_sample_stddev_as_llama_bench) {
+  EXPECT_DOUBLE_EQ(bench_mean({1, 2, 3, 4}), 2.5);
+  EXPECT_NEAR(bench_stddev({1, 2, 3, 4}), std::sqrt(5.0 / 3.0), 1e-12);
+  EXPECT_EQ(bench_stddev({7}), 0.0);
+  EXPECT_EQ(bench_mean({}), 0.0);
+}
+
+TEST(BenchStats, tokens_per_second_counts_prompt_and_generated_tokens) {
+  TokenBenchResult r;
+  r.n_prompt = 512;
+  r.samples_ns = {1'000'000'000, 2'000'000'000};
+  EXPECT_EQ(r.name(), "pp512");
+  ASSERT_EQ(r.samples_ts().size(), 2u);
+  EXPECT_DOUBLE_EQ(r.samples_ts()[0], 512.0);
+  EXPECT_DOUBLE_EQ(r.samples_ts()[1], 256.0);
+  EXPECT_DOUBLE_EQ(r.avg_ts(), 384.0);
+  EXPECT_EQ(r.avg_ns(), 1'500'000'000u);
+  r.n_prompt = 0;
+  r.n_gen = 128;
+  EXPECT_EQ(r.name(), "tg128");
+  r.n_prompt = 16;
+  EXPECT_EQ(r.name(), "pp16+tg128");
+}
+
+TEST(TokenBench, runs_the_requested_repetitions_on_the_demo_model) {
+  DemoModel demo = make_demo_model();
+  TokenBenchResult pp = run_token_bench(*demo.model, 8, 0, 3);
+  EXPECT_EQ(pp.samples_ns.size(), 3u);
+  EXPECT_EQ(pp.name(), "pp8");
+  EXPECT_EQ(pp.n_batch, 8);
+  EXPECT_EQ(pp.n_threads, num_threads());
+  EXPECT_GT(pp.avg_ts(), 0.0);
+  TokenBenchResult tg = run_token_bench(*demo.model, 0, 4, 2);
+  EXPECT_EQ(tg.samples_ns.size(), 2u);
+  EXPECT_EQ(tg.n_batch, 1);
+  EXPECT_FALSE(tg.test_time.empty());
+  EXPECT_EQ(tg.test_time.back(), 'Z');
+}
+
+TEST(TokenBench, refuses_tests_that_cannot_run) {
+  DemoModel demo = make_demo_model();
+  const int64_t ctx = demo.model->config().max_seq_len;
+  EXPECT_THROW(run_token_bench(*demo.model, static_cast<int>(ctx), 1, 1), Error);
+  EXPECT_THROW(run_token_bench(*demo.model, 0, 0, 1), Error);
+  EXPECT_THROW(run_token_bench(*demo.model, 4, 0, 0), Error);
+  EXPECT_THROW(run_token_bench(*demo.model, -1, 4, 1), Error);
+}
+
+TEST(TokenBench, model_info_sizes_and_decode_bytes) {
+  DemoModel demo = make_demo_model();  // tied: the embedding is the LM head, read in full
+  const BenchModelInfo info = bench_model_info(*demo.model, "demo");
+  EXPECT_EQ(info.size_bytes, demo.model->parameters().total_bytes());
+  EXPECT_EQ(info.decode_bytes_per_token, info.size_bytes);
+  EXPECT_EQ(info.type.rfind("llama ", 0), 0u) << info.type;
+
+  ModelConfig untied = synthetic_preset(Architecture::llama, "tiny");
+  untied.tied_embeddings = false;
+  LlamaModel model(untied, DType::f16);
+  const BenchModelInfo u = bench_model_info(model, "untied");
+  const uint64_t embed = model.parameters().get("model.embed_tokens.weight").data().nbytes();
+  EXPECT_EQ(u.decode_bytes_per_token, u.size_bytes - embed + embed / uint64_t(untied.vocab_size));
+  EXPECT_NE(u.type.find(" F16"), std::string::npos) << u.type;
+}
+
+TEST(BenchReport, markdown_header_is_llama_benchs) {
+  EXPECT_EQ(token_bench_markdown_header(),
+            "| model                          |       size |     params | backend    | threads |          test |"
+            "                  t/s |\n"
+            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | ------------: |"
+            " -------------------: |\n");
+}
+
+TEST(BenchReport, markdown_row_and_json_fields) {
+  BenchModelInfo info;
+  info.type = "llama 1B F16";
+  info.size_bytes = 2200000000ull;
+  info.n_params = 1100000000ull;
+  info.decode_bytes_per_token = 2000000000ull;
+  info.filename = "/tmp/m.gguf";
+  TokenBenchResult r;
+  r.n_gen = 128;
+  r.n_threads = 2;
+  r.n_batch = 1;
+  r.samples_ns = {16'000'000'000, 16'000'000'000};
+  const std::string row = token_bench_markdown_row(r, info);
+  EXPECT_EQ(row,
+            "| llama 1B F16                   |   2.05 GiB |     1.10 B | CPU        |       2 |         tg128 |"
+            "          8.00 ± 0.00 |\n");
+
+  StreamResult s;
+  s.copy_gbs = 20.0;
+  s.read_gbs = 25.0;
+  const nlohmann::ordered_json j = token_bench_json(r, info, s);
+  for (const char* key : {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
+                          "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads",
+                          "type_k", "type_v", "n_gpu_layers", "use_mmap", "embeddings", "n_prompt", "n_gen",
+                          "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["n_gen"], 128);
+  EXPECT_EQ(j["model_size"], 2200000000ull);
+  EXPECT_DOUBLE_EQ(j["avg_ts"].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(j["refit_decode_limit_ts"].get<double>(), 10.0);  // 20 GB/s / 2 GB
+  EXPECT_DOUBLE_EQ(j["refit_decode_fraction"].get<double>(), 0.8);
+  const std::string lines = bandwidth_markdown(s, info, {r});
+  EXPECT_NE(lines.find("tg128: 8.00 t/s = 80% of the copy limit"), std::string::npos) << lines;
+}
+
+TEST(MemoryBandwidth, stream_and_memcpy_report_positive_rates) {
+  const StreamResult s = measure_stream(int64_t{16} << 20, 2);
+  EXPECT_GT(s.copy_gbs, 0.0);
+  EXPECT_GT(s.read_gbs, 0.0);
+  EXPECT_EQ(s.threads, num_threads());
+  EXPECT_GT(measure_memcpy_gbs(size_t{8} << 20, 2), 0.0);
+}
+
+TEST(MemoryBandwidth, resident_memory_sees_a_touched_allocation) {
+  const ProcMemory before = read_proc_memory();
+  ASSERT_GT(before.rss_kb, 0);
+  PeakMemorySampler sampler(100);
+  {
+    std::vector<char> block(size_t{64} << 20);
+    std::memset(block.data(), 1, block.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the sampler see it
+    EXPECT_GE(read_proc_memory().rss_anon_kb - before.rss_anon_kb, 60 * 1024);
+  }
+  sampler.stop();
+  EXPECT_GE(sampler.peak_anon_kb() - before.rss_anon_kb, 60 * 1024);
+}
+
+TEST(MemoryBandwidth, page_cache_warming_reads_every_file) {
+  TempDir dir;
+  dir.write("a.bin", std::string(100000, 'a'));
+  dir.write("b.bin", std::string(5000, 'b'));
+  EXPECT_EQ(warm_page_cache(dir.path.string()), 105000u);
+  EXPECT_DOUBLE_EQ(page_cached_fraction(dir.path.string()), 1.0);
+  EXPECT_EQ(page_cached_fraction(""), 0.0);
+}
+
+TEST(RefitBench, measures_both_sources_and_leaves_the_target_weights) {
+  TempDir dir;
+  const ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+  SyntheticCheckpointOptions a, b;
+  a.weight_dtype = b.weight_dtype = DType::f16;
+  a.seed = 1;
+  b.seed = 2;
+  write_synthetic_hf(dir.file("a"), config, a);
+  write_synthetic_hf(dir.file("b"), config, b);
+  EngineOptions options;
+  options.model_path = dir.file("a");
+  Engine engine(options);
+  const uint64_t version = engine.weight_version();
+
+  const RefitBenchResult r = run_refit_bench(engine, dir.file("b"), 2);
+  ASSERT_EQ(r.sources.size(), 2u);
+  EXPECT_EQ(r.sources[0].name, "disk");
+  EXPECT_EQ(r.sources[1].name, "tensors");
+  EXPECT_DOUBLE_EQ(r.sources[0].page_cached, 1.0);
+  for (const RefitBenchSource& s : r.sources) {
+    EXPECT_EQ(s.samples_ns.size(), 2u);
+    EXPECT_EQ(s.bytes, r.sources[0].bytes);
+    EXPECT_GT(s.avg_gbs(), 0.0);
+  }
+  EXPECT_EQ(r.memcpy_bytes, r.sources[0].bytes);
+  EXPECT_GT(r.memcpy_gbs, 0.0);
+  EXPECT_EQ(engine.weight_version(), version + 2 * 3);  // warm-up + 2 timed, per source
+
+  // The engine now holds b's weights: equal to a fresh engine on b.
+  EngineOptions fresh_options;
+  fresh_options.model_path = dir.file("b");
+  Engine fresh(fresh_options);
+  const auto got = engine.named_parameters(), want = fresh.named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(got[i].tensor.raw_data(), want[i].tensor.raw_data(), got[i].tensor.nbytes()), 0)
+        << got[i].name;
+
+  const std::string md = refit_bench_markdown(r);
+  EXPECT_NE(md.find("memcpy (1 thread, same bytes)"), std::string::npos) << md;
+  const auto j = refit_bench_json(r);
+  EXPECT_EQ(j["sources"].size(), 2u);
+}
+
+TEST(BenchCli, json_rows_use_llama_bench_field_names) {
+  TempDir dir;
+  const std::string model = dir.file("tiny.gguf");
+  auto [rc, text] = run_cli("synth --preset tiny --dtype f16 --format gguf -q -o '" + model + "'");
+  ASSERT_EQ(rc, 0) << text;
+  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 8 -n 4 -r 2 -t 1 -o json --no-bandwidth");
+  ASSERT_EQ(rc, 0) << text;
+  const auto rows = nlohmann::json::parse(text);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["n_prompt"], 8);
+  EXPECT_EQ(rows[0]["n_gen"], 0);
+  EXPECT_EQ(rows[1]["n_prompt"], 0);
+  EXPECT_EQ(rows[1]["n_gen"], 4);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["n_threads"], 1);
+    EXPECT_EQ(row["samples_ns"].size(), 2u);
+    EXPECT_EQ(row["model_filename"], model);
+    EXPECT_EQ(row["model_type"].get<std::string>().rfind("llama ", 0), 0u);
+  }
+  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 8 -n 0 -r 1 -o md --no-bandwidth");
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("|           pp8 |"), std::string::npos) << text;
+  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 0 -n 0");
+  EXPECT_NE(rc, 0);
+}
+
+}  // namespace
+}  // namespace refit
