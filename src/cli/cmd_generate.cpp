@@ -28,6 +28,7 @@ struct GenerateOptions {
   bool json = false, ignore_eos = false;
   int tp = 1;
   std::string layout;
+  std::string quant;
   std::string refit_from, refit_names;
   int64_t refit_after = 0;
 };
@@ -68,6 +69,7 @@ int run(const GenerateOptions& o) {
   engine_options.threads = o.threads;
   engine_options.tp = o.tp;
   engine_options.layout = o.layout;
+  engine_options.quant = o.quant;
   if (!o.json && !o.model.empty()) {
     std::error_code ec;
     const auto bytes = std::filesystem::is_regular_file(o.model, ec) ? std::filesystem::file_size(o.model, ec) : 0;
@@ -189,6 +191,7 @@ CommandRegistrar registrar{{"generate", "Generate text with a model (the built-i
   sub.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
   sub.add_option("--tp", o->tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
   sub.add_option("--layout", o->layout, "Weight layout transform: plain, transpose, shuffle16x16");
+  sub.add_option("--quant", o->quant, "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block [-w8a8], mxfp4, q8_0");
   sub.add_option("--refit-from", o->refit_from, "Refit to this checkpoint's weights during generation");
   sub.add_option("--refit-after", o->refit_after, "Generated tokens before the refit (0: before the prompt)")
       ->check(CLI::NonNegativeNumber);

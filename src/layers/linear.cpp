@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
 
 namespace refit {
@@ -62,7 +63,20 @@ Linear Linear::row(ParameterSet& params, const std::string& name, const std::str
 Tensor Linear::forward(const Tensor& x) const {
   Tensor out = Tensor::empty({x.size(0), local_out_}, DType::f32);
   const bool reduce = style_ == ParallelStyle::row && communicator_->world_size() > 1;
-  ops::matmul(x, weight_->matmul_view(), reduce || !bias_ ? Tensor() : bias_->data(), out);
+  const Tensor bias = reduce || !bias_ ? Tensor() : bias_->data();
+  if (weight_->quantized()) {
+    // Quantized weights: codes + scales; W8A8 quantizes the activations per token first.
+    Tensor activations = x, activation_scale;
+    if (weight_->quantization().w8a8) {
+      activations = Tensor::empty(x.shape(), DType::f8_e4m3fn);
+      activation_scale = Tensor::empty({x.size(0)}, DType::f32);
+      ops::quantize_per_token_fp8(x, activations, activation_scale);
+    }
+    ops::matmul_quantized(activations, activation_scale, weight_->data(), weight_->scale(), weight_->scale_group(),
+                          bias, out);
+  } else {
+    ops::matmul(x, weight_->matmul_view(), bias, out);
+  }
   if (reduce) {
     communicator_->all_reduce_sum(out.data<float>(), static_cast<size_t>(out.numel()));
     if (bias_) {

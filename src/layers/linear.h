@@ -8,7 +8,8 @@
 //   row-parallel       columns of W (input features) split; partial outputs all-reduced,
 //                      then the bias added once
 //
-// The matmul kernel is chosen by dispatch from the weight's dtype and layout (law L3).
+// The matmul kernel is chosen by dispatch from the weight's dtype and layout (law L3);
+// a quantized weight (Parameter::quantization) runs ops::matmul_quantized with its scales.
 #pragma once
 
 #include <string>

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul_layouts.h"
 #include "kernels/cpu/serve_kernels.h"
+#include "kernels/matmul_quantized.h"
 #include "kernels/op_fns.h"
 #include "kernels/registry.h"
 
@@ -143,6 +144,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   cpu::register_core_cpu_kernels(registry);
   register_serve_cpu_kernels(registry);  // paged attention, batch-invariant f32 matmul
   cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
+  cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
 }
 
 }  // namespace refit

@@ -1,0 +1,41 @@
+// Matmul with quantized weights (FP8 e4m3fn, MXFP4, Q8_0), and the dynamic per-token
+// activation quantization of W8A8. Kernels are chosen by dispatch from the tensors (law
+// L3): the code dtype and layout of `w`, the dtype of `x` (f32: W8A16; f8: W8A8).
+#pragma once
+
+#include "core/tensor.h"
+#include "kernels/registry.h"
+
+namespace refit::ops {
+
+// out[M, N] = dequant(x)[M, K] · dequant(w)[N, K]^T (+ bias[N]), where
+//   x       f32 [M, K] with x_scale undefined (weights-only quantization, W8A16), or
+//           f8_e4m3fn [M, K] with x_scale f32 [M] (per-token scales, W8A8);
+//   w       codes [N, K]: f8_e4m3fn, f4_e2m1 (packed, low nibble first) or i8, in the plain
+//           (strided, contiguous) layout or shuffled_16x16 (AITER's tile shuffle of the
+//           code bytes: 16 rows x 32 bytes per tile);
+//   w_scale [N, S] with S = ceil(K / group): f32 for f8 codes, e8m0 for f4, f16 for i8;
+//           element (n, k) uses w_scale[n, k / group]. Scales of shuffled f4/i8 codes are
+//           tagged shuffled_16x16 and stored tile by tile ([N/16, S/g, 16, g], g = groups
+//           per 32-byte tile); f32 scales are always plain.
+//   bias    f32 [N] or undefined; out f32 [M, N] contiguous rows.
+void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
+                      int64_t group, const Tensor& bias, Tensor& out);
+
+// xq f8_e4m3fn [M, K], x_scale f32 [M]: row m is quantized with scale amax(|x[m]|) / 448
+// (nearest-even, saturating), the dynamic per-token scheme of W8A8.
+void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale);
+
+}  // namespace refit::ops
+
+namespace refit::kernels {
+// select() args: {x, x_scale, w, w_scale, bias, out}
+using MatmulQuantizedFn = void (*)(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
+                                   int64_t group, const Tensor& bias, Tensor& out);
+// select() args: {x, xq, x_scale}
+using QuantizePerTokenFn = void (*)(const Tensor& x, Tensor& xq, Tensor& x_scale);
+}  // namespace refit::kernels
+
+namespace refit::cpu {
+void register_quantized_matmul_kernels(KernelRegistry& registry);
+}  // namespace refit::cpu

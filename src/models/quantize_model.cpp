@@ -1,0 +1,83 @@
+#include "models/quantize_model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/hf_folder.h"
+
+namespace refit {
+
+std::string QuantizedModelSummary::str() const {
+  std::string s = fmt::format("{}: {} linear weights quantized", scheme.name(), quantized.size());
+  if (!kept.empty()) s += fmt::format(", {} kept unquantized ({})", kept.size(), fmt::join(kept, "; "));
+  return s;
+}
+
+namespace {
+bool is_linear_weight(const std::string& name) {
+  static const char* const suffixes[] = {".qkv_proj.weight", ".o_proj.weight", ".gate_up_proj.weight",
+                                         ".down_proj.weight"};
+  for (const char* suffix : suffixes) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
+QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme) {
+  QuantizedModelSummary summary;
+  summary.scheme = scheme;
+  if (!scheme.enabled()) return summary;
+  for (const auto& p : model.parameters().all()) {
+    if (!is_linear_weight(p->name())) continue;
+    std::string why = p->quantization_unsupported_reason(scheme);
+    if (why.empty()) {
+      p->set_quantization(scheme);
+      summary.quantized.push_back(p->name());
+    } else {
+      summary.kept.push_back(fmt::format("{}: {}", p->name(), why));
+    }
+  }
+  if (summary.quantized.empty())
+    fail("--quant {}: no linear weight of this model can take it ({})", scheme.name(), fmt::join(summary.kept, "; "));
+  return summary;
+}
+
+// GGUF Q8_0 and MXFP4 weights are decoded to f32 by the checkpoint reader and quantized
+// again here. That gives the stored values back exactly:
+//  * Q8_0: the decoded block is q * d (d an f16, max |q| = 127 in a ggml block); amax / 127
+//    is d again (127 * d is exact in f32), and round(q * d * (1 / d)) = q.
+//  * MXFP4: values c * 2^E with e2m1 codes c; the new exponent is E + floor(log2 max|c|) - 2
+//    <= E, and every c times the resulting power of two (1, 2, 4 or 8 for max |c| = 6..0.5)
+//    is again an e2m1 value, so the decoded values are the same (the bytes may differ).
+QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
+  QuantScheme s;
+  if (ck.format() == CheckpointFormat::gguf) {
+    const GgufTensorInfo* q = ck.gguf()->find_tensor("blk.0.attn_q.weight");
+    if (q && q->type == GgmlType::q8_0) s.method = QuantMethod::q8_0;
+    if (q && q->type == GgmlType::mxfp4) s.method = QuantMethod::mxfp4;
+    return s;
+  }
+  if (const HfFolder* hf = ck.hf()) {
+    const nlohmann::json& config = hf->config();
+    if (!config.contains("quantization_config")) return s;
+    const nlohmann::json& qc = config["quantization_config"];
+    const std::string method = qc.value("quant_method", "");
+    if (method != "fp8")
+      fail("{}: quantization_config quant_method '{}' is not supported (refit reads fp8 checkpoints)", ck.path(),
+           method);
+    s.method = QuantMethod::fp8_tensor;
+    if (qc.contains("weight_block_size") && !qc["weight_block_size"].is_null()) {
+      const nlohmann::json& b = qc["weight_block_size"];
+      if (!b.is_array() || b.size() != 2 || b[0] != 128 || b[1] != 128)
+        fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", ck.path(), b.dump());
+      s.method = QuantMethod::fp8_block;
+    }
+    s.w8a8 = qc.value("activation_scheme", "dynamic") == "dynamic";
+  }
+  return s;
+}
+
+}  // namespace refit

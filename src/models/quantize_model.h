@@ -1,0 +1,38 @@
+// Quantized serving of a Llama-family model: which parameters a scheme quantizes, and the
+// scheme a checkpoint is already stored in.
+//
+// The scheme quantizes the weights of every linear layer in the blocks (fused q/k/v and
+// o; fused gate/up and down). The embedding, the LM head, norms and biases stay as loaded.
+// A weight the scheme cannot take (MXFP4 and Q8_0 need K % 32 == 0, as llama.cpp's do)
+// stays in its float dtype; the result lists each one and why.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "models/llama_model.h"
+#include "weights/quant_scheme.h"
+
+namespace refit {
+
+struct QuantizedModelSummary {
+  QuantScheme scheme;
+  std::vector<std::string> quantized;  // parameter names
+  std::vector<std::string> kept;       // "name: reason"
+  std::string str() const;             // "q8_0: 28 linear weights quantized, 2 kept (...)"
+};
+
+// Sets `scheme` on the model's linear weights. Must run after the model is created and
+// before any weight is loaded (the quantized storage is allocated here, once).
+QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme);
+
+// The scheme a checkpoint's linear weights are stored in: GGUF Q8_0 / MXFP4 tensors, or a
+// Hugging Face FP8 checkpoint (config.json quantization_config quant_method "fp8":
+// weight_block_size [128, 128] gives fp8-block, else fp8-tensor; activation_scheme
+// "dynamic" gives W8A8). Such checkpoints are served quantized without --quant: every
+// value is re-quantized from the stored codes exactly (see checkpoint_quant_scheme in
+// quantize_model.cpp for why re-quantizing decoded Q8_0/MXFP4 values gives them back).
+QuantScheme checkpoint_quant_scheme(const Checkpoint& checkpoint);
+
+}  // namespace refit

@@ -1,0 +1,317 @@
+// Law L2 for quantized weights: for every scheme x layout (plain, shuffled) x TP 1/2 and
+// updates of all weights, a random subset, shuffled order and three repeats, refit from
+// bf16/f32 tensors leaves every stored byte (codes and scales) and the logits equal to a
+// fresh quantized load of the same weights, and no storage (codes or scales) moves.
+// Also: a partial reload of one sub-shard of a fused QKV/gate-up weight changes only that
+// sub-shard's bytes and scales; GGUF Q8_0/MXFP4 and online Q8_0 of the F32 file agree.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/local_group.h"
+#include "models/model_loader.h"
+#include "models/quantize_model.h"
+#include "runtime/engine.h"
+
+namespace refit {
+namespace {
+
+const std::string kLlamaCpp = std::string(REFIT_SHARED_DIR) + "/oracle/llamacpp";
+const std::string kLlamaF32 = kLlamaCpp + "/llama-f32/micro-llama-f32-s1.gguf";
+
+using TensorMap = std::map<std::string, Tensor>;
+
+TensorMap base_weights(const std::string& path, const LlamaModel& model) {
+  auto ck = Checkpoint::open(path);
+  CheckpointWeights weights(*ck, model.config());
+  TensorMap out;
+  for (const std::string& name : model.parameters().checkpoint_names())
+    out[name] = weights.find(name).to(DType::f32).clone();
+  return out;
+}
+
+TensorMap perturbed(const TensorMap& base, uint32_t seed, DType dtype) {
+  TensorMap out;
+  for (const auto& [name, t] : base) {
+    std::vector<float> v = t.to_floats();
+    std::mt19937 rng(seed * 7919u + static_cast<uint32_t>(std::hash<std::string>{}(name)));
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    for (float& x : v) x = x * (1.0f + 0.2f * u(rng)) + 0.01f * u(rng);
+    out[name] = Tensor::from_floats(t.shape(), v).to(dtype);
+  }
+  return out;
+}
+
+std::unique_ptr<LlamaModel> fresh_model(const ModelConfig& config, const TensorParallel& tp, const TensorMap& weights,
+                                        const std::string& quant, const std::string& layout) {
+  auto m = std::make_unique<LlamaModel>(config, DType::f32, tp);
+  quantize_linear_weights(*m, parse_quant_scheme(quant));
+  for (const std::string& name : m->parameters().checkpoint_names()) {
+    CheckpointTarget t = m->parameters().target(name);
+    t.parameter->load(*t.sub_shard, weights.at(name));
+  }
+  apply_weight_layout(*m, layout);
+  return m;
+}
+
+std::map<std::string, const void*> addresses(const LlamaModel& m) {
+  std::map<std::string, const void*> a;
+  for (const auto& p : m.parameters().all()) {
+    a[p->name()] = p->data().storage()->data();
+    if (p->quantized()) a[p->name() + "_scale"] = p->scale().storage()->data();
+  }
+  return a;
+}
+
+void expect_same_bytes(const LlamaModel& got, const LlamaModel& want, const std::string& what,
+                       bool quantized_only = false) {
+  for (const auto& p : got.parameters().all()) {
+    if (quantized_only && !p->quantized()) continue;
+    const Parameter& q = want.parameters().get(p->name());
+    ASSERT_EQ(p->quantization(), q.quantization()) << what << " " << p->name();
+    ASSERT_EQ(p->data().layout(), q.data().layout()) << what << " " << p->name();
+    ASSERT_EQ(p->data().nbytes(), q.data().nbytes()) << what << " " << p->name();
+    EXPECT_EQ(std::memcmp(p->data().raw_data(), q.data().raw_data(), p->data().nbytes()), 0)
+        << what << ": stored codes of " << p->name() << " differ";
+    if (p->quantized()) {
+      ASSERT_EQ(p->scale().layout(), q.scale().layout());
+      EXPECT_EQ(std::memcmp(p->scale().raw_data(), q.scale().raw_data(), p->scale().nbytes()), 0)
+          << what << ": scales of " << p->name() << " differ";
+    }
+  }
+}
+
+std::vector<float> logits_of(const LlamaModel& m) {
+  const std::vector<int32_t> tokens = {1, 9038, 2501, 263, 931, 17, 4, 200};
+  KvCache cache = m.make_cache(static_cast<int64_t>(tokens.size()));
+  return m.forward(tokens, 0, cache, true).to_floats();
+}
+
+void run_ranks(int world, const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
+  if (world == 1) return fn(0, single_process_communicator());
+  auto group = LocalGroup::create(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r, group->communicator(r)); });
+  for (auto& t : threads) t.join();
+}
+
+struct QuantCase {
+  std::string quant, layout;
+  int tp;
+};
+
+class QuantRefitMatrix : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_with_stable_storage) {
+  const QuantCase c = GetParam();
+  run_ranks(c.tp, [&](int rank, std::shared_ptr<Communicator> comm) {
+    EngineOptions options;
+    options.model_path = kLlamaF32;
+    options.quant = c.quant;
+    options.layout = c.layout;
+    options.tp = c.tp;
+    options.communicator = comm;
+    Engine engine(options);
+    LlamaModel& model = engine.mutable_model();
+    const TensorParallel& tp = model.tensor_parallel();
+    const Parameter& qkv = model.parameters().get("model.layers.0.self_attn.qkv_proj.weight");
+    ASSERT_TRUE(qkv.quantized());
+    EXPECT_EQ(qkv.quantization().name(), parse_quant_scheme(c.quant).name());
+    if (c.layout == "shuffle") EXPECT_EQ(qkv.data().layout(), Layout::shuffled_16x16);
+    const auto before = addresses(model);
+    const TensorMap base = base_weights(options.model_path, model);
+    uint64_t version = engine.weight_version();
+    auto names = model.parameters().checkpoint_names();
+    std::mt19937 rng(42);  // the same order on every rank
+
+    // 1. Every weight, shuffled order, bf16 (what a trainer sends).
+    TensorMap target1 = perturbed(base, 1, DType::bf16);
+    std::shuffle(names.begin(), names.end(), rng);
+    {
+      std::vector<std::pair<std::string, Tensor>> batch;
+      for (const auto& n : names) batch.emplace_back(n, target1.at(n));
+      EXPECT_EQ(engine.update_weights_from_tensors(batch), ++version);
+    }
+    auto fresh1 = fresh_model(model.config(), tp, target1, c.quant, c.layout);
+    expect_same_bytes(model, *fresh1, "all weights");
+    EXPECT_EQ(logits_of(model), logits_of(*fresh1));
+
+    // 2. A random subset (single sub-shards of fused weights included), as a transaction.
+    TensorMap target2 = perturbed(base, 2, DType::bf16);
+    TensorMap expected2 = target1;
+    auto update = engine.begin_update();
+    for (const auto& n : names)
+      if (rng() % 3 == 0) {
+        update->update(n, target2.at(n));
+        expected2[n] = target2.at(n);
+      }
+    engine.commit(*update);
+    EXPECT_EQ(engine.weight_version(), ++version);
+    auto fresh2 = fresh_model(model.config(), tp, expected2, c.quant, c.layout);
+    expect_same_bytes(model, *fresh2, "subset");
+    EXPECT_EQ(logits_of(model), logits_of(*fresh2));
+
+    // 3. Repeated three times, f32, reshuffled each time.
+    TensorMap target3 = perturbed(base, 3, DType::f32);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      std::shuffle(names.begin(), names.end(), rng);
+      std::vector<std::pair<std::string, Tensor>> batch;
+      for (const auto& n : names) batch.emplace_back(n, target3.at(n));
+      engine.update_weights_from_tensors(batch);
+    }
+    version += 3;
+    EXPECT_EQ(engine.weight_version(), version);
+    auto fresh3 = fresh_model(model.config(), tp, target3, c.quant, c.layout);
+    expect_same_bytes(model, *fresh3, "repeated");
+    EXPECT_EQ(logits_of(model), logits_of(*fresh3));
+    EXPECT_EQ(addresses(model), before) << "a storage moved (rank " << rank << ")";
+  });
+}
+
+std::vector<QuantCase> quant_matrix() {
+  std::vector<QuantCase> cases;
+  for (const char* quant : {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0"})
+    for (const char* layout : {"plain", "shuffle"})
+      for (int tp : {1, 2}) cases.push_back({quant, layout, tp});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(L2, QuantRefitMatrix, ::testing::ValuesIn(quant_matrix()), [](const auto& info) {
+  std::string name = info.param.quant + "_" + info.param.layout + "_tp" + std::to_string(info.param.tp);
+  for (char& ch : name)
+    if (ch == '-') ch = '_';
+  return name;
+});
+
+// Each stored byte derives from one checkpoint tensor: reloading q_proj alone rewrites
+// q's rows (codes and scales) and leaves k's and v's bytes exactly as they were.
+TEST(QuantSubShards, reloading_q_proj_alone_cannot_change_k_or_v) {
+  for (const char* quant : {"fp8-tensor", "fp8-block", "mxfp4", "q8_0"}) {
+    EngineOptions options;
+    options.model_path = kLlamaF32;
+    options.quant = quant;
+    options.layout = "shuffle";
+    Engine engine(options);
+    const Parameter& qkv = engine.model().parameters().get("model.layers.1.self_attn.qkv_proj.weight");
+    const int64_t rows = qkv.local_shape()[0];
+    const int64_t code_row = static_cast<int64_t>(qkv.data().nbytes()) / rows;
+    const int64_t scale_row = static_cast<int64_t>(qkv.scale().nbytes()) / rows;
+    auto bytes = [](const Tensor& t) {
+      const auto* p = static_cast<const uint8_t*>(t.raw_data());
+      return std::vector<uint8_t>(p, p + t.nbytes());
+    };
+    const auto codes0 = bytes(qkv.data()), scales0 = bytes(qkv.scale());
+    const std::string q = "model.layers.1.self_attn.q_proj.weight";
+    const TensorMap base = base_weights(kLlamaF32, engine.model());
+    // Scale q by 3: a shared (non-sub-shard) scale would move k's and v's codes.
+    Tensor q3 = Tensor::from_floats(base.at(q).shape(), [&] {
+      auto v = base.at(q).to_floats();
+      for (float& x : v) x *= 3.0f;
+      return v;
+    }());
+    engine.update_weights_from_tensors({{q, q3}});
+    const auto codes1 = bytes(qkv.data()), scales1 = bytes(qkv.scale());
+    const int64_t q_rows = qkv.sub_shards()[0].local_rows;
+    EXPECT_NE(std::memcmp(codes0.data(), codes1.data(), q_rows * code_row) == 0 &&
+                  std::memcmp(scales0.data(), scales1.data(), q_rows * scale_row) == 0,
+              true)
+        << quant << ": q's bytes did not change";
+    EXPECT_EQ(std::memcmp(codes0.data() + q_rows * code_row, codes1.data() + q_rows * code_row,
+                          (rows - q_rows) * code_row), 0) << quant << ": k/v codes changed";
+    EXPECT_EQ(std::memcmp(scales0.data() + q_rows * scale_row, scales1.data() + q_rows * scale_row,
+                          (rows - q_rows) * scale_row), 0) << quant << ": k/v scales changed";
+  }
+}
+
+// Decoded stored weights of a quantized engine, parameter by parameter, plain order.
+std::map<std::string, std::vector<float>> decoded(const LlamaModel& m) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& p : m.parameters().all()) {
+    if (!p->quantized()) continue;
+    const int64_t n = p->local_shape()[0], k = p->local_shape()[1];
+    std::vector<float> v(static_cast<size_t>(n * k));
+    dequantize_rows(p->quantization(), p->data().raw_data(), p->scale().raw_data(), n, k, v.data());
+    out[p->name()] = std::move(v);
+  }
+  return out;
+}
+
+// GGUF Q8_0 and MXFP4 files are served quantized, with exactly the file's values; and
+// --quant q8_0 on the F32 file stores what llama-quantize wrote into the Q8_0 file.
+TEST(QuantNativeGguf, quantized_files_are_served_quantized_with_their_exact_values) {
+  for (const char* type : {"q8_0", "mxfp4"}) {
+    const std::string path = kLlamaCpp + "/llama-" + type + "/micro-llama-" + type + "-s1.gguf";
+    EngineOptions options;
+    options.model_path = path;
+    Engine engine(options);
+    const LlamaModel& model = engine.model();
+    EXPECT_NE(engine.description().find(type), std::string::npos) << engine.description();
+    const TensorMap file = base_weights(path, model);  // the reader's decoded values
+    auto values = decoded(model);
+    ASSERT_EQ(values.size(), 16u) << type;
+    for (const auto& p : model.parameters().all()) {
+      if (!p->quantized()) continue;
+      std::vector<float> want;
+      for (const SubShard& s : p->sub_shards()) {
+        auto v = file.at(s.checkpoint_name).to_floats();
+        want.insert(want.end(), v.begin(), v.end());
+      }
+      EXPECT_EQ(values.at(p->name()), want) << type << " " << p->name();
+    }
+  }
+  EngineOptions online;
+  online.model_path = kLlamaF32;
+  online.quant = "q8_0";
+  Engine from_f32(online);
+  EngineOptions native;
+  native.model_path = kLlamaCpp + "/llama-q8_0/micro-llama-q8_0-s1.gguf";
+  Engine from_q8(native);
+  // (Only the linear weights: the Q8_0 file's embedding and output are Q8_0 too, and
+  // refit serves those decoded.)
+  expect_same_bytes(from_f32.model(), from_q8.model(), "online q8_0 vs llama-quantize", true);
+}
+
+TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
+  Parameter p("w", Shape{32, 64}, DType::f32);
+  p.load(Tensor::zeros({32, 64}, DType::f32));
+  EXPECT_THROW(p.set_quantization(parse_quant_scheme("q8_0")), Error);
+  Parameter odd("w2", Shape{16, 48}, DType::f32);
+  EXPECT_NE(odd.quantization_unsupported_reason(parse_quant_scheme("mxfp4")), "");
+  EXPECT_EQ(odd.quantization_unsupported_reason(parse_quant_scheme("fp8-block")), "");
+  Parameter t("w3", Shape{32, 64}, DType::f32);
+  t.set_quantization(parse_quant_scheme("fp8-channel"));
+  EXPECT_NE(t.transform_unsupported_reason(LayoutTransform::transpose), "");
+  t.apply_transform(LayoutTransform::shuffle_16x16);
+  EXPECT_THROW(t.apply_transform(LayoutTransform::shuffle_16x16), Error);
+  EXPECT_THROW(parse_quant_scheme("int3"), Error);
+  EXPECT_THROW(parse_quant_scheme("mxfp4-w8a8"), Error);
+}
+
+TEST(QuantEngine, named_parameters_export_scales_as_their_own_tensors) {
+  EngineOptions options;
+  options.model_path = kLlamaF32;
+  options.quant = "mxfp4";
+  options.layout = "shuffle";
+  Engine engine(options);
+  bool found = false;
+  for (const ParameterInfo& info : engine.named_parameters()) {
+    if (info.name != "model.layers.0.mlp.gate_up_proj.weight_scale") continue;
+    found = true;
+    EXPECT_EQ(info.tensor.dtype(), DType::e8m0);
+    EXPECT_EQ(info.tensor.shape(), (Shape{704, 4}));
+    EXPECT_TRUE(info.tensor.read_only());
+    EXPECT_EQ(info.transforms, (std::vector<std::string>{"quantize:mxfp4", "shuffle_16x16"}));
+  }
+  EXPECT_TRUE(found);
+  EngineOptions demo;
+  demo.quant = "q8_0";
+  EXPECT_THROW(Engine{demo}, Error);
+}
+
+}  // namespace
+}  // namespace refit
