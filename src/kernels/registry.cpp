@@ -132,14 +132,19 @@ std::vector<const Kernel*> KernelRegistry::kernels(std::string_view op) const {
 }
 
 std::string KernelRegistry::table() const {
-  std::string out = fmt::format("{:<12} {:<32} {:<6} {:>4}  {}\n", "op", "kernel", "device",
-                                "prio", "arguments / constraints");
+  size_t op_width = 2, name_width = 6;
+  for (const Kernel& k : kernels_) {
+    op_width = std::max(op_width, k.op.size());
+    name_width = std::max(name_width, k.name.size());
+  }
+  std::string out = fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}\n", "op", op_width, "kernel", name_width,
+                                "device", "prio", "arguments (name:dtypes/layouts) [constraints]");
   for (const Kernel& k : kernels_) {
     std::vector<std::string> args;
     for (const ArgRule& a : k.args)
-      args.push_back(fmt::format("{}{}:{}/{}", a.name, a.optional ? "?" : "",
-                                 list_dtypes(a.dtypes), list_layouts(a.layouts)));
-    out += fmt::format("{:<12} {:<32} {:<6} {:>4}  {}{}\n", k.op, k.name,
+      args.push_back(fmt::format("{}{}:{}/{}", a.name, a.optional ? "?" : "", list_dtypes(a.dtypes),
+                                 list_layouts(a.layouts)));
+    out += fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}{}\n", k.op, op_width, k.name, name_width,
                        device_type_name(k.device), k.priority, fmt::join(args, " "),
                        k.constraint_text.empty() ? "" : "  [" + k.constraint_text + "]");
   }
