@@ -105,6 +105,15 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
     load_quantized(sub, rows);
     return;
   }
+  if (transforms_.empty()) {
+    // No layout transform: convert straight into the stored rows (row_dim() is 0). A staging
+    // buffer would add a second pass over the bytes and a fresh, zeroed allocation per
+    // tensor, which dominated refit time (bench/RESULTS.md, "refit throughput").
+    Tensor region = writable().narrow(0, sub.local_row_offset, sub.local_rows);
+    Tensor source = sub.slice(full);
+    region.copy_from(source.shape() == region.shape() ? source : source.reshape(region.shape()));
+    return;
+  }
   // Stage only this sub-shard's rows: extra memory is bounded by one parameter.
   Tensor rows = Tensor::empty(sub.local_shape(), data_.dtype());
   rows.copy_from(sub.slice(full));
