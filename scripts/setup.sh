@@ -25,6 +25,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Node.js runs the end-to-end test with the official OpenAI client. Debian's nodejs/npm
+# when no node is installed (a NodeSource node already brings its own npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+# The pinned client (tests/e2e/package-lock.json), installed once at set-up, never by tests.
+if [ ! -d tests/e2e/node_modules/openai ]; then
+  (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >&2)
+fi
+
 BUILD_DIR=${REFIT_BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
