@@ -7,6 +7,7 @@
 
 #include "core/element_access.h"
 #include "core/error.h"
+#include "core/float_convert.h"
 #include "core/float_formats.h"
 
 namespace refit {
@@ -277,10 +278,12 @@ void Tensor::copy_from(const Tensor& src) {
     const uint16_t* s = src.data<uint16_t>();
     float* d = data<float>();
     const int64_t n = numel();
+    // Bulk converters (core/float_convert.h): bit-identical to the scalar functions, at
+    // memory speed (a weight update converting a trainer's tensors runs through here).
     if (src.dtype_ == DType::bf16)
-      for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+      convert_bf16_to_f32(s, d, n);
     else
-      for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
+      convert_f16_to_f32(s, d, n);
     return;
   }
   if (both_contiguous && src.dtype_ == DType::f32 && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
@@ -288,9 +291,9 @@ void Tensor::copy_from(const Tensor& src) {
     uint16_t* d = data<uint16_t>();
     const int64_t n = numel();
     if (dtype_ == DType::bf16)
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+      convert_f32_to_bf16(s, d, n);
     else
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
+      convert_f32_to_f16(s, d, n);
     return;
   }
   const size_t elem_bytes = static_cast<size_t>(dtype_bits(dtype_) / 8);

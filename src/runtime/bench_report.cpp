@@ -88,6 +88,7 @@ nlohmann::ordered_json token_bench_json(const TokenBenchResult& r, const BenchMo
   j["samples_ns"] = r.samples_ns;
   j["samples_ts"] = r.samples_ts();
   j["refit_cpu_isa"] = cpu::cpu_isa_name();
+  j["refit_cpu_share"] = r.cpu_share();
   j["refit_decode_bytes_per_token"] = model.decode_bytes_per_token;
   if (stream) {
     j["refit_stream_copy_gbs"] = stream->copy_gbs;
@@ -126,13 +127,19 @@ std::string token_bench_markdown_row(const TokenBenchResult& r, const BenchModel
 std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& model,
                                const std::vector<TokenBenchResult>& results) {
   std::string out = fmt::format(
-      "\nmemory bandwidth (STREAM-style, {} threads, 2 x {} MiB arrays, best of {}): copy {:.2f} GB/s "
+      "\nmemory bandwidth (STREAM-style, {} threads, 2 x {} MiB arrays, best of {} passes): copy {:.2f} GB/s "
       "(read + write bytes), read-only {:.2f} GB/s\n",
       s.threads, s.array_bytes >> 20, s.reps, s.copy_gbs, s.read_gbs);
   const double limit_copy = decode_limit_ts(s.copy_gbs, model.decode_bytes_per_token);
   const double limit_read = decode_limit_ts(s.read_gbs, model.decode_bytes_per_token);
   out += fmt::format("decode limit = bandwidth / weight bytes per token ({:.3f} GB): {:.2f} t/s (copy), {:.2f} t/s (read)\n",
                      double(model.decode_bytes_per_token) * 1e-9, limit_copy, limit_read);
+  std::string shares;
+  for (const TokenBenchResult& r : results)
+    shares += fmt::format("{}{} {:.0f}%", shares.empty() ? "" : ", ", r.name(), 100.0 * r.cpu_share());
+  if (!shares.empty())
+    out += fmt::format("CPU share of the timed runs (process CPU time / wall time / threads; 100% = the cores "
+                       "were ours): {}\n", shares);
   for (const TokenBenchResult& r : results)
     if (r.n_gen > 0 && r.n_prompt == 0 && limit_copy > 0)
       out += fmt::format("{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit\n", r.name(),

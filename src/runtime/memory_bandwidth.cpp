@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +62,24 @@ std::vector<std::filesystem::path> regular_files(const std::string& path) {
 
 }  // namespace
 
+int64_t stream_array_bytes() {
+  int64_t llc = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+    int64_t bytes = std::atoll(size.c_str());
+    if (size.back() == 'K') bytes <<= 10;
+    else if (size.back() == 'M') bytes <<= 20;
+    if (level >= 2) llc = std::max(llc, bytes);
+  }
+  return std::clamp<int64_t>(4 * llc, int64_t{256} << 20, int64_t{2} << 30);
+}
+
 StreamResult measure_stream(int64_t array_bytes, int reps) {
+  if (array_bytes <= 0) array_bytes = stream_array_bytes();
   StreamResult r;
   r.threads = num_threads();
   r.array_bytes = array_bytes;

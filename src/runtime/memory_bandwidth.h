@@ -23,9 +23,12 @@ struct StreamResult {
 };
 
 // STREAM-style bandwidth on refit's thread pool: best rate over `reps` timed passes after one
-// untimed pass (STREAM reports the best rate and drops the first iteration). Arrays should
-// be several times the last-level cache (STREAM's rule: 4x); 256 MiB is plenty here.
-StreamResult measure_stream(int64_t array_bytes = int64_t{256} << 20, int reps = 5);
+// untimed pass (STREAM reports the best rate and drops the first iteration). array_bytes 0:
+// stream_array_bytes().
+StreamResult measure_stream(int64_t array_bytes = 0, int reps = 5);
+// STREAM's rule: each array at least 4x the last-level cache (read from sysfs; at least
+// 256 MiB, at most 2 GiB). Large L3s are real: a Sapphire Rapids VM reports 300 MiB.
+int64_t stream_array_bytes();
 
 // One plain std::memcpy of `bytes` between two preallocated, touched buffers on the calling
 // thread: the baseline a single-threaded weight update compares against. Best of `reps`.

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <random>
 
+#include <sys/resource.h>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -18,6 +20,13 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
+}
+
+uint64_t process_cpu_ns() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1'000'000'000ull + uint64_t(t.tv_usec) * 1000ull; };
+  return ns(u.ru_utime) + ns(u.ru_stime);
 }
 
 std::string rfc3339_now() {
@@ -92,6 +101,11 @@ std::vector<double> TokenBenchResult::samples_ts() const {
   return ts;
 }
 
+double TokenBenchResult::cpu_share() const {
+  const double wall = double(std::accumulate(samples_ns.begin(), samples_ns.end(), uint64_t{0}));
+  return wall > 0 && n_threads > 0 ? double(cpu_ns) / (wall * n_threads) : 0.0;
+}
+
 double TokenBenchResult::avg_ts() const { return bench_mean(samples_ts()); }
 double TokenBenchResult::stddev_ts() const { return bench_stddev(samples_ts()); }
 
@@ -147,12 +161,14 @@ TokenBenchResult run_token_bench(const LlamaModel& model, int n_prompt, int n_ge
 
   if (n_prompt > 0) run_prompt(n_prompt);  // warm-up, as llama-bench: the whole prompt
   if (n_gen > 0) run_gen(0, 1);            // and one generated token
+  const uint64_t cpu_start = process_cpu_ns();
   for (int rep = 0; rep < reps; ++rep) {
     const uint64_t start = now_ns();
     if (n_prompt > 0) run_prompt(n_prompt);
     if (n_gen > 0) run_gen(n_prompt, n_gen);
     r.samples_ns.push_back(now_ns() - start);
   }
+  r.cpu_ns = process_cpu_ns() - cpu_start;
   return r;
 }
 

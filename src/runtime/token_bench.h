@@ -38,8 +38,13 @@ struct TokenBenchResult {
   int n_batch = 0;         // largest batch one forward pass took (n_prompt, or 1 for tg)
   std::string test_time;   // RFC 3339, UTC, when the test started
   std::vector<uint64_t> samples_ns;
+  // Process CPU time (user + system) over the timed runs. On a shared machine the share of
+  // the requested threads the test really got, cpu_ns / (sum of samples_ns * n_threads),
+  // says how far the figures are from an idle machine's (1.0: the cores were ours).
+  uint64_t cpu_ns = 0;
 
-  std::string name() const;  // "pp512", "tg128" or "pp512+tg128", as llama-bench
+  std::string name() const;
+  double cpu_share() const;  // "pp512", "tg128" or "pp512+tg128", as llama-bench
   std::vector<double> samples_ts() const;
   double avg_ts() const;
   double stddev_ts() const;

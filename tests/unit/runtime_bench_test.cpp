@@ -68,6 +68,7 @@ TEST(TokenBench, runs_the_requested_repetitions_on_the_demo_model) {
   EXPECT_EQ(pp.n_batch, 8);
   EXPECT_EQ(pp.n_threads, num_threads());
   EXPECT_GT(pp.avg_ts(), 0.0);
+  EXPECT_GT(pp.cpu_share(), 0.0);
   TokenBenchResult tg = run_token_bench(*demo.model, 0, 4, 2);
   EXPECT_EQ(tg.samples_ns.size(), 2u);
   EXPECT_EQ(tg.n_batch, 1);
@@ -149,6 +150,12 @@ TEST(MemoryBandwidth, stream_and_memcpy_report_positive_rates) {
   EXPECT_GT(s.read_gbs, 0.0);
   EXPECT_EQ(s.threads, num_threads());
   EXPECT_GT(measure_memcpy_gbs(size_t{8} << 20, 2), 0.0);
+}
+
+TEST(MemoryBandwidth, stream_arrays_follow_streams_four_times_the_cache_rule) {
+  const int64_t bytes = stream_array_bytes();
+  EXPECT_GE(bytes, int64_t{256} << 20);
+  EXPECT_LE(bytes, int64_t{2} << 30);
 }
 
 TEST(MemoryBandwidth, resident_memory_sees_a_touched_allocation) {
