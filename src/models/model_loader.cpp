@@ -206,7 +206,16 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
     }
     out->shape = info->shape;
     out->dtype = dtype_of_ggml(info->type);
-    out->produce = [this, name] { return find(name); };
+    // Captures the file, not this object: the producer runs at commit, possibly after
+    // this lookup is gone (the caller keeps the checkpoint alive until then).
+    const GgufFile* file = checkpoint_.gguf();
+    const std::string gguf_name = it->second;
+    const bool plain = is_plain_ggml(info->type);
+    const int64_t heads = permuted ? gguf_permute_heads_.at(name) : 0;
+    out->produce = [file, gguf_name, plain, heads] {
+      Tensor t = plain ? file->tensor(gguf_name) : file->dequantize(gguf_name);
+      return heads > 0 ? permute_rows_for_gguf_rope(t, heads, true) : t;
+    };
     return true;
   }
   out->view = find(name);

@@ -32,7 +32,8 @@ class CheckpointWeights {
   // tensors are dequantized to f32), or an undefined tensor when absent.
   Tensor find(const std::string& name) const;
   // Without materialising: a zero-copy view when the format allows (`view` defined),
-  // else the declared shape and dtype and a function making the tensor. False if absent.
+  // else the declared shape and dtype and a function making the tensor, valid while the
+  // checkpoint lives (not tied to this object). False if absent.
   struct Lazy {
     Tensor view;
     Shape shape;

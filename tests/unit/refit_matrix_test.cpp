@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "dist/local_group.h"
 #include "models/model_loader.h"
+#include "refit_test_support.h"
 #include "runtime/engine.h"
 
 namespace refit {
@@ -26,76 +27,7 @@ std::string model_path(const std::string& family) {
   return kLlamaCpp + "/" + family + "-f32/micro-" + family + "-f32-s1.gguf";
 }
 
-using TensorMap = std::map<std::string, Tensor>;
-
-// The checkpoint's own tensors (canonical names), copied to f32.
-TensorMap base_weights(const std::string& path, const LlamaModel& model) {
-  auto ck = Checkpoint::open(path);
-  CheckpointWeights weights(*ck, model.config());
-  TensorMap out;
-  for (const std::string& name : model.parameters().checkpoint_names()) out[name] = weights.find(name).to(DType::f32).clone();
-  return out;
-}
-
-// Deterministic perturbation, sent as `dtype` (what a trainer would push).
-TensorMap perturbed(const TensorMap& base, uint32_t seed, DType dtype) {
-  TensorMap out;
-  for (const auto& [name, t] : base) {
-    std::vector<float> v = t.to_floats();
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull ^ std::hash<std::string>{}(name);
-    for (float& x : v) {  // a cheap LCG: only distinctness and determinism matter here
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      const float u = static_cast<float>(state >> 40) * 0x1.0p-24f - 0.5f;  // [-0.5, 0.5)
-      x = x * (1.0f + 0.1f * u) + 0.01f * u;
-    }
-    out[name] = Tensor::from_floats(t.shape(), v).to(dtype);
-  }
-  return out;
-}
-
-// A fresh model loaded from `weights`, with `layout` applied after loading.
-std::unique_ptr<LlamaModel> fresh_model(const ModelConfig& config, const TensorParallel& tp, const TensorMap& weights,
-                                        const std::string& layout) {
-  auto m = std::make_unique<LlamaModel>(config, DType::f32, tp);
-  for (const std::string& name : m->parameters().checkpoint_names()) {
-    CheckpointTarget t = m->parameters().target(name);
-    t.parameter->load(*t.sub_shard, weights.at(name));
-  }
-  apply_weight_layout(*m, layout);
-  return m;
-}
-
-std::map<std::string, const void*> addresses(const LlamaModel& m) {
-  std::map<std::string, const void*> a;
-  for (const auto& p : m.parameters().all()) a[p->name()] = p->data().storage()->data();
-  return a;
-}
-
-// Every stored byte equal, parameter by parameter.
-void expect_same_bytes(const LlamaModel& got, const LlamaModel& want, const std::string& what) {
-  for (const auto& p : got.parameters().all()) {
-    const Parameter& q = want.parameters().get(p->name());
-    ASSERT_EQ(p->data().shape(), q.data().shape()) << what << " " << p->name();
-    ASSERT_EQ(p->data().layout(), q.data().layout()) << what << " " << p->name();
-    EXPECT_EQ(std::memcmp(p->data().raw_data(), q.data().raw_data(), p->data().nbytes()), 0)
-        << what << ": stored bytes of " << p->name() << " differ";
-  }
-}
-
-std::vector<float> logits_of(const LlamaModel& m) {
-  const std::vector<int32_t> tokens = {1, 9038, 2501, 263, 931, 17, 4, 200};
-  KvCache cache = m.make_cache(static_cast<int64_t>(tokens.size()));
-  return m.forward(tokens, 0, cache, true).to_floats();
-}
-
-// Runs fn(rank, communicator) on `world` threads (TP ranks) and rethrows failures.
-void run_ranks(int world, const std::function<void(int, std::shared_ptr<Communicator>)>& fn) {
-  if (world == 1) return fn(0, single_process_communicator());
-  auto group = LocalGroup::create(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r, group->communicator(r)); });
-  for (auto& t : threads) t.join();
-}
+using namespace refit::testing;
 
 struct MatrixCase {
   std::string family, layout;
@@ -133,7 +65,7 @@ TEST_P(RefitMatrix, refit_equals_fresh_load_bitwise_with_stable_addresses) {
       for (const auto& n : names) batch.emplace_back(n, target1.at(n));
       EXPECT_EQ(engine.update_weights_from_tensors(batch), ++version);
     }
-    auto fresh1 = fresh_model(model.config(), tp, target1, c.layout);
+    auto fresh1 = fresh_model(model.config(), tp, target1, "", c.layout);
     expect_same_bytes(model, *fresh1, "all weights");
     EXPECT_EQ(logits_of(model), logits_of(*fresh1));
 
@@ -148,7 +80,7 @@ TEST_P(RefitMatrix, refit_equals_fresh_load_bitwise_with_stable_addresses) {
       }
     engine.commit(*update);
     EXPECT_EQ(engine.weight_version(), ++version);
-    auto fresh2 = fresh_model(model.config(), tp, expected2, c.layout);
+    auto fresh2 = fresh_model(model.config(), tp, expected2, "", c.layout);
     expect_same_bytes(model, *fresh2, "subset");
     EXPECT_EQ(logits_of(model), logits_of(*fresh2));
 
@@ -162,7 +94,7 @@ TEST_P(RefitMatrix, refit_equals_fresh_load_bitwise_with_stable_addresses) {
     }
     version += 3;
     EXPECT_EQ(engine.weight_version(), version);
-    auto fresh3 = fresh_model(model.config(), tp, target3, c.layout);
+    auto fresh3 = fresh_model(model.config(), tp, target3, "", c.layout);
     expect_same_bytes(model, *fresh3, "repeated");
     EXPECT_EQ(logits_of(model), logits_of(*fresh3));
     EXPECT_EQ(addresses(model), before) << "a parameter's storage moved (rank " << rank << ")";
@@ -188,7 +120,7 @@ TEST(RefitFailures, refused_updates_change_nothing) {
   options.layout = "shuffle";
   Engine engine(options);
   const LlamaModel& model = engine.model();
-  auto snapshot = fresh_model(model.config(), {}, base_weights(options.model_path, model), "shuffle");
+  auto snapshot = fresh_model(model.config(), {}, base_weights(options.model_path, model), "", "shuffle");
   const uint64_t version = engine.weight_version();
   const TensorMap good = perturbed(base_weights(options.model_path, model), 9, DType::f32);
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
@@ -247,13 +179,13 @@ TEST(RefitSeed001, second_full_and_third_partial_load_after_shuffle_are_exact) {
   const TensorMap base = base_weights(options.model_path, model);
   // Second load: every weight from disk again (the same file).
   engine.update_weights_from_disk(options.model_path);
-  auto fresh = fresh_model(model.config(), {}, base, "shuffle");
+  auto fresh = fresh_model(model.config(), {}, base, "", "shuffle");
   expect_same_bytes(model, *fresh, "second full load");
   // Third load: only k_proj of layer 2 (one sub-shard of the fused, shuffled qkv).
   TensorMap target = base;
   target["model.layers.2.self_attn.k_proj.weight"] = perturbed(base, 5, DType::f32).at("model.layers.2.self_attn.k_proj.weight");
   engine.update_weights_from_tensors({{"model.layers.2.self_attn.k_proj.weight", target.at("model.layers.2.self_attn.k_proj.weight")}});
-  auto fresh3 = fresh_model(model.config(), {}, target, "shuffle");
+  auto fresh3 = fresh_model(model.config(), {}, target, "", "shuffle");
   expect_same_bytes(model, *fresh3, "third partial load");
   EXPECT_EQ(logits_of(model), logits_of(*fresh3));
   EXPECT_EQ(qkv.data().storage()->data(), address);
