@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul_layouts.h"
+#include "kernels/cpu/matmul_quantized_hwy.h"
 #include "kernels/cpu/serve_kernels.h"
 #include "kernels/matmul_quantized.h"
 #include "kernels/op_fns.h"
@@ -145,6 +146,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   register_serve_cpu_kernels(registry);  // paged attention, batch-invariant f32 matmul
   cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
   cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
+  cpu::register_quantized_matmul_hwy_kernels(registry);  // the same in SIMD, preferred where they apply
 }
 
 }  // namespace refit

@@ -1,0 +1,560 @@
+// Highway SIMD kernels for matmul with quantized weights (FP8 e4m3fn, MXFP4, Q8_0; plain
+// and shuffled_16x16 code layouts), f32 activations (or W8A8 e4m3 activations, decoded
+// once per call). Registered above the scalar kernels of matmul_quantized_cpu.cpp, which
+// stay as the fallback for shapes these do not take (see the constraints below).
+//
+// Decode (M <= kDecodeMaxRows): every weight vector is decoded in registers straight from
+// the code bytes (the codes stream from memory once per call, never as an f32 copy):
+//   i8   sign-extend to i32, convert;
+//   f8   rebuild the f32 bit pattern: (mag << 20) + (120 << 23) for normal codes, m * 2^-9
+//        for subnormal ones, NaN for 0x7F; OR the sign (no denormal floats, so a DAZ flag
+//        could not change a value);
+//   f4   a 16-lane table lookup on AVX-512; elsewhere the same bit rebuild as f8;
+// then multiplied by the group's scale, which gives exactly the value the scalar
+// dequantize (code * scale, rounded once to f32) gives. Packed f4 bytes hold elements
+// (2i, 2i+1) in their low and high nibbles; instead of interleaving decoded nibbles, the
+// activations are permuted once per call so that each chunk of L bytes (L = lanes) reads
+// x[2i] for its low nibbles, then x[2i+1] for its high ones.
+//
+// Prefill (M > kDecodeMaxRows): a tile of 16 weight rows is dequantized to f32 with the
+// same decode (f4 in the same permuted order) and multiplied by the f16/bf16 kernels' f32
+// path (cpu::matmul_hwy), so its products are the decode path's.
+//
+// Reduction order (batch invariance, issue 8): each output element out[m, n] is one
+// vector accumulator running over k = 0, L, 2L, ... (f4: the permuted order) by fused
+// multiply-adds, then a horizontal sum (SumOfLanes), then the k tail in scalar fused
+// multiply-adds in order, then + bias. That is DotTile's order in matmul_cpu.cpp, with the
+// same weight values, so the result of a row does not depend on M, on which other rows
+// share its batch, or on the decode/prefill path: bitwise. Results differ across ISAs
+// (L differs) and agree with dequantize-then-matmul to ~1e-6 relative.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/matmul_quantized_hwy.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/float_formats.h"
+
+#ifndef REFIT_MATMUL_QUANTIZED_HWY_ONCE
+#define REFIT_MATMUL_QUANTIZED_HWY_ONCE
+namespace refit::cpu::quant_hwy {
+enum class Code : int { f8 = 0, f4 = 1, i8 = 2 };
+enum class ScaleType : int { f32 = 0, f16 = 1, e8m0 = 2 };
+constexpr int64_t kTileRows = 16;  // a work unit: the rows of one shuffled tile
+constexpr int64_t kDecodeMaxRows = 4;
+
+// One call's operands, as the dispatched functions read them.
+struct Args {
+  Code code;
+  bool shuffled;      // codes in 16-row x 32-byte tiles, each stored [2][16][16]
+  const float* x;     // f32 [M, K] activations (f4: permuted, see PermuteF4Activations)
+  int64_t ldx, M, K, N;
+  const uint8_t* codes;  // [N, row_bytes]
+  int64_t row_bytes;
+  const void* scales;  // [N, S]; tiled (tile by tile) when tiled_scales
+  ScaleType scale_type;
+  bool tiled_scales;
+  int64_t S, group, groups_per_tile;  // groups_per_tile: scale columns per 32-byte tile
+  const float* bias;
+  float* out;
+  int64_t ldo;
+};
+
+inline float e8m0_value(uint8_t v) {
+  static const auto table = [] {
+    struct T {
+      float v[256];
+    } t;
+    for (int i = 0; i < 256; ++i) t.v[i] = e8m0_to_f32(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table.v[v];
+}
+}  // namespace refit::cpu::quant_hwy
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace refit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using quant_hwy::Args;
+using quant_hwy::Code;
+using quant_hwy::ScaleType;
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+using VU = hn::Vec<DU>;
+
+HWY_INLINE int64_t LanesF() { return static_cast<int64_t>(hn::Lanes(DF())); }
+
+// Byte b of row r of the tile starting at `tile` (= codes + first_row * row_bytes, also
+// true of shuffled tiles: a tile holds 16 rows' bytes). A vector of L <= 16 bytes starting
+// at a multiple of L never crosses a 16-byte piece of a shuffled tile.
+template <bool Shuffled>
+HWY_INLINE const uint8_t* CodeAt(const uint8_t* tile, int64_t row_bytes, int64_t r, int64_t b) {
+  if constexpr (Shuffled) return tile + (b >> 5) * 512 + ((b >> 4) & 1) * 256 + r * 16 + (b & 15);
+  else return tile + r * row_bytes + b;
+}
+
+// e4m3fn codes (zero-extended bytes) to f32, exact, NaN for 0x7F / 0xFF.
+HWY_INLINE VF F8ToF32(VU b) {
+  const DF df;
+  const DU du;
+  const DI di;
+  const VU mag = hn::And(b, hn::Set(du, 0x7Fu));
+  const VU sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u)));
+  const VF normal = hn::BitCast(df, hn::Add(hn::ShiftLeft<20>(mag), hn::Set(du, 120u << 23)));
+  const auto magi = hn::BitCast(di, mag);
+  const VF sub = hn::Mul(hn::ConvertTo(df, magi), hn::Set(df, 1.0f / 512.0f));
+  VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 8))), sub, normal);
+  v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7F))), hn::Set(df, NAN), v);
+  return hn::Or(v, hn::BitCast(df, sign));
+}
+
+// e2m1 nibbles (0..15 per lane) to f32, exact.
+HWY_INLINE VF F4ToF32(VU nib) {
+  const DF df;
+  const DU du;
+  const DI di;
+  if constexpr (hn::MaxLanes(DF()) == 16) {
+    HWY_ALIGN static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    return hn::TableLookupLanes(hn::Load(df, kValues), hn::IndicesFromVec(df, hn::BitCast(di, nib)));
+  } else {
+    const VU mag = hn::And(nib, hn::Set(du, 7u));
+    const VU sign = hn::ShiftLeft<28>(hn::And(nib, hn::Set(du, 8u)));
+    const VF normal = hn::BitCast(df, hn::Add(hn::ShiftLeft<22>(mag), hn::Set(du, 126u << 23)));
+    const auto magi = hn::BitCast(di, mag);
+    const VF sub = hn::Mul(hn::ConvertTo(df, magi), hn::Set(df, 0.5f));
+    const VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 2))), sub, normal);
+    return hn::Or(v, hn::BitCast(df, sign));
+  }
+}
+
+// L codes of an 8-bit scheme at p, unscaled.
+template <Code C>
+HWY_INLINE VF Decode8(const uint8_t* p) {
+  const DF df;
+  if constexpr (C == Code::i8) {
+    const hn::Rebind<int8_t, DF> d8;
+    return hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
+  } else {
+    const hn::Rebind<uint8_t, DF> d8;
+    return F8ToF32(hn::PromoteTo(DU(), hn::LoadU(d8, p)));
+  }
+}
+
+template <Code C>
+HWY_INLINE float DecodeScalar8(uint8_t c) {
+  if constexpr (C == Code::i8) return static_cast<float>(static_cast<int8_t>(c));
+  else return f8_e4m3fn_to_f32(c);
+}
+
+// The scales of tile rows [0, rows) as f32 in plain order, sc[r * S + c].
+void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc, float* HWY_RESTRICT tmp) {
+  const DF df;
+  const int64_t L = LanesF(), count = rows * a.S;
+  // Plain or tiled, the tile's scales are one contiguous run starting at n0 * S.
+  float* dst = a.tiled_scales ? tmp : sc;
+  switch (a.scale_type) {
+    case ScaleType::f32: std::memcpy(dst, static_cast<const float*>(a.scales) + n0 * a.S, count * sizeof(float)); break;
+    case ScaleType::f16: {
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      const auto* src = static_cast<const hwy::float16_t*>(a.scales) + n0 * a.S;
+      int64_t i = 0;
+      for (; i + L <= count; i += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + i)), df, dst + i);
+      for (; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + i, 2);
+        dst[i] = f16_to_f32(bits);
+      }
+      break;
+    }
+    case ScaleType::e8m0: {
+      const auto* src = static_cast<const uint8_t*>(a.scales) + n0 * a.S;
+      for (int64_t i = 0; i < count; ++i) dst[i] = quant_hwy::e8m0_value(src[i]);
+      break;
+    }
+  }
+  if (a.tiled_scales) {  // [S/g, 16, g] -> [16, S]
+    const int64_t g = a.groups_per_tile;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < a.S; ++c) sc[r * a.S + c] = tmp[((c / g) * quant_hwy::kTileRows + r) * g + c % g];
+  }
+}
+
+// Rows [0, MR) of x against tile rows [r0, r0 + NR), 8-bit codes. `group` is a multiple
+// of 16 (so of L) or covers K: a vector never spans two scales.
+template <Code C, bool Shuffled, int MR, int NR>
+HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile, int64_t r0,
+                         const float* HWY_RESTRICT sc, const float* bias, float* HWY_RESTRICT out) {
+  const DF df;
+  const int64_t L = LanesF(), K = a.K, kv = K / L * L, S = a.S;
+  VF acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = hn::Zero(df);
+  for (int64_t g = 0, k0 = 0; k0 < kv; ++g, k0 += a.group) {
+    const int64_t k1 = std::min(kv, k0 + a.group);
+    VF sv[NR];
+    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
+    for (int64_t k = k0; k < k1; k += L) {
+      VF wv[NR];
+      for (int j = 0; j < NR; ++j)
+        wv[j] = hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)), sv[j]);
+      for (int i = 0; i < MR; ++i) {
+        const VF xv = hn::LoadU(df, x + i * a.ldx + k);
+        for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+      for (int64_t k = kv; k < K; ++k) {
+        const float w = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) * sc[(r0 + j) * S + k / a.group];
+        s = std::fma(x[i * a.ldx + k], w, s);
+      }
+      out[i * a.ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// The same for packed f4 codes: group 32 (16 bytes), K % 32 == 0, x permuted.
+template <bool Shuffled, int MR, int NR>
+HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile, int64_t r0,
+                         const float* HWY_RESTRICT sc, const float* bias, float* HWY_RESTRICT out) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const int64_t L = LanesF(), S = a.S;
+  VF acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = hn::Zero(df);
+  for (int64_t g = 0; g < S; ++g) {
+    VF sv[NR];
+    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
+    for (int64_t b = g * 16; b < g * 16 + 16; b += L) {
+      VF lo[NR], hi[NR];
+      for (int j = 0; j < NR; ++j) {
+        const VU bytes = hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b)));
+        lo[j] = hn::Mul(F4ToF32(hn::And(bytes, hn::Set(du, 15u))), sv[j]);
+        hi[j] = hn::Mul(F4ToF32(hn::ShiftRight<4>(bytes)), sv[j]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const VF xl = hn::LoadU(df, x + i * a.ldx + 2 * b);
+        const VF xh = hn::LoadU(df, x + i * a.ldx + 2 * b + L);
+        for (int j = 0; j < NR; ++j) {
+          acc[i][j] = hn::MulAdd(xl, lo[j], acc[i][j]);
+          acc[i][j] = hn::MulAdd(xh, hi[j], acc[i][j]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      const float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
+      out[i * a.ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+template <Code C, bool Shuffled, int MR, int NR>
+HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, int64_t r0, const float* sc,
+                        const float* bias, float* out) {
+  if constexpr (C == Code::f4) DotTile4<Shuffled, MR, NR>(a, x, tile, r0, sc, bias, out);
+  else DotTile8<C, Shuffled, MR, NR>(a, x, tile, r0, sc, bias, out);
+}
+
+// Rows [0, MR) of x against tile rows [0, rows): NR-row groups, then single rows.
+template <Code C, bool Shuffled, int MR, int NR>
+HWY_INLINE void TileRows(const Args& a, const float* x, const uint8_t* tile, int64_t rows, const float* sc,
+                         const float* bias, float* out) {
+  int64_t r = 0;
+  for (; r + NR <= rows; r += NR) DotTile<C, Shuffled, MR, NR>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
+  for (; r < rows; ++r) DotTile<C, Shuffled, MR, 1>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
+}
+
+template <Code C, bool Shuffled>
+void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
+  float* sc = scratch;
+  float* tmp = scratch + quant_hwy::kTileRows * a.S;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t n0 = t * quant_hwy::kTileRows, rows = std::min(quant_hwy::kTileRows, a.N - n0);
+    TileScales(a, n0, rows, sc, tmp);
+    const uint8_t* tile = a.codes + n0 * a.row_bytes;
+    const float* bias = a.bias ? a.bias + n0 : nullptr;
+    float* out = a.out + n0;
+    // Weight decode is shared by the MR rows of x; fewer rows, more weight rows at once.
+    switch (a.M) {
+      case 1: TileRows<C, Shuffled, 1, 4>(a, a.x, tile, rows, sc, bias, out); break;
+      case 2: TileRows<C, Shuffled, 2, 4>(a, a.x, tile, rows, sc, bias, out); break;
+      case 3: TileRows<C, Shuffled, 3, 2>(a, a.x, tile, rows, sc, bias, out); break;
+      case 4: TileRows<C, Shuffled, 4, 2>(a, a.x, tile, rows, sc, bias, out); break;
+      default: HWY_ASSERT(false);
+    }
+  }
+}
+
+// Tile t's rows dequantized to f32, buf [rows, ldb], f4 in the permuted order. Groups that
+// do not fit the decode kernels (`fast` false) take a scale per element.
+template <Code C, bool Shuffled>
+void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t ldb, float* scratch) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const int64_t L = LanesF(), K = a.K, kv = K / L * L, S = a.S, group = a.group;
+  const int64_t n0 = t * quant_hwy::kTileRows, rows = std::min(quant_hwy::kTileRows, a.N - n0);
+  float* sc = scratch;
+  TileScales(a, n0, rows, sc, scratch + quant_hwy::kTileRows * S);
+  const uint8_t* tile = a.codes + n0 * a.row_bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = buf + r * ldb;
+    const float* rs = sc + r * S;
+    if constexpr (C == Code::f4) {
+      for (int64_t b = 0; b < a.row_bytes; b += L) {
+        const VU bytes = hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r, b)));
+        const VF lo = F4ToF32(hn::And(bytes, hn::Set(du, 15u))), hi = F4ToF32(hn::ShiftRight<4>(bytes));
+        if (fast) {
+          const VF s = hn::Set(df, rs[b / 16]);
+          hn::StoreU(hn::Mul(lo, s), df, dst + 2 * b);
+          hn::StoreU(hn::Mul(hi, s), df, dst + 2 * b + L);
+        } else {
+          hn::StoreU(lo, df, dst + 2 * b);
+          hn::StoreU(hi, df, dst + 2 * b + L);
+          for (int64_t i = 0; i < L; ++i) {
+            dst[2 * b + i] *= rs[(2 * (b + i)) / group];
+            dst[2 * b + L + i] *= rs[(2 * (b + i) + 1) / group];
+          }
+        }
+      }
+    } else if (fast) {
+      for (int64_t k = 0; k < kv; k += L)
+        hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)), hn::Set(df, rs[k / group])), df,
+                   dst + k);
+      for (int64_t k = kv; k < K; ++k) dst[k] = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+    } else {
+      for (int64_t k = 0; k < K; ++k) dst[k] = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+    }
+  }
+}
+
+// Exported entry points; `lanes` is checked so that the activation permutation and the
+// kernels agree on L even if the ISA cap changed in between (it must not, but cheaply).
+int64_t QuantLanes() { return LanesF(); }
+
+void QuantDecodeTiles(const Args& a, int64_t lanes, int64_t t0, int64_t t1, float* scratch) {
+  HWY_ASSERT(lanes == LanesF());
+  switch (a.code) {
+    case Code::f8: return a.shuffled ? DecodeTiles<Code::f8, true>(a, t0, t1, scratch)
+                                     : DecodeTiles<Code::f8, false>(a, t0, t1, scratch);
+    case Code::f4: return a.shuffled ? DecodeTiles<Code::f4, true>(a, t0, t1, scratch)
+                                     : DecodeTiles<Code::f4, false>(a, t0, t1, scratch);
+    case Code::i8: return a.shuffled ? DecodeTiles<Code::i8, true>(a, t0, t1, scratch)
+                                     : DecodeTiles<Code::i8, false>(a, t0, t1, scratch);
+  }
+}
+
+void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, float* buf, int64_t ldb,
+                         float* scratch) {
+  HWY_ASSERT(lanes == LanesF());
+  switch (a.code) {
+    case Code::f8: return a.shuffled ? DequantizeTileImpl<Code::f8, true>(a, fast, t, buf, ldb, scratch)
+                                     : DequantizeTileImpl<Code::f8, false>(a, fast, t, buf, ldb, scratch);
+    case Code::f4: return a.shuffled ? DequantizeTileImpl<Code::f4, true>(a, fast, t, buf, ldb, scratch)
+                                     : DequantizeTileImpl<Code::f4, false>(a, fast, t, buf, ldb, scratch);
+    case Code::i8: return a.shuffled ? DequantizeTileImpl<Code::i8, true>(a, fast, t, buf, ldb, scratch)
+                                     : DequantizeTileImpl<Code::i8, false>(a, fast, t, buf, ldb, scratch);
+  }
+}
+
+// xp[m, 2cL + i] = x[m, 2(cL + i)], xp[m, 2cL + L + i] = x[m, 2(cL + i) + 1]: the order the
+// f4 kernels read packed nibbles in. K % (2L) == 0.
+void PermuteF4Activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* xp, int64_t lanes) {
+  HWY_ASSERT(lanes == LanesF());
+  const int64_t L = lanes;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < K; c += 2 * L)
+      for (int64_t i = 0; i < L; ++i) {
+        xp[m * K + c + i] = x[m * ldx + c + 2 * i];
+        xp[m * K + c + L + i] = x[m * ldx + c + 2 * i + 1];
+      }
+}
+
+}  // namespace refit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul_quantized_hwy.h"
+#include "kernels/matmul_quantized.h"
+
+namespace refit::cpu {
+HWY_EXPORT(QuantLanes);
+HWY_EXPORT(QuantDecodeTiles);
+HWY_EXPORT(QuantDequantizeTile);
+HWY_EXPORT(PermuteF4Activations);
+
+namespace {
+using quant_hwy::Code;
+using quant_hwy::kTileRows;
+using quant_hwy::ScaleType;
+
+template <Code C, bool Shuffled>
+void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
+                          int64_t group, const Tensor& bias, Tensor& out) {
+  init_cpu_isa();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  if (M == 0 || N == 0) return;
+  const int64_t lanes = HWY_DYNAMIC_DISPATCH(QuantLanes)();
+  // Activations as f32 rows: W8A8 codes decoded with their per-token scale (as the
+  // reference does), f4 permuted to the kernels' nibble order.
+  Tensor xf = x;
+  if (x.dtype() == DType::f8_e4m3fn) {
+    xf = Tensor::empty({M, K}, DType::f32);
+    const uint8_t* xq = static_cast<const uint8_t*>(x.raw_data());
+    const float* xs = x_scale.data<const float>();
+    float* dst = xf.data<float>();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) dst[m * K + k] = f8_e4m3fn_to_f32(xq[m * x.stride(0) + k]) * xs[m];
+  }
+  if constexpr (C == Code::f4) {
+    Tensor xp = Tensor::empty({M, K}, DType::f32);
+    HWY_DYNAMIC_DISPATCH(PermuteF4Activations)(xf.data<const float>(), xf.stride(0), M, K, xp.data<float>(), lanes);
+    xf = xp;
+  }
+  quant_hwy::Args a{};
+  a.code = C;
+  a.shuffled = Shuffled;
+  a.x = xf.data<const float>();
+  a.ldx = xf.stride(0);
+  a.M = M, a.K = K, a.N = N;
+  a.codes = static_cast<const uint8_t*>(w.raw_data());
+  a.row_bytes = C == Code::f4 ? K / 2 : K;
+  a.scales = w_scale.raw_data();
+  a.scale_type = w_scale.dtype() == DType::f32 ? ScaleType::f32
+                 : w_scale.dtype() == DType::f16 ? ScaleType::f16
+                                                 : ScaleType::e8m0;
+  a.tiled_scales = w_scale.layout() == Layout::shuffled_16x16;
+  a.S = w_scale.size(1);
+  a.group = group;
+  a.groups_per_tile = a.tiled_scales ? 32 * (C == Code::f4 ? 2 : 1) / group : 1;
+  a.bias = bias.defined() ? bias.data<const float>() : nullptr;
+  a.out = out.data<float>();
+  a.ldo = out.stride(0);
+  const int64_t tiles = (N + kTileRows - 1) / kTileRows;
+  const size_t scratch_floats = static_cast<size_t>(2 * kTileRows * a.S);
+  // The decode kernels need one scale per vector of up to 16 codes (MXFP4: exactly 32).
+  const bool fast = C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0);
+  if (M <= quant_hwy::kDecodeMaxRows && fast) {
+    parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
+      std::vector<float> scratch(scratch_floats);
+      HWY_DYNAMIC_DISPATCH(QuantDecodeTiles)(a, lanes, t0, t1, scratch.data());
+    });
+    return;
+  }
+  // Prefill (and other groups): f32 tiles through the float kernel (nested parallel_for
+  // runs inline). Same products, same order as the decode kernels.
+  parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
+    std::vector<float> scratch(scratch_floats);
+    Tensor wt = Tensor::empty({kTileRows, K}, DType::f32);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * kTileRows, rows = std::min(kTileRows, N - n0);
+      HWY_DYNAMIC_DISPATCH(QuantDequantizeTile)(a, fast, lanes, t, wt.data<float>(), K, scratch.data());
+      Tensor out_cols = out.narrow(1, n0, rows);
+      matmul_hwy(xf, rows == kTileRows ? wt : wt.narrow(0, 0, rows), bias.defined() ? bias.narrow(0, n0, rows) : Tensor(),
+                 out_cols);
+    }
+  });
+}
+
+std::string dense_args(std::span<const Tensor* const> a, bool f4) {
+  const Tensor& x = *a[0];
+  const Tensor& x_scale = *a[1];
+  const Tensor& w = *a[2];
+  const Tensor& w_scale = *a[3];
+  if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
+  if (!w.is_contiguous() || !w_scale.is_contiguous()) return "w and w_scale must be contiguous";
+  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
+  if (x.dtype() == DType::f8_e4m3fn) {
+    if (!x_scale.defined()) return "f8 activations need x_scale (per token)";
+    if (!x.is_contiguous()) return "f8 activations must be contiguous";
+  } else if (x_scale.defined()) {
+    return "x_scale is only taken with f8 activations";
+  }
+  if (f4 && x.size(1) % 32 != 0) return fmt::format("packed f4 needs K % 32 == 0, got K {}", x.size(1));
+  return {};
+}
+
+template <typename Fn>
+const void* fn_ptr(Fn f) {
+  return reinterpret_cast<const void*>(f);
+}
+
+}  // namespace
+
+void register_quantized_matmul_hwy_kernels(KernelRegistry& registry) {
+  struct Row {
+    const char* name;
+    DType code, scale;
+    std::vector<DType> x_dtypes;
+    bool shuffled, tiled_scales;
+    const void* fn;
+  };
+  const std::vector<DType> f32_only = {DType::f32}, f32_or_f8 = {DType::f32, DType::f8_e4m3fn};
+  const Row rows[] = {
+      {"f8_plain", DType::f8_e4m3fn, DType::f32, f32_or_f8, false, false,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, false>)},
+      {"f8_shuffled_16x16", DType::f8_e4m3fn, DType::f32, f32_or_f8, true, false,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, true>)},
+      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, f32_only, false, false,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, false>)},
+      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, f32_only, true, true,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, true>)},
+      {"q8_0_plain", DType::i8, DType::f16, f32_only, false, false,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, false>)},
+      {"q8_0_shuffled_16x16", DType::i8, DType::f16, f32_only, true, true,
+       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, true>)},
+  };
+  for (const Row& row : rows) {
+    Kernel k;
+    k.op = "matmul_quantized";
+    k.name = fmt::format("matmul_quantized.cpu.hwy_{}", row.name);
+    k.device = DeviceType::cpu;
+    k.priority = 20;  // above the scalar kernels (10), which take what these refuse
+    const Layout wl = row.shuffled ? Layout::shuffled_16x16 : Layout::strided;
+    const Layout sl = row.tiled_scales ? Layout::shuffled_16x16 : Layout::strided;
+    k.args = {{"x", row.x_dtypes, {Layout::strided}},
+              {"x_scale", {DType::f32}, {Layout::strided}, true},
+              {"w", {row.code}, {wl}},
+              {"w_scale", {row.scale}, {sl}},
+              {"bias", {DType::f32}, {Layout::strided}, true},
+              {"out", {DType::f32}, {Layout::strided}}};
+    const bool shuffled = row.shuffled, f4 = row.code == DType::f4_e2m1;
+    k.constraint = [shuffled, f4](std::span<const Tensor* const> a) -> std::string {
+      if (shuffled) {
+        const Tensor& w = *a[2];
+        if (w.size(0) % 16 != 0 || (w.size(1) / (f4 ? 2 : 1)) % 32 != 0)
+          return fmt::format("shuffled codes need N % 16 == 0 and 32-byte rows tiles, got {}", shape_str(w.shape()));
+      }
+      return dense_args(a, f4);
+    };
+    k.constraint_text = std::string(row.shuffled ? "w: 16 x 32-byte tiles; " : "") +
+                        (f4 ? "K % 32 == 0; " : "") +
+                        "w, w_scale contiguous; SIMD, batch-invariant";
+    k.fn = row.fn;
+    registry.add(std::move(k));
+  }
+}
+
+}  // namespace refit::cpu
+#endif  // HWY_ONCE
