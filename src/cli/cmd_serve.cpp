@@ -20,6 +20,7 @@ struct ServeOptions {
   int port = 8000, tp = 1, threads = 0, http_threads = 128;
   int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096, block_size = 16;
   double queue_timeout = 120;
+  bool no_prefix_cache = false;
 };
 
 HttpServer* g_server = nullptr;
@@ -49,6 +50,7 @@ int run(const ServeOptions& o) {
   s.scheduler.max_step_tokens = o.max_step_tokens;
   s.scheduler.max_waiting = o.max_waiting;
   s.scheduler.queue_timeout_seconds = o.queue_timeout;
+  s.scheduler.prefix_cache = !o.no_prefix_cache;
   HttpServer server(engine, s);
   server.bind();
   g_server = &server;
@@ -82,6 +84,7 @@ CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weig
   sub.add_option("--max-step-tokens", o->max_step_tokens, "New tokens per step (prefill chunk budget)")->default_val(256);
   sub.add_option("--max-waiting", o->max_waiting, "Queued requests before 503")->default_val(4096);
   sub.add_option("--queue-timeout", o->queue_timeout, "Seconds a request may wait for KV space before 503")->default_val(120);
+  sub.add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks between requests with a common prefix");
   return std::function<int()>([o] { return run(*o); });
 }}};
 

@@ -20,6 +20,7 @@ PagedKvCache::PagedKvCache(const PagedKvCacheOptions& o) : options_(o) {
     values_.push_back(Tensor::empty(shape, DType::f32));
   }
   ref_counts_.assign(static_cast<size_t>(o.n_blocks), 0);
+  cached_.resize(static_cast<size_t>(o.n_blocks));
   free_list_.reserve(static_cast<size_t>(o.n_blocks));
   // Block 0 ends on top of the stack so the first allocations are 0, 1, 2, ...
   for (int64_t b = o.n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
@@ -41,8 +42,17 @@ std::optional<std::vector<int32_t>> PagedKvCache::allocate(int64_t n) {
   std::vector<int32_t> blocks;
   blocks.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t b = free_list_.back();
-    free_list_.pop_back();
+    int32_t b;
+    if (!free_list_.empty()) {
+      b = free_list_.back();
+      free_list_.pop_back();
+    } else {
+      // Evict the least recently released cached block: its key goes, its rows are reused.
+      b = lru_head_;
+      unlink_evictable(b);
+      forget(b);
+      ++evictions_;
+    }
     ref_counts_[static_cast<size_t>(b)] = 1;
     blocks.push_back(b);
   }
@@ -62,7 +72,20 @@ void PagedKvCache::release(std::span<const int32_t> blocks) {
     int32_t& count = ref_counts_[static_cast<size_t>(b)];
     // A double free is a scheduler bug; refusing it keeps the free list sound.
     if (count <= 0) fail("paged KV cache: release of free block {}", b);
-    if (--count == 0) free_list_.push_back(b);
+    if (--count > 0) continue;
+    CachedBlock& c = cached_[static_cast<size_t>(b)];
+    if (!c.published) {
+      free_list_.push_back(b);
+      continue;
+    }
+    // Still worth a hit: park it as the most recently released evictable block.
+    c.evictable = true;
+    c.prev = lru_tail_;
+    c.next = -1;
+    if (lru_tail_ >= 0) cached_[static_cast<size_t>(lru_tail_)].next = b;
+    else lru_head_ = b;
+    lru_tail_ = b;
+    ++evictable_count_;
   }
 }
 
@@ -77,7 +100,104 @@ PagedKvCacheStats PagedKvCache::stats() const {
   s.free_blocks = free_blocks();
   s.used_blocks = s.total_blocks - s.free_blocks;
   s.block_size = options_.block_size;
+  s.cached_blocks = static_cast<int64_t>(by_key_.size());
+  s.evictable_blocks = evictable_count_;
+  s.evictions = evictions_;
+  s.dropped = dropped_;
   return s;
+}
+
+// ---- prefix cache ----
+
+namespace {
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser: every input bit moves every output bit
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+}  // namespace
+
+PagedKvCache::BlockKey PagedKvCache::block_key(BlockKey parent, std::span<const int32_t> tokens) {
+  uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
+  for (int32_t t : tokens) h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL));
+  h = mix64(h ^ tokens.size());
+  return h == kRootKey ? h + 1 : h;  // a block's key is never the root's
+}
+
+void PagedKvCache::unlink_evictable(int32_t block) {
+  CachedBlock& c = cached_[static_cast<size_t>(block)];
+  if (!c.evictable) fail("paged KV cache: block {} is not evictable", block);
+  if (c.prev >= 0) cached_[static_cast<size_t>(c.prev)].next = c.next;
+  else lru_head_ = c.next;
+  if (c.next >= 0) cached_[static_cast<size_t>(c.next)].prev = c.prev;
+  else lru_tail_ = c.prev;
+  c.prev = c.next = -1;
+  c.evictable = false;
+  --evictable_count_;
+}
+
+void PagedKvCache::forget(int32_t block) {
+  CachedBlock& c = cached_[static_cast<size_t>(block)];
+  if (!c.published) return;
+  by_key_.erase(c.key);
+  c.published = false;
+  c.key = c.parent = 0;
+  c.tokens.clear();
+}
+
+std::optional<int32_t> PagedKvCache::acquire_cached(BlockKey parent, std::span<const int32_t> tokens) {
+  if (static_cast<int64_t>(tokens.size()) != options_.block_size) return std::nullopt;
+  auto it = by_key_.find(block_key(parent, tokens));
+  if (it == by_key_.end()) return std::nullopt;
+  const int32_t b = it->second;
+  const CachedBlock& c = cached_[static_cast<size_t>(b)];
+  // A 64-bit collision must not hand out another prefix's k/v.
+  if (c.parent != parent || !std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin(), tokens.end()))
+    return std::nullopt;
+  int32_t& count = ref_counts_[static_cast<size_t>(b)];
+  if (count == 0) unlink_evictable(b);
+  ++count;
+  return b;
+}
+
+bool PagedKvCache::publish(int32_t block, BlockKey parent, std::span<const int32_t> tokens) {
+  check_block(block, "publish");
+  if (static_cast<int64_t>(tokens.size()) != options_.block_size)
+    fail("paged KV cache: publish of block {} with {} tokens; only full blocks of {} are cached", block, tokens.size(),
+         options_.block_size);
+  if (ref_counts_[static_cast<size_t>(block)] <= 0) fail("paged KV cache: publish of free block {}", block);
+  CachedBlock& c = cached_[static_cast<size_t>(block)];
+  if (c.published) return false;
+  const BlockKey key = block_key(parent, tokens);
+  if (!by_key_.emplace(key, block).second) return false;
+  c.published = true;
+  c.key = key;
+  c.parent = parent;
+  c.tokens.assign(tokens.begin(), tokens.end());
+  return true;
+}
+
+bool PagedKvCache::is_cached(int32_t block) const {
+  check_block(block, "is_cached");
+  return cached_[static_cast<size_t>(block)].published;
+}
+
+int64_t PagedKvCache::drop_prefix_cache() {
+  std::vector<int32_t> blocks;
+  blocks.reserve(by_key_.size());
+  for (const auto& [key, b] : by_key_) blocks.push_back(b);
+  for (int32_t b : blocks) {
+    if (cached_[static_cast<size_t>(b)].evictable) {
+      unlink_evictable(b);
+      free_list_.push_back(b);
+    }
+    forget(b);
+  }
+  dropped_ += blocks.size();
+  return static_cast<int64_t>(blocks.size());
 }
 
 bool PagedKvCache::reserve(std::vector<int32_t>& table, int64_t tokens) {

@@ -57,6 +57,8 @@ struct Scheduler::Sequence {
   int64_t n_prompt = 0;
   int64_t cached = 0;           // positions whose k/v are in the cache
   std::vector<int32_t> table;
+  std::vector<PagedKvCache::BlockKey> block_keys;  // keys of its leading full blocks (prefix cache)
+  uint64_t kv_epoch = 0;        // the cache epoch its KV was started in
   std::unique_ptr<Sampler> sampler;
   Clock::time_point queued_at;
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
@@ -89,12 +91,18 @@ void log_softmax_row(std::span<const float> logits, std::vector<double>& out) {
 }  // namespace
 
 Scheduler::Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
-                     std::function<uint64_t()> weight_version, SchedulerOptions options)
+                     std::function<uint64_t()> weight_version, SchedulerOptions options, StepForward forward)
     : model_(model),
       weights_mutex_(weights_mutex),
       weight_version_(std::move(weight_version)),
       options_(options),
+      forward_(std::move(forward)),
       cache_(make_paged_cache(model, auto_blocks(model, options), options.block_size)) {
+  if (!forward_)
+    forward_ = [&model](std::span<const BatchSequence> batch, PagedKvCache& cache) {
+      return batched_forward(model, batch, cache);
+    };
+  cache_version_ = weight_version_();
   if (options_.max_running <= 0 || options_.max_step_tokens <= 0)
     fail("scheduler: max_running ({}) and max_step_tokens ({}) must be positive", options_.max_running,
          options_.max_step_tokens);
@@ -152,9 +160,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
 }
 
 void Scheduler::finish(Sequence& s, const std::string& reason, const std::string& error, bool busy) {
-  if (!s.table.empty()) cache_.release(s.table);
-  s.table.clear();
-  s.cached = 0;
+  detach_locked(s);
   if (reason == "abort") ++counters_.requests_aborted;
   else if (busy) ++counters_.requests_rejected;
   else ++counters_.requests_finished;
@@ -163,14 +169,59 @@ void Scheduler::finish(Sequence& s, const std::string& reason, const std::string
 }
 
 void Scheduler::retract(Sequence& s, bool restart) {
-  if (!s.table.empty()) cache_.release(s.table);
-  s.table.clear();
-  s.cached = 0;
+  detach_locked(s);
   if (restart && s.generated() > 0) {
     s.tokens.resize(static_cast<size_t>(s.n_prompt));
     s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
     s.handle->push(RequestHandle::Event{RequestHandle::Event::restart, {}, {}, {}, false});
   }
+}
+
+void Scheduler::detach_locked(Sequence& s) {
+  // Published blocks stay cached (evictable) once no sequence holds them.
+  if (!s.table.empty()) cache_.release(s.table);
+  s.table.clear();
+  s.block_keys.clear();
+  s.cached = 0;
+}
+
+void Scheduler::attach_cached_prefix_locked(Sequence& s) {
+  s.kv_epoch = kv_epoch_;
+  if (!options_.prefix_cache || !s.table.empty()) return;
+  const int64_t bs = cache_.block_size();
+  // At most the first n-1 tokens: the last one must be computed to give logits.
+  const int64_t max_blocks = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  PagedKvCache::BlockKey parent = PagedKvCache::kRootKey;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    std::span<const int32_t> block(s.tokens.data() + i * bs, static_cast<size_t>(bs));
+    std::optional<int32_t> hit = cache_.acquire_cached(parent, block);
+    if (!hit) break;
+    s.table.push_back(*hit);
+    parent = PagedKvCache::block_key(parent, block);
+    s.block_keys.push_back(parent);
+  }
+  s.cached = static_cast<int64_t>(s.table.size()) * bs;
+}
+
+void Scheduler::publish_blocks_locked(Sequence& s) {
+  if (!options_.prefix_cache || s.kv_epoch != kv_epoch_) return;  // KV from before an invalidation
+  const int64_t bs = cache_.block_size();
+  const int64_t full = std::min<int64_t>(s.cached / bs, static_cast<int64_t>(s.table.size()));
+  for (int64_t i = static_cast<int64_t>(s.block_keys.size()); i < full; ++i) {
+    const PagedKvCache::BlockKey parent = i == 0 ? PagedKvCache::kRootKey : s.block_keys.back();
+    std::span<const int32_t> block(s.tokens.data() + i * bs, static_cast<size_t>(bs));
+    // Another request may have published the same content first; the chain goes on anyway.
+    cache_.publish(s.table[static_cast<size_t>(i)], parent, block);
+    s.block_keys.push_back(PagedKvCache::block_key(parent, block));
+  }
+}
+
+int64_t Scheduler::invalidate_prefix_cache_locked() {
+  const int64_t dropped = cache_.drop_prefix_cache();
+  ++kv_epoch_;
+  ++counters_.prefix_invalidations;
+  counters_.prefix_blocks_dropped += static_cast<uint64_t>(dropped);
+  return dropped;
 }
 
 void Scheduler::abort_all_locked() {
@@ -230,6 +281,11 @@ double Scheduler::run_exclusive(PauseMode mode, const std::function<void()>& fn)
     ++counters_.refits;
     counters_.refit_seconds += seconds;
   }
+  // K/V computed with the old weights are stale: drop them now rather than at the next step.
+  if (const uint64_t v = weight_version_(); v != cache_version_) {
+    invalidate_prefix_cache_locked();
+    cache_version_ = v;
+  }
   lock.unlock();
   cv_.notify_all();
   if (error) std::rethrow_exception(error);
@@ -260,7 +316,7 @@ bool Scheduler::paused() const {
 
 int64_t Scheduler::flush_cache() {
   std::lock_guard lock(mutex_);
-  return cache_.stats().used_blocks;
+  return invalidate_prefix_cache_locked();
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -303,8 +359,16 @@ bool Scheduler::step() {
     bool sample;
   };
   std::vector<Work> work;
+  // The weights' shared lock spans the whole step (lock order: weights, then mutex_): the
+  // prefix lookups, the forward pass and the publishing of new blocks all see one version.
+  std::shared_lock weights(weights_mutex_);
   std::unique_lock lock(mutex_);
   if (paused_ || exclusive_ || stop_) return false;
+  const uint64_t version = weight_version_();
+  if (version != cache_version_) {  // committed outside run_exclusive (e.g. Engine::commit)
+    invalidate_prefix_cache_locked();
+    cache_version_ = version;
+  }
   const auto now = Clock::now();
   // Cancelled requests leave, freeing their blocks.
   for (auto it = running_.begin(); it != running_.end();) {
@@ -336,10 +400,16 @@ bool Scheduler::step() {
   // per running request for their next decode token.
   while (!draining_ && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
     Sequence& s = *waiting_.front();
-    const int64_t need = cache_.blocks_for(static_cast<int64_t>(s.tokens.size()) + 1);
+    const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
+    attach_cached_prefix_locked(s);  // shared blocks need no new ones
+    const int64_t need = cache_.blocks_for(n_tokens + 1) - static_cast<int64_t>(s.table.size());
     const int64_t spare = static_cast<int64_t>(running_.size());
-    if (need + spare > cache_.free_blocks() && !running_.empty()) break;
-    if (!cache_.reserve(s.table, static_cast<int64_t>(s.tokens.size()))) break;
+    if ((need + spare > cache_.free_blocks() && !running_.empty()) || !cache_.reserve(s.table, n_tokens)) {
+      detach_locked(s);  // hits go back to the cache
+      break;
+    }
+    counters_.prefix_query_tokens += static_cast<uint64_t>(n_tokens);
+    counters_.prefix_hit_tokens += static_cast<uint64_t>(s.cached);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -394,16 +464,11 @@ bool Scheduler::step() {
     batch.push_back(b);
   }
   BatchForwardResult result;
-  uint64_t version = 0;
   std::string forward_error;
-  {
-    std::shared_lock weights(weights_mutex_);
-    version = weight_version_();
-    try {
-      result = batched_forward(model_, batch, cache_);
-    } catch (const std::exception& e) {
-      forward_error = e.what();
-    }
+  try {
+    result = forward_(batch, cache_);
+  } catch (const std::exception& e) {
+    forward_error = e.what();
   }
 
   lock.lock();
@@ -418,6 +483,7 @@ bool Scheduler::step() {
       continue;
     }
     s.cached += work[i].n_new;
+    publish_blocks_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
     const int64_t V = result.logits.size(1);
@@ -456,6 +522,7 @@ bool Scheduler::step() {
                                 [](const auto& s) { return s->table.empty() && s->cached == 0; }),
                  running_.end());
   lock.unlock();
+  weights.unlock();
   cv_.notify_all();
   return true;
 }

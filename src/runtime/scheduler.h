@@ -27,6 +27,16 @@
 //
 // Batch invariance: a request's logits do not depend on the batch or the chunking
 // (batched_forward.h), so its tokens and logprobs are the same alone or under load.
+//
+// Prefix cache (layers/paged_kv_cache.h): at admission a request shares the cached full
+// blocks its context starts with (at most its first n-1 tokens, so at least one token is
+// computed and yields logits) and starts computing after them — a prefix hit is just a
+// prompt chunk boundary, which batch invariance already makes bitwise neutral. After each
+// step the full blocks a request computed are published. A committed weight update, by
+// any path (run_exclusive, or an Engine commit the scheduler only notices through the
+// weight version), drops every cached key before the next admission: the next step
+// compares the version with the one the cache was built on, under the same weights lock
+// as the forward. Requests whose KV predates that (in_place pause) never publish again.
 #pragma once
 
 #include <atomic>
@@ -44,6 +54,7 @@
 
 #include "core/error.h"
 #include "layers/paged_kv_cache.h"
+#include "models/batched_forward.h"
 #include "models/llama_model.h"
 #include "runtime/sampler.h"
 
@@ -63,7 +74,12 @@ struct SchedulerOptions {
   int64_t max_step_tokens = 256;  // new tokens per step (prefill chunks share it)
   int64_t max_waiting = 4096;     // queued requests before 503
   double queue_timeout_seconds = 120;
+  bool prefix_cache = true;       // share full KV blocks between requests with a common prefix
 };
+
+// Runs one step's batched forward pass. The default is batched_forward(model, batch, cache);
+// tensor-parallel serving replaces it to run the same step on every rank.
+using StepForward = std::function<BatchForwardResult(std::span<const BatchSequence>, PagedKvCache&)>;
 
 enum class PauseMode : uint8_t { drain, abort, retract, in_place };
 PauseMode pause_mode_from_name(const std::string& name);  // throws naming the mode
@@ -126,12 +142,16 @@ struct SchedulerStats {
   uint64_t refits = 0, refit_failures = 0;
   double refit_seconds = 0;  // total
   bool paused = false;
+  // Prefix cache: tokens looked up at admission and how many of them hit; invalidations
+  // (weight updates and flushes) and the cached blocks they dropped.
+  uint64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  uint64_t prefix_invalidations = 0, prefix_blocks_dropped = 0;
 };
 
 class Scheduler {
  public:
   Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
-            std::function<uint64_t()> weight_version, SchedulerOptions options = {});
+            std::function<uint64_t()> weight_version, SchedulerOptions options = {}, StepForward forward = {});
   ~Scheduler();  // stops the loop; pending requests end with "abort"
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -146,7 +166,8 @@ class Scheduler {
   void pause(PauseMode mode);
   void resume();
   bool paused() const;
-  // Frees cached state that is not in use (no prefix cache yet: returns the blocks in use).
+  // Drops every prefix-cache key (unreferenced cached blocks become free; nothing computed
+  // before the flush is shared again). Returns how many cached blocks were dropped.
   int64_t flush_cache();
 
   SchedulerStats stats() const;
@@ -162,12 +183,19 @@ class Scheduler {
   void abort_all_locked();
   void retract_all_locked(bool honour_restart);
   bool started_work_locked() const;
+  void attach_cached_prefix_locked(Sequence& s);
+  void detach_locked(Sequence& s);
+  void publish_blocks_locked(Sequence& s);
+  int64_t invalidate_prefix_cache_locked();
 
   const LlamaModel& model_;
   std::shared_mutex& weights_mutex_;
   std::function<uint64_t()> weight_version_;
   SchedulerOptions options_;
+  StepForward forward_;
   PagedKvCache cache_;
+  uint64_t cache_version_ = 0;  // the weight version the cached blocks were computed on
+  uint64_t kv_epoch_ = 1;       // bumped by each invalidation; a sequence publishes only in its own
 
   mutable std::mutex mutex_;  // guards everything below and the cache
   std::condition_variable cv_;

@@ -357,6 +357,22 @@ void HttpServer::routes() {
     metric("refit_kv_cache_usage_ratio", "gauge", "Fraction of KV-cache blocks in use.", fmt::format("{:.6f}", st.kv.usage()));
     metric("refit_kv_cache_blocks_used", "gauge", "KV-cache blocks in use.", std::to_string(st.kv.used_blocks));
     metric("refit_kv_cache_blocks_total", "gauge", "KV-cache blocks in the pool.", std::to_string(st.kv.total_blocks));
+    metric("refit_prefix_cache_queries_total", "counter", "Tokens looked up in the prefix cache at admission.",
+           std::to_string(st.prefix_query_tokens));
+    metric("refit_prefix_cache_hits_total", "counter", "Tokens whose KV came from the prefix cache.",
+           std::to_string(st.prefix_hit_tokens));
+    metric("refit_prefix_cache_hit_ratio", "gauge", "Prefix-cache hits over queries (tokens, since start).",
+           fmt::format("{:.6f}", st.prefix_query_tokens ? static_cast<double>(st.prefix_hit_tokens) /
+                                                             static_cast<double>(st.prefix_query_tokens)
+                                                       : 0.0));
+    metric("refit_prefix_cache_blocks", "gauge", "KV blocks held by the prefix cache (in use or evictable).",
+           std::to_string(st.kv.cached_blocks));
+    metric("refit_prefix_cache_evictions_total", "counter", "Cached KV blocks evicted for new content.",
+           std::to_string(st.kv.evictions));
+    metric("refit_prefix_cache_invalidations_total", "counter", "Prefix-cache flushes (weight updates, /flush_cache).",
+           std::to_string(st.prefix_invalidations));
+    metric("refit_prefix_cache_dropped_blocks_total", "counter", "Cached KV blocks dropped by invalidations.",
+           std::to_string(st.prefix_blocks_dropped));
     metric("refit_steps_total", "counter", "Batched forward steps.", std::to_string(st.steps));
     metric("refit_preemptions_total", "counter", "Requests preempted for KV space.", std::to_string(st.preemptions));
     metric("refit_refits_total", "counter", "Weight updates committed.", std::to_string(st.refits));

@@ -82,15 +82,22 @@ T field(const json& j, const char* name, T fallback) {
 void run_update(RlContext& c, httplib::Response& res, const json& body, const std::function<void()>& update) {
   const bool abort_all = field<bool>(body, "abort_all_requests", false);
   const std::string label = field<std::string>(body, "weight_version", "");
+  // SGLang's flush_cache (default true) flushes the prefix cache after the update. Blocks
+  // computed with the old weights are dropped whatever it says (reusing them would give a
+  // request stale K/V); true also reports and flushes anything left.
+  const bool flush = field<bool>(body, "flush_cache", true);
   try {
+    const uint64_t dropped_before = c.scheduler.stats().prefix_blocks_dropped;
     const double seconds = c.scheduler.run_exclusive(abort_all ? PauseMode::abort : PauseMode::drain, update);
+    if (flush) c.scheduler.flush_cache();
     const uint64_t v = c.engine.weight_version();
     if (!label.empty()) {
       std::lock_guard lock(c.labels_mutex);
       c.labels[v] = label;
     }
-    reply(res, 200, true, fmt::format("weights updated in {:.3f} s", seconds), c.label_of(v),
-          json{{"version", v}, {"num_paused_requests", 0}});
+    const uint64_t dropped = c.scheduler.stats().prefix_blocks_dropped - dropped_before;
+    reply(res, 200, true, fmt::format("weights updated in {:.3f} s; {} cached KV blocks dropped", seconds, dropped),
+          c.label_of(v), json{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}});
   } catch (const HttpError&) {
     throw;
   } catch (const std::exception& e) {
@@ -224,9 +231,9 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
     reply(res, 200, true, "generation continues", c.label_of(c.engine.weight_version()));
   }));
   s.Post("/flush_cache", wrap([](RlContext& c, const httplib::Request&, httplib::Response& res) {
-    const int64_t in_use = c.scheduler.flush_cache();
-    reply(res, 200, true, fmt::format("cache flushed ({} blocks in use by running requests)", in_use),
-          c.label_of(c.engine.weight_version()));
+    const int64_t dropped = c.scheduler.flush_cache();
+    reply(res, 200, true, fmt::format("prefix cache flushed ({} cached KV blocks dropped)", dropped),
+          c.label_of(c.engine.weight_version()), json{{"flushed_cache_blocks", dropped}});
   }));
   s.Get("/get_weight_version", wrap([](RlContext& c, const httplib::Request&, httplib::Response& res) {
     const uint64_t v = c.engine.weight_version();

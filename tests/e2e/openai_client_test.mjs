@@ -217,6 +217,35 @@ await test("pause / continue, flush_cache, health, metrics", async () => {
   assert.match(metrics, /^refit_refit_failures_total [1-9]/m);
 });
 
+await test("prefix cache: a repeated prompt hits, a refit drops the cached blocks, answers stay exact", async () => {
+  const metric = async (name) =>
+    Number((await (await fetch(base + "/metrics")).text()).match(new RegExp(`^${name} (\\S+)`, "m"))[1]);
+  const long = "once upon a time there was a little robot who liked to count the stars at night ".repeat(4);
+  const ask = () => client.completions.create({ model: "tiny", prompt: long, max_tokens: 8, temperature: 0, logprobs: 0 });
+  const first = await ask();
+  const hits = await metric("refit_prefix_cache_hits_total");
+  assert.ok((await metric("refit_prefix_cache_blocks")) > 0);
+  const again = await ask();
+  assert.ok((await metric("refit_prefix_cache_hits_total")) > hits, "the repeated prompt did not hit the cache");
+  assert.deepEqual(again.choices[0].token_ids, first.choices[0].token_ids);
+  assert.deepEqual(again.choices[0].logprobs.token_logprobs, first.choices[0].logprobs.token_logprobs);
+  // A refit drops every block computed with the old weights (even with flush_cache false).
+  let r = await post("/update_weights_from_disk", { model_path: modelB, flush_cache: false });
+  assert.equal(r.json.success, true, r.json.message);
+  assert.ok(r.json.flushed_cache_blocks > 0);
+  assert.equal(await metric("refit_prefix_cache_blocks"), 0);
+  const onB = await ask();
+  assert.notDeepEqual(onB.choices[0].token_ids, first.choices[0].token_ids);
+  r = await post("/update_weights_from_disk", { model_path: modelA });
+  assert.equal(r.json.success, true, r.json.message);
+  const back = await ask();
+  assert.deepEqual(back.choices[0].token_ids, first.choices[0].token_ids);
+  assert.deepEqual(back.choices[0].logprobs.token_logprobs, first.choices[0].logprobs.token_logprobs);
+  r = await post("/flush_cache", {});
+  assert.ok(r.json.flushed_cache_blocks > 0);
+  assert.equal(await metric("refit_prefix_cache_blocks"), 0);
+});
+
 await test("a client that disconnects mid-stream frees its KV blocks", async () => {
   const controller = new AbortController();
   const stream = await client.completions.create({ model: "tiny", prompt, max_tokens: 1500, temperature: 0, stream: true },
