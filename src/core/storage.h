@@ -5,17 +5,49 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 #include "core/mapped_file.h"
 
 namespace refit {
 
+// Memory on a device other than the CPU, provided by a backend (src/backends/cuda/
+// registers one for DeviceType::cuda when built with REFIT_CUDA=ON). Core never includes
+// a backend header: Storage and Tensor reach device memory only through this interface,
+// so the default build has no GPU code and simply finds no allocator.
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  // "cuda (CUDA runtime 13.0)": shown in errors and by `refit kernels`.
+  virtual std::string name() const = 0;
+  // Devices usable now; 0 (never an exception) when the driver or the device is missing.
+  virtual int device_count() const = 0;
+  // Why device_count() is 0 ("" otherwise), e.g. the driver's error string.
+  virtual std::string unavailable_reason() const = 0;
+  // nbytes on device `index`; throws refit::Error naming the device when it cannot.
+  virtual void* allocate(size_t nbytes, int index) = 0;
+  virtual void free(void* ptr, int index) noexcept = 0;
+  virtual void memset(void* ptr, int value, size_t nbytes, int index) = 0;
+  // Copies nbytes between host and device or device and device (either side may be the
+  // CPU; the other is on this allocator's device type). Returns when dst holds the bytes.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
+                    size_t nbytes) = 0;
+};
+
+// The allocator for a device type, or nullptr when this build has none. The CUDA one is
+// registered on first use in a REFIT_HAVE_CUDA build (explicitly, so a static library
+// never drops it). register_device_allocator() returns the previous one (tests install a
+// host-memory double and put the old one back); cpu cannot be replaced.
+DeviceAllocator* device_allocator(DeviceType type);
+DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* allocator);
+
 class Storage {
  public:
   static constexpr size_t kAlignment = 64;
 
-  // Owned, zero-initialised, kAlignment-aligned memory.
+  // Owned, zero-initialised, kAlignment-aligned memory. Non-CPU devices use their
+  // DeviceAllocator; without one (a build without that backend) this throws naming it.
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device = Device::cpu());
   // Foreign memory: `release` is called exactly once when the last reference goes.
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device,

@@ -257,14 +257,47 @@ Tensor Tensor::to(DType dtype) const {
   return t;
 }
 
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape_, dtype_, device);
+  t.layout_ = layout_;
+  t.copy_from(*this);
+  return t;
+}
+
+// Copies that involve device memory: host code cannot touch the bytes, so only what the
+// device allocator can do as one block copy is allowed (contiguous, same dtype), and
+// anything else is refused naming both tensors rather than read wrongly.
+void Tensor::copy_across_devices(const Tensor& src) {
+  const Device dst_dev = device(), src_dev = src.device();
+  if (dst_dev.type != DeviceType::cpu && src_dev.type != DeviceType::cpu &&
+      dst_dev.type != src_dev.type)
+    fail("copy_from: cannot copy between {} and {} directly; copy through the CPU "
+         "(destination {}, source {})",
+         dst_dev.str(), src_dev.str(), str(), src.str());
+  if (src.dtype_ != dtype_ || !is_contiguous() || !src.is_contiguous())
+    fail("copy_from: a copy between {} and {} needs two contiguous tensors of the same dtype "
+         "(destination {}, source {}); convert or make it contiguous on one device first",
+         dst_dev.str(), src_dev.str(), str(), src.str());
+  const DeviceType backend = dst_dev.type != DeviceType::cpu ? dst_dev.type : src_dev.type;
+  DeviceAllocator* allocator = device_allocator(backend);
+  if (!allocator)
+    fail("copy_from: no {} backend in this build to copy between {} and {} (destination {}, "
+         "source {})",
+         device_type_name(backend), dst_dev.str(), src_dev.str(), str(), src.str());
+  if (numel() == 0) return;
+  allocator->copy(raw_data(), dst_dev, src.raw_data(), src_dev, nbytes());
+}
+
 void Tensor::copy_from(const Tensor& src) {
   if (read_only()) fail("copy_from: destination {} is read-only", str());
   if (src.shape_ != shape_)
     fail("copy_from: shape mismatch, destination {} and source {}", shape_str(shape_),
          shape_str(src.shape_));
-  if (device().type != DeviceType::cpu || src.device().type != DeviceType::cpu)
-    fail("copy_from: only CPU tensors can be copied here (destination on {}, source on {})",
-         device().str(), src.device().str());
+  if (device().type != DeviceType::cpu || src.device().type != DeviceType::cpu) {
+    copy_across_devices(src);
+    return;
+  }
   if (numel() == 0) return;
   void* dst_base = storage_->data();
   const void* src_base = src.storage_->data();
@@ -327,16 +360,27 @@ int64_t element_offset(const Tensor& t, std::span<const int64_t> index) {
 }
 }  // namespace
 
+namespace {
+void need_host(const Tensor& t, const char* what) {
+  if (t.device().type != DeviceType::cpu)
+    fail("{}: {} is on {}; copy it to the CPU first (to(Device::cpu()))", what, t.str(),
+         t.device().str());
+}
+}  // namespace
+
 double Tensor::get(std::span<const int64_t> index) const {
+  need_host(*this, "get");
   return load_element(storage_->data(), dtype_, element_offset(*this, index));
 }
 
 void Tensor::set(std::span<const int64_t> index, double value) {
   if (read_only()) fail("set: tensor {} is read-only", str());
+  need_host(*this, "set");
   store_element(storage_->data(), dtype_, element_offset(*this, index), value);
 }
 
 std::vector<float> Tensor::to_floats() const {
+  if (device().type != DeviceType::cpu) return to(Device::cpu()).to_floats();
   std::vector<float> out(static_cast<size_t>(numel()));
   if (dtype_ == DType::f32 && is_contiguous()) {
     if (!out.empty()) std::memcpy(out.data(), raw_data(), out.size() * sizeof(float));

@@ -94,11 +94,17 @@ class Tensor {
   Tensor contiguous() const;  // self if already contiguous
   Tensor clone() const;       // always a fresh contiguous copy
   Tensor to(DType dtype) const;
+  // A contiguous copy on `device` (self if already there). Crossing devices needs a
+  // contiguous tensor and a backend for the device (DeviceAllocator in core/storage.h).
+  Tensor to(Device device) const;
   // Element-wise copy of `src` into this tensor's existing storage (any strides, dtype
   // conversion through f32 for floats). The storage address does not change.
+  // When either side is not on the CPU (or the two are on different devices), both must
+  // be contiguous and of the same dtype: the bytes are copied by the device's allocator.
   void copy_from(const Tensor& src);
 
   // ---- element access for tests and small tables (slow) ----
+  // get/set need a CPU tensor; to_floats() copies a device tensor to the CPU first.
   double get(std::span<const int64_t> index) const;
   double get(std::initializer_list<int64_t> index) const {
     return get(std::span<const int64_t>(index.begin(), index.size()));
@@ -112,6 +118,8 @@ class Tensor {
   std::string str() const;  // "f32[2, 3] cpu strided"
 
  private:
+  void copy_across_devices(const Tensor& src);  // copy_from when a side is not on the CPU
+
   std::shared_ptr<Storage> storage_;
   DType dtype_ = DType::f32;
   Layout layout_ = Layout::strided;

@@ -7,12 +7,20 @@
 
 #include "core/error.h"
 
+#ifdef REFIT_HAVE_CUDA  // -DREFIT_CUDA=ON: src/backends/cuda/ (docs/cuda.md)
+#include "backends/cuda/cuda_backend.h"
+#endif
+
 namespace refit {
 
 KernelRegistry& KernelRegistry::global() {
   static KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
     register_cpu_kernels(*r);
+#ifdef REFIT_HAVE_CUDA
+    // Rows for DeviceType::cuda: chosen only for tensors stored on a GPU (law L3).
+    register_cuda_kernels(*r);
+#endif
     return r;
   }();
   return *registry;

@@ -1,0 +1,29 @@
+// The CUDA backend's entry points, as seen from the rest of refit. This header is plain
+// C++ (no CUDA headers), so core and the kernel registry can name the backend under
+// #ifdef REFIT_HAVE_CUDA without compiling GPU code. Built only with -DREFIT_CUDA=ON
+// (docs/cuda.md); the default build never includes it.
+#pragma once
+
+#include "core/storage.h"
+
+namespace refit {
+
+class KernelRegistry;
+
+// The CUDA rows of the dispatch table (matmul, rms_norm, rope, softmax, silu_mul,
+// embedding, add, attention), each declared for DeviceType::cuda so that dispatch
+// (law L3) picks them only for tensors whose storage is on a GPU. Called once from
+// KernelRegistry::global().
+void register_cuda_kernels(KernelRegistry& registry);
+
+namespace cuda {
+
+// cudaMalloc'd memory behind Storage::allocate(n, Device::cuda(i)) and the host<->device
+// copies behind Tensor::copy_from / to(Device). Registered by core/storage.cpp.
+DeviceAllocator& device_allocator();
+
+// Devices the CUDA runtime can use now; 0 when there is no driver or no GPU.
+int device_count();
+
+}  // namespace cuda
+}  // namespace refit
