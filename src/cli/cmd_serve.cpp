@@ -1,16 +1,21 @@
 // `refit serve`: an OpenAI-compatible HTTP server with SGLang's RL weight-update
 // endpoints over one model (server/http_server.h). Ctrl-C (SIGINT/SIGTERM) stops it.
+// `mpirun -np N refit serve --tp N`: tensor-parallel serving (server/rank_group.h).
 #include <fmt/format.h>
 
 #include <csignal>
 #include <cstdio>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cli/command.h"
 #include "core/error.h"
 #include "kernels/cpu/serve_kernels.h"
 #include "runtime/engine.h"
+#include "dist/communicator.h"
 #include "server/http_server.h"
+#include "server/rank_group.h"
 
 namespace refit::cli {
 namespace {
@@ -29,16 +34,7 @@ extern "C" void on_signal(int) {
   if (g_server) g_server->stop();
 }
 
-int run(const ServeOptions& o) {
-  EngineOptions e;
-  e.model_path = o.model;
-  e.tokenizer_path = o.tokenizer;
-  e.tp = o.tp;
-  e.quant = o.quant;
-  e.layout = o.layout;
-  e.threads = o.threads;
-  if (o.tp > 1) fail("refit serve runs one process; --tp {} (tensor-parallel serving) is not supported yet", o.tp);
-  Engine engine(e);
+ServerOptions server_options(const ServeOptions& o) {
   ServerOptions s;
   s.host = o.host;
   s.port = o.port;
@@ -51,15 +47,74 @@ int run(const ServeOptions& o) {
   s.scheduler.max_waiting = o.max_waiting;
   s.scheduler.queue_timeout_seconds = o.queue_timeout;
   s.scheduler.prefix_cache = !o.no_prefix_cache;
-  HttpServer server(engine, s);
+  return s;
+}
+
+void announce(const ServeOptions& o, const Engine& engine, int port) {
+  // The first line names the port (tests start the server with --port 0 and read it) and
+  // the pid that SIGTERM stops (under mpirun: rank 0's, which then stops every rank).
+  fmt::print("refit serve: listening on http://{}:{} ({}; tp {}; batch-invariant f32 matmul {}; pid {})\n", o.host, port,
+             engine.description(), engine.world_size(), batch_invariant_f32_matmul() ? "on" : "off", getpid());
+  std::fflush(stdout);
+}
+
+// Tensor parallel: rank 0 serves HTTP on a second thread while its main thread (the one
+// MPI may be called from) runs every rank's collectives; the other ranks follow it.
+int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<Communicator> communicator) {
+  RankGroup group(engine, std::move(communicator));
+  if (!group.lead()) {
+    // Signals (mpirun forwards SIGTERM to every rank) are the lead's to act on: it tells
+    // the workers to exit once it has stopped.
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
+    group.run_worker();
+    return 0;
+  }
+  HttpServer server(engine, server_options(o), &group);  // the group's destructor frees the workers on error
   server.bind();
   g_server = &server;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  // The first line names the port (tests start the server with --port 0 and read it).
-  fmt::print("refit serve: listening on http://{}:{} ({}; batch-invariant f32 matmul {})\n", o.host, server.port(),
-             engine.description(), batch_invariant_f32_matmul() ? "on" : "off");
-  std::fflush(stdout);
+  announce(o, engine, server.port());
+  std::exception_ptr error;
+  std::thread http([&] {
+    try {
+      server.serve();
+      server.stop_scheduler();  // its last step needs the main thread, still serving below
+    } catch (...) {
+      error = std::current_exception();
+    }
+    group.stop();
+  });
+  group.run_lead();  // returns after stop(), having told the workers to exit
+  http.join();
+  g_server = nullptr;
+  if (error) std::rethrow_exception(error);
+  return 0;
+}
+
+int run(const ServeOptions& o) {
+  EngineOptions e;
+  e.model_path = o.model;
+  e.tokenizer_path = o.tokenizer;
+  e.tp = o.tp;
+  e.quant = o.quant;
+  e.layout = o.layout;
+  e.threads = o.threads;
+  if (o.tp > 1) {
+    e.communicator = mpi_communicator_if_launched();
+    if (!e.communicator)
+      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit serve --tp {} ...`{}", o.tp, o.tp, o.tp,
+           built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
+  }
+  Engine engine(e);
+  if (o.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
+  HttpServer server(engine, server_options(o));
+  server.bind();
+  g_server = &server;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  announce(o, engine, server.port());
   server.serve();
   g_server = nullptr;
   return 0;
@@ -72,7 +127,7 @@ CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weig
   sub.add_option("--tokenizer", o->tokenizer, "Tokenizer file for formats that carry none (llama2.c)");
   sub.add_option("--host", o->host, "Address to listen on")->default_val("127.0.0.1");
   sub.add_option("--port", o->port, "Port (0: any free port)")->default_val(8000);
-  sub.add_option("--tp", o->tp, "Tensor-parallel size")->default_val(1);
+  sub.add_option("--tp", o->tp, "Tensor-parallel size (run under mpirun -np N)")->default_val(1)->check(CLI::PositiveNumber);
   sub.add_option("--quant", o->quant, "Quantize weights at load (when available)");
   sub.add_option("--layout", o->layout, "Weight layout: plain, transpose, shuffle16x16");
   sub.add_option("-t,--threads", o->threads, "Compute threads (default: all cores)");

@@ -138,6 +138,14 @@ uint64_t Engine::update_weights_from_tensors(const std::vector<std::pair<std::st
 
 uint64_t Engine::update_weights_from_disk(const std::string& path, const std::vector<std::string>& names,
                                           const UpdateOptions& options) {
+  auto update = stage_update_from_disk(path, names, options);
+  commit(*update);
+  return weight_version();
+}
+
+std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& path,
+                                                             const std::vector<std::string>& names,
+                                                             const UpdateOptions& options) {
   std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
   ModelConfig source_config = read_model_config(*checkpoint);
   const ModelConfig& c = config();
@@ -165,8 +173,7 @@ uint64_t Engine::update_weights_from_disk(const std::string& path, const std::ve
     else
       update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce);
   }
-  commit(*update);
-  return weight_version();
+  return update;
 }
 
 }  // namespace refit

@@ -78,6 +78,11 @@ class Engine {
   // `names` empty: every parameter the checkpoint has for this model (all must be present).
   uint64_t update_weights_from_disk(const std::string& path, const std::vector<std::string>& names = {},
                                     const UpdateOptions& options = {});
+  // The validated, uncommitted transaction update_weights_from_disk commits (for callers
+  // that must agree with other ranks before committing: tensor-parallel serving).
+  std::unique_ptr<WeightUpdate> stage_update_from_disk(const std::string& path,
+                                                       const std::vector<std::string>& names = {},
+                                                       const UpdateOptions& options = {});
 
   // The lock generation steps hold (servers with their own loop take it per step).
   std::shared_mutex& weights_mutex() { return weights_mutex_; }

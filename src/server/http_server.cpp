@@ -9,6 +9,7 @@
 
 #include "server/api_types.h"
 #include "server/choice_stream.h"
+#include "server/rank_group.h"
 #include "server/rl_endpoints.h"
 
 namespace refit {
@@ -45,10 +46,11 @@ struct Generation {
 
 }  // namespace
 
-HttpServer::HttpServer(Engine& engine, ServerOptions options)
-    : engine_(engine), options_(std::move(options)), started_at_(unix_now()) {
-  if (engine_.world_size() > 1)
-    fail("refit serve runs one process; tensor-parallel serving (--tp {}) is not supported yet", engine_.world_size());
+HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
+    : engine_(engine), options_(std::move(options)), ranks_(ranks), started_at_(unix_now()) {
+  if (engine_.world_size() > 1 && !ranks_)
+    fail("the model is sharded over {} ranks: the server needs their RankGroup", engine_.world_size());
+  if (ranks_ && !ranks_->lead()) fail("the HTTP server runs on rank 0 only (this is rank {})", ranks_->rank());
   if (options_.model_name.empty()) {
     const std::string& d = engine_.description();
     options_.model_name = d.find('/') != std::string::npos || std::filesystem::exists(d)
@@ -63,8 +65,13 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
     if (tok->vocab().eos() >= 0) eos = tok->token_to_piece(tok->vocab().eos());
   }
   chat_template_ = load_chat_template(std::filesystem::exists(engine_.description()) ? engine_.description() : "", bos, eos);
+  StepForward forward;
+  if (ranks_)
+    forward = [r = ranks_](std::span<const BatchSequence> batch, PagedKvCache& cache) { return r->forward(batch, cache); };
   scheduler_ = std::make_unique<Scheduler>(engine_.model(), engine_.weights_mutex(),
-                                           [this] { return engine_.weight_version(); }, options_.scheduler);
+                                           [this] { return engine_.weight_version(); }, options_.scheduler, forward);
+  // Every rank's pool gets the size the scheduler chose, before the first step.
+  if (ranks_) ranks_->announce_cache(scheduler_->options().kv_blocks, scheduler_->options().block_size);
   http_ = std::make_unique<httplib::Server>();
   const int threads = options_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -381,12 +388,13 @@ void HttpServer::routes() {
            fmt::format("{:.6f}", st.refit_seconds));
     metric("refit_weight_version", "gauge", "Current weight version number.", std::to_string(engine_.weight_version()));
     metric("refit_paused", "gauge", "1 while generation is paused.", st.paused ? "1" : "0");
+    metric("refit_tensor_parallel_size", "gauge", "Ranks the model is sharded over.", std::to_string(engine_.world_size()));
     metric("refit_http_requests_total", "counter", "HTTP requests received.", std::to_string(http_requests_.load()));
     metric("refit_http_errors_total", "counter", "HTTP requests answered with an error.", std::to_string(http_errors_.load()));
     res.set_content(out, "text/plain; version=0.0.4");
   }));
 
-  RlContext rl{engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); }};
+  RlContext rl{engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); }, ranks_};
   register_rl_endpoints(s, rl);
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -10,6 +10,9 @@
 // on; per choice "weight_versions" lists each token's) and per choice "token_ids".
 // Errors are OpenAI-style bodies {"error": {message, type, param, code}}; the RL endpoints
 // answer {"success", "message", "weight_version"}. A failed request never stops the server.
+//
+// Tensor parallel: on rank 0 of `mpirun -np N refit serve --tp N`, with a RankGroup
+// (server/rank_group.h) that runs every step and weight update on all ranks.
 #pragma once
 
 #include <atomic>
@@ -36,14 +39,19 @@ struct ServerOptions {
   SchedulerOptions scheduler;
 };
 
+class RankGroup;
+
 class HttpServer {
  public:
-  HttpServer(Engine& engine, ServerOptions options);
+  // `ranks`: the tensor-parallel group when the engine is sharded (required then).
+  HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks = nullptr);
   ~HttpServer();
   // Binds; throws naming host:port when that fails. Then serves until stop().
   void bind();
   void serve();
   void stop();
+  // After serve() returned: stops the scheduler (pending requests end with "abort").
+  void stop_scheduler() { scheduler_.reset(); }
   int port() const { return port_; }
 
  private:
@@ -53,6 +61,7 @@ class HttpServer {
 
   Engine& engine_;
   ServerOptions options_;
+  RankGroup* ranks_ = nullptr;
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;

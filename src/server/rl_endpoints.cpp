@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_types.h"
+#include "server/rank_group.h"
 
 namespace refit {
 
@@ -82,14 +83,14 @@ T field(const json& j, const char* name, T fallback) {
 void run_update(RlContext& c, httplib::Response& res, const json& body, const std::function<void()>& update) {
   const bool abort_all = field<bool>(body, "abort_all_requests", false);
   const std::string label = field<std::string>(body, "weight_version", "");
-  // SGLang's flush_cache (default true) flushes the prefix cache after the update. Blocks
-  // computed with the old weights are dropped whatever it says (reusing them would give a
-  // request stale K/V); true also reports and flushes anything left.
-  const bool flush = field<bool>(body, "flush_cache", true);
+  // SGLang's flush_cache (default true) flushes the prefix cache after the update. Here a
+  // committed update always drops every cached block (all were computed with the old
+  // weights, and reusing one would hand a request stale K/V), so true is what happens
+  // anyway and false cannot keep them; the reply says how many blocks went.
+  field<bool>(body, "flush_cache", true);  // type-checked
   try {
     const uint64_t dropped_before = c.scheduler.stats().prefix_blocks_dropped;
     const double seconds = c.scheduler.run_exclusive(abort_all ? PauseMode::abort : PauseMode::drain, update);
-    if (flush) c.scheduler.flush_cache();
     const uint64_t v = c.engine.weight_version();
     if (!label.empty()) {
       std::lock_guard lock(c.labels_mutex);
@@ -153,7 +154,10 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
                 "/update_weights_from_disk");
     const std::string path = field<std::string>(body, "model_path", "");
     if (path.empty()) throw HttpError{400, "'model_path' is required", "invalid_request_error", "model_path", {}};
-    run_update(c, res, body, [&] { c.engine.update_weights_from_disk(path); });
+    run_update(c, res, body, [&] {
+      if (c.ranks) c.ranks->update_from_disk(path);
+      else c.engine.update_weights_from_disk(path);
+    });
   }));
 
   s.Post("/update_weights_from_tensor", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
@@ -180,7 +184,14 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
         return;
       }
     }
-    run_update(c, res, body, [&] { c.engine.commit(*update); });
+    if (c.ranks) {
+      // Validated here on rank 0 already; every rank validates its shard again and all
+      // commit or none does.
+      update->abort();
+      run_update(c, res, body, [&] { c.ranks->update_from_tensors(tensors); });
+    } else {
+      run_update(c, res, body, [&] { c.engine.commit(*update); });
+    }
   }));
 
   s.Post("/get_weights_by_name", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {

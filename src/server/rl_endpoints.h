@@ -28,12 +28,15 @@ class Server;
 
 namespace refit {
 
+class RankGroup;
+
 struct RlContext {
   Engine& engine;
   Scheduler& scheduler;
   std::mutex& labels_mutex;
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
+  RankGroup* ranks = nullptr;  // tensor parallel: updates run on every rank
 };
 
 void register_rl_endpoints(httplib::Server& server, RlContext context);

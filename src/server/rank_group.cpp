@@ -1,0 +1,341 @@
+#include "server/rank_group.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "core/error.h"
+
+namespace refit {
+
+namespace {
+
+// The wire format of a command's payload: little-endian int64 fields and length-prefixed
+// strings, read back with bounds checks (a short payload is a protocol bug, not a crash).
+class Writer {
+ public:
+  void i64(int64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void str(const std::string& s) {
+    i64(static_cast<int64_t>(s.size()));
+    out_ += s;
+  }
+  void i32s(std::span<const int32_t> v) { out_.append(reinterpret_cast<const char*>(v.data()), v.size_bytes()); }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  int64_t i64() {
+    int64_t v;
+    std::memcpy(&v, need(sizeof v), sizeof v);
+    return v;
+  }
+  std::string str() {
+    const int64_t n = i64();
+    if (n < 0) fail("tensor-parallel serving: negative string length in a command");
+    return std::string(need(static_cast<size_t>(n)), static_cast<size_t>(n));
+  }
+  std::vector<int32_t> i32s(int64_t n) {
+    if (n < 0) fail("tensor-parallel serving: negative count in a command");
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), need(v.size() * sizeof(int32_t)), v.size() * sizeof(int32_t));
+    return v;
+  }
+
+ private:
+  const char* need(size_t n) {
+    if (n > in_.size() - at_) fail("tensor-parallel serving: a command's payload is shorter than its fields");
+    const char* p = in_.data() + at_;
+    at_ += n;
+    return p;
+  }
+  const std::string& in_;
+  size_t at_ = 0;
+};
+
+struct DecodedBatch {
+  std::vector<std::vector<int32_t>> tokens, tables;
+  std::vector<BatchSequence> sequences;
+};
+
+std::string encode_batch(std::span<const BatchSequence> batch) {
+  Writer w;
+  w.i64(static_cast<int64_t>(batch.size()));
+  for (const BatchSequence& s : batch) {
+    w.i64(static_cast<int64_t>(s.tokens.size()));
+    w.i64(s.start_pos);
+    w.i64(static_cast<int64_t>(s.block_table.size()));
+    w.i64(static_cast<int64_t>(s.logits));
+    w.i32s(s.tokens);
+    w.i32s(s.block_table);
+  }
+  return w.take();
+}
+
+DecodedBatch decode_batch(const std::string& payload) {
+  Reader r(payload);
+  DecodedBatch d;
+  const int64_t B = r.i64();
+  if (B < 0 || B > (int64_t{1} << 24)) fail("tensor-parallel serving: a forward command with {} sequences", B);
+  d.tokens.resize(static_cast<size_t>(B));
+  d.tables.resize(static_cast<size_t>(B));
+  d.sequences.resize(static_cast<size_t>(B));
+  for (size_t b = 0; b < static_cast<size_t>(B); ++b) {
+    const int64_t n_tokens = r.i64(), start = r.i64(), n_table = r.i64(), logits = r.i64();
+    if (logits < 0 || logits > static_cast<int64_t>(LogitsWanted::all))
+      fail("tensor-parallel serving: unknown logits request {}", logits);
+    d.tokens[b] = r.i32s(n_tokens);
+    d.tables[b] = r.i32s(n_table);
+    d.sequences[b] = BatchSequence{d.tokens[b], start, d.tables[b], static_cast<LogitsWanted>(logits)};
+  }
+  return d;
+}
+
+}  // namespace
+
+RankGroup::RankGroup(Engine& engine, std::shared_ptr<Communicator> communicator)
+    : engine_(engine), communicator_(std::move(communicator)), main_thread_(std::this_thread::get_id()) {
+  if (!communicator_) fail("tensor-parallel serving needs a communicator");
+  if (communicator_->world_size() != engine_.world_size())
+    fail("tensor-parallel serving: the communicator has {} ranks, the model is sharded {} ways",
+         communicator_->world_size(), engine_.world_size());
+}
+
+RankGroup::~RankGroup() {
+  // A lead that unwinds (startup failed) must still let the workers go.
+  if (lead() && std::this_thread::get_id() == main_thread_) {
+    try {
+      release_workers();
+    } catch (...) {
+    }
+  }
+}
+
+// ---- transport ----
+
+void RankGroup::broadcast_bytes(void* data, size_t bytes) {
+  // MPI counts are int: large tensors go in pieces.
+  constexpr size_t kPiece = size_t{1} << 30;
+  char* p = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kPiece)
+    communicator_->broadcast(p + done, std::min(kPiece, bytes - done), 0);
+}
+
+void RankGroup::send(Command command, const std::string& payload) {
+  int64_t header[2] = {static_cast<int64_t>(command), static_cast<int64_t>(payload.size())};
+  communicator_->broadcast(header, sizeof header, 0);
+  if (!payload.empty()) broadcast_bytes(const_cast<char*>(payload.data()), payload.size());
+}
+
+std::pair<RankGroup::Command, std::string> RankGroup::receive() {
+  int64_t header[2] = {0, 0};
+  communicator_->broadcast(header, sizeof header, 0);
+  if (header[1] < 0) fail("tensor-parallel serving: negative payload size {}", header[1]);
+  std::string payload(static_cast<size_t>(header[1]), '\0');
+  if (!payload.empty()) broadcast_bytes(payload.data(), payload.size());
+  return {static_cast<Command>(header[0]), std::move(payload)};
+}
+
+// ---- the lead's hand-over to the main thread ----
+
+void RankGroup::on_main(const std::function<void()>& fn) {
+  if (std::this_thread::get_id() == main_thread_) {
+    fn();
+    return;
+  }
+  Task task{&fn, nullptr, false};
+  {
+    std::unique_lock lock(mutex_);
+    if (stopping_) fail("the server is shutting down");
+    tasks_.push_back(&task);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return task.done; });
+  }
+  if (task.error) std::rethrow_exception(task.error);
+}
+
+void RankGroup::run_lead() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    cv_.wait(lock, [&] { return !tasks_.empty() || stopping_; });
+    if (tasks_.empty()) break;  // stopping, nothing left
+    Task* task = tasks_.front();
+    tasks_.pop_front();
+    lock.unlock();
+    try {
+      (*task->fn)();
+    } catch (...) {
+      task->error = std::current_exception();
+    }
+    lock.lock();
+    task->done = true;
+    cv_.notify_all();
+  }
+  lock.unlock();
+  release_workers();
+}
+
+void RankGroup::stop() {
+  std::lock_guard lock(mutex_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+void RankGroup::release_workers() {
+  if (!lead() || workers_released_) return;
+  workers_released_ = true;
+  send(Command::exit, {});
+}
+
+// ---- lead operations ----
+
+void RankGroup::announce_cache(int64_t n_blocks, int64_t block_size) {
+  on_main([&] {
+    Writer w;
+    w.i64(n_blocks);
+    w.i64(block_size);
+    send(Command::cache, w.take());
+  });
+}
+
+BatchForwardResult RankGroup::forward(std::span<const BatchSequence> batch, PagedKvCache& cache) {
+  BatchForwardResult result;
+  on_main([&] {
+    send(Command::forward, encode_batch(batch));
+    result = batched_forward(engine_.model(), batch, cache);
+  });
+  return result;
+}
+
+void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage) {
+  std::unique_ptr<WeightUpdate> update;
+  std::string error;
+  try {
+    update = stage();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  float refusals = error.empty() ? 0.0f : 1.0f;
+  communicator_->all_reduce_sum(&refusals, 1);
+  if (refusals > 0) {
+    if (update) update->abort();
+    if (!lead()) {
+      if (!error.empty()) fmt::print(stderr, "refit serve (rank {}): weight update refused: {}\n", rank(), error);
+      return;
+    }
+    if (!error.empty()) throw Error(error);
+    fail("the weight update was refused by {} of {} tensor-parallel ranks (see their stderr); nothing changed",
+         static_cast<int>(refusals), world_size());
+  }
+  engine_.commit(*update);
+}
+
+void RankGroup::update_from_disk(const std::string& path, const std::vector<std::string>& names) {
+  on_main([&] {
+    Writer w;
+    w.str(path);
+    w.i64(static_cast<int64_t>(names.size()));
+    for (const std::string& n : names) w.str(n);
+    send(Command::update_disk, w.take());
+    apply_everywhere([&] { return engine_.stage_update_from_disk(path, names); });
+  });
+}
+
+void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  on_main([&] {
+    std::vector<Tensor> data;
+    Writer w;
+    w.i64(static_cast<int64_t>(tensors.size()));
+    for (const auto& [name, tensor] : tensors) {
+      data.push_back(tensor.contiguous());
+      w.str(name);
+      w.str(std::string(dtype_name(tensor.dtype())));
+      w.i64(tensor.dim());
+      for (int64_t d : tensor.shape()) w.i64(d);
+    }
+    send(Command::update_tensors, w.take());
+    for (Tensor& t : data) broadcast_bytes(t.raw_data(), t.nbytes());
+    apply_everywhere([&] {
+      auto update = engine_.begin_update();
+      for (size_t i = 0; i < tensors.size(); ++i) update->update(tensors[i].first, data[i]);
+      return update;
+    });
+  });
+}
+
+// ---- workers ----
+
+void RankGroup::worker_update_tensors(const std::string& meta) {
+  Reader r(meta);
+  const int64_t count = r.i64();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (int64_t i = 0; i < count; ++i) {
+    std::string name = r.str();
+    const std::string dtype = r.str();
+    const int64_t ndim = r.i64();
+    Shape shape;
+    for (int64_t d = 0; d < ndim; ++d) shape.push_back(r.i64());
+    const std::optional<DType> dt = dtype_from_name(dtype);
+    if (!dt) fail("tensor-parallel serving: unknown dtype '{}' for '{}'", dtype, name);
+    tensors.emplace_back(std::move(name), Tensor::empty(shape, *dt));
+  }
+  // The lead sends every tensor's bytes before anyone stages.
+  for (auto& [name, t] : tensors) broadcast_bytes(t.raw_data(), t.nbytes());
+  apply_everywhere([&] {
+    auto update = engine_.begin_update();
+    for (const auto& [name, t] : tensors) update->update(name, t);
+    return update;
+  });
+}
+
+void RankGroup::run_worker() {
+  if (lead()) fail("run_worker() is for ranks other than 0");
+  std::optional<PagedKvCache> cache;
+  while (true) {
+    auto [command, payload] = receive();
+    switch (command) {
+      case Command::exit:
+        return;
+      case Command::cache: {
+        Reader r(payload);
+        const int64_t n_blocks = r.i64(), block_size = r.i64();
+        cache.emplace(make_paged_cache(engine_.model(), n_blocks, block_size));
+        break;
+      }
+      case Command::forward: {
+        if (!cache) fail("tensor-parallel serving: a forward step before the cache was announced");
+        DecodedBatch batch = decode_batch(payload);
+        // A batch the lead refuses is refused here too, before any collective; the
+        // lead reports it.
+        try {
+          batched_forward(engine_.model(), batch.sequences, *cache);
+        } catch (const Error& e) {
+          fmt::print(stderr, "refit serve (rank {}): step refused: {}\n", rank(), e.what());
+        }
+        break;
+      }
+      case Command::update_disk: {
+        Reader r(payload);
+        const std::string path = r.str();
+        std::vector<std::string> names(static_cast<size_t>(std::max<int64_t>(r.i64(), 0)));
+        for (std::string& n : names) n = r.str();
+        apply_everywhere([&] { return engine_.stage_update_from_disk(path, names); });
+        break;
+      }
+      case Command::update_tensors:
+        worker_update_tensors(payload);
+        break;
+      default:
+        fail("tensor-parallel serving: unknown command {} from the lead", static_cast<int64_t>(command));
+    }
+  }
+}
+
+}  // namespace refit

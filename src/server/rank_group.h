@@ -1,0 +1,97 @@
+// Tensor-parallel serving (`mpirun -np N refit serve --tp N`): rank 0 (the lead) runs the
+// HTTP server and the scheduler; every other rank (a worker) holds its shard of the model
+// and of the paged KV cache and runs whatever the lead broadcasts, in the lead's order:
+//
+//   cache           the pool's size, once, before the first step
+//   forward         a step's batch: each sequence's new tokens, start position, block table
+//                   and which logits rows it wants; every rank runs batched_forward on it
+//                   (its collectives pair up with the lead's)
+//   update_disk     a weight update from a checkpoint path (+ names)
+//   update_tensors  a weight update from tensors (names, dtypes, shapes, then the bytes)
+//   exit            shutdown: the workers return
+//
+// The block tables need no translation: every rank's pool has the same block count and
+// only the lead allocates (and prefix-caches) blocks, so block b holds the same positions'
+// k/v heads everywhere. A weight update is all-or-nothing across ranks: each rank stages
+// (validates) it, the ranks agree by an all-reduce of their refusals, then all commit or
+// all abort.
+//
+// MPI is initialised MPI_THREAD_FUNNELED: only the thread that initialised it (main) may
+// call it. The lead's scheduler thread and HTTP handler threads therefore hand their
+// collectives to the main thread (run_lead() serves them) and wait for the result.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "models/batched_forward.h"
+#include "runtime/engine.h"
+
+namespace refit {
+
+class RankGroup {
+ public:
+  // Call on the main thread (the one that initialised MPI), on every rank.
+  RankGroup(Engine& engine, std::shared_ptr<Communicator> communicator);
+  ~RankGroup();
+
+  int rank() const { return communicator_->rank(); }
+  int world_size() const { return communicator_->world_size(); }
+  bool lead() const { return rank() == 0; }
+
+  // ---- workers ----
+  // Serves the lead's commands until it says exit. Errors of one command (a refused
+  // update, a bad batch) are the lead's to report; the worker goes on.
+  void run_worker();
+
+  // ---- the lead; callable from any thread (the work runs on the main thread) ----
+  void announce_cache(int64_t n_blocks, int64_t block_size);
+  BatchForwardResult forward(std::span<const BatchSequence> batch, PagedKvCache& cache);
+  // Throws Error (nothing changed on any rank) when any rank refuses the update.
+  void update_from_disk(const std::string& path, const std::vector<std::string>& names = {});
+  void update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+  // The lead's main thread: runs the work other threads hand over until stop(), then
+  // tells the workers to exit.
+  void run_lead();
+  // Any thread: run_lead() returns once the work in hand is done. Later calls throw.
+  void stop();
+  // Main thread, when run_lead() never ran (startup failed): the workers exit.
+  void release_workers();
+
+ private:
+  enum class Command : int64_t { exit = 0, cache = 1, forward = 2, update_disk = 3, update_tensors = 4 };
+  void on_main(const std::function<void()>& fn);
+  void send(Command command, const std::string& payload);
+  std::pair<Command, std::string> receive();
+  void broadcast_bytes(void* data, size_t bytes);
+  // Stages on this rank, agrees with the others, commits everywhere or nowhere.
+  void apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage);
+  void worker_update_tensors(const std::string& meta);
+
+  Engine& engine_;
+  std::shared_ptr<Communicator> communicator_;
+  std::thread::id main_thread_;
+  bool workers_released_ = false;
+
+  struct Task {
+    const std::function<void()>* fn;
+    std::exception_ptr error;
+    bool done = false;
+  };
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task*> tasks_;
+  bool stopping_ = false;
+};
+
+}  // namespace refit
