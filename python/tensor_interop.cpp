@@ -127,6 +127,12 @@ void check_reachable(const std::string& device, const std::string& what) {
         label(what), device));
   if (device.rfind("cuda", 0) != 0)
     throw py::value_error(fmt::format("parameter {}: tensors on {} are not supported", label(what), device));
+  // A CUDA build can hold tensors on the GPU, but an engine's weights still live on the
+  // CPU (docs/cuda.md), so a GPU tensor is refused before its memory is handed over.
+  throw py::value_error(fmt::format(
+      "parameter {}: the tensor is on {}, but this engine's weights live on the cpu; send a CPU tensor "
+      "(tensor.cpu())",
+      label(what), device));
 }
 
 bool is_torch_tensor(py::handle object) {

@@ -61,7 +61,7 @@ BAD_INPUTS = [
     ("i64 dtype", NORM, lambda: torch.ones(64, dtype=torch.int64), refit.UpdateError, [NORM, "i64"]),
     ("bool dtype (torch 1.13 cannot export it)", NORM, lambda: torch.ones(64, dtype=torch.bool), TypeError, [NORM, "Bool"]),
     ("complex dtype", NORM, lambda: torch.ones(64, dtype=torch.complex64), TypeError, [NORM]),
-    ("a CUDA tensor on a CPU-only build", NORM, FakeCudaTensor, ValueError, [NORM, "cuda:0", "CPU-only"]),
+    ("a CUDA tensor on a CPU-only build", NORM, FakeCudaTensor, ValueError, [NORM, "cuda:0", "send a CPU tensor"]),
     ("a meta tensor", NORM, lambda: torch.empty(64, device="meta"), ValueError, [NORM, "meta"]),
     ("a list", NORM, lambda: [0.5] * 64, TypeError, [NORM, "list"]),
     ("None", NORM, lambda: None, TypeError, [NORM, "NoneType"]),
