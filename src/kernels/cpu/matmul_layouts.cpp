@@ -134,10 +134,10 @@ std::string x_out_rows_dense(std::span<const Tensor* const> a) {
 void register_layout_matmul_kernels(KernelRegistry& registry) {
   const std::vector<DType> floats = {DType::f32, DType::f16, DType::bf16};
   auto rules = [&](std::vector<Layout> w_layouts, std::vector<DType> w_dtypes) {
-    return std::vector<ArgRule>{{"x", {DType::f32}},
-                                {"w", w_dtypes, w_layouts},
+    return std::vector<ArgRule>{{"x", {DType::f32}, {}, false},
+                                {"w", w_dtypes, w_layouts, false},
                                 {"bias", {DType::f32}, {}, true},
-                                {"out", {DType::f32}}};
+                                {"out", {DType::f32}, {}, false}};
   };
   Kernel transposed{"matmul", "matmul.cpu.transposed_weight", DeviceType::cpu, 8,
                     rules({Layout::strided}, floats),
