@@ -17,7 +17,7 @@ FeedForward::FeedForward(ParameterSet& params, int64_t layer, int64_t dim, int64
                              weight_dtype, tp)) {}
 
 Tensor FeedForward::forward(const Tensor& x) const {
-  const int64_t T = x.size(0), local = gate_up_proj_.local_rows()[0];
+  const int64_t local = gate_up_proj_.local_rows()[0];
   Tensor gate_up = gate_up_proj_.forward(x);  // [T, 2 * local]: gate rows, then up rows
   Tensor gate = gate_up.narrow(1, 0, local).contiguous();
   Tensor up = gate_up.narrow(1, local, local).contiguous();
