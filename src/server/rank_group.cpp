@@ -316,7 +316,7 @@ void RankGroup::run_worker() {
         // lead reports it.
         try {
           batched_forward(engine_.model(), batch.sequences, *cache);
-        } catch (const Error& e) {
+        } catch (const std::exception& e) {
           fmt::print(stderr, "refit serve (rank {}): step refused: {}\n", rank(), e.what());
         }
         break;
