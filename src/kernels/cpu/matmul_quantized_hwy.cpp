@@ -6,12 +6,16 @@
 // Decode (M <= kDecodeMaxRows): every weight vector is decoded in registers straight from
 // the code bytes (the codes stream from memory once per call, never as an f32 copy):
 //   i8   sign-extend to i32, convert;
-//   f8   rebuild the f32 bit pattern: (mag << 20) + (120 << 23) for normal codes, m * 2^-9
-//        for subnormal ones, NaN for 0x7F; OR the sign (no denormal floats, so a DAZ flag
-//        could not change a value);
-//   f4   a 16-lane table lookup on AVX-512; elsewhere the same bit rebuild as f8;
-// then multiplied by the group's scale, which gives exactly the value the scalar
-// dequantize (code * scale, rounded once to f32) gives. Packed f4 bytes hold elements
+//   f8   sign-extend to i32, shift left by 20 and keep the sign and the 7 magnitude bits:
+//        the f32 whose value is code * 2^-120 exactly (subnormal codes become denormal
+//        floats, which assumes the FTZ/DAZ flags are off, as nothing in refit sets them;
+//        the exhaustive-code test would catch it); NaN codes (0x7F, 0xFF) are blended in.
+//        The 2^120 is folded into the scales (exact while scale * 2^120 stays finite; a
+//        call with a larger scale takes the prefill path with unfolded scales);
+//   f4   a 16-lane table lookup on AVX-512; elsewhere rebuilt from the bits
+//        ((mag << 22) + (126 << 23), or mag * 0.5 for the two subnormal codes);
+// then multiplied by the group's scale: one rounding of the exact code * scale, which is
+// the value the scalar dequantize gives. Packed f4 bytes hold elements
 // (2i, 2i+1) in their low and high nibbles; instead of interleaving decoded nibbles, the
 // activations are permuted once per call so that each chunk of L bytes (L = lanes) reads
 // x[2i] for its low nibbles, then x[2i+1] for its high ones.
@@ -46,6 +50,7 @@ enum class Code : int { f8 = 0, f4 = 1, i8 = 2 };
 enum class ScaleType : int { f32 = 0, f16 = 1, e8m0 = 2 };
 constexpr int64_t kTileRows = 16;  // a work unit: the rows of one shuffled tile
 constexpr int64_t kDecodeMaxRows = 4;
+constexpr float kF8Fold = 0x1p120f;
 
 // One call's operands, as the dispatched functions read them.
 struct Args {
@@ -59,6 +64,7 @@ struct Args {
   ScaleType scale_type;
   bool tiled_scales;
   int64_t S, group, groups_per_tile;  // groups_per_tile: scale columns per 32-byte tile
+  bool fold_f8;                       // f8 scales carry kF8Fold, codes decode to code / kF8Fold
   const float* bias;
   float* out;
   int64_t ldo;
@@ -101,19 +107,30 @@ HWY_INLINE const uint8_t* CodeAt(const uint8_t* tile, int64_t row_bytes, int64_t
   else return tile + r * row_bytes + b;
 }
 
-// e4m3fn codes (zero-extended bytes) to f32, exact, NaN for 0x7F / 0xFF.
-HWY_INLINE VF F8ToF32(VU b) {
+// e4m3fn codes (sign-extended bytes) to f32 code * 2^-120, exact; with kNan, NaN for 0x7F
+// and 0xFF (without, those two would read as +-480: callers scan a tile for them first).
+template <bool kNan>
+HWY_INLINE VF F8ToF32Folded(hn::Vec<DI> b) {
   const DF df;
-  const DU du;
   const DI di;
-  const VU mag = hn::And(b, hn::Set(du, 0x7Fu));
-  const VU sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u)));
-  const VF normal = hn::BitCast(df, hn::Add(hn::ShiftLeft<20>(mag), hn::Set(du, 120u << 23)));
-  const auto magi = hn::BitCast(di, mag);
-  const VF sub = hn::Mul(hn::ConvertTo(df, magi), hn::Set(df, 1.0f / 512.0f));
-  VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 8))), sub, normal);
-  v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7F))), hn::Set(df, NAN), v);
-  return hn::Or(v, hn::BitCast(df, sign));
+  const VF v = hn::BitCast(df, hn::And(hn::ShiftLeft<20>(b), hn::Set(di, static_cast<int32_t>(0x87F00000u))));
+  if constexpr (!kNan) return v;
+  const auto is_nan = hn::RebindMask(df, hn::Eq(hn::And(b, hn::Set(di, 0x7F)), hn::Set(di, 0x7F)));
+  return hn::IfThenElse(is_nan, hn::Set(df, NAN), v);
+}
+
+// Whether any of `n` e4m3 code bytes is a NaN (0x7F or 0xFF): one pass over a tile, in
+// full-width byte vectors, so that the decode loop need not test every code.
+HWY_INLINE bool HasNanCodes(const uint8_t* p, int64_t n) {
+  const hn::ScalableTag<uint8_t> d8;
+  const int64_t L8 = static_cast<int64_t>(hn::Lanes(d8));
+  auto top = hn::Zero(d8);
+  const auto mask = hn::Set(d8, uint8_t{0x7F});
+  int64_t i = 0;
+  for (; i + L8 <= n; i += L8) top = hn::Max(top, hn::And(hn::LoadU(d8, p + i), mask));
+  for (; i < n; ++i)
+    if ((p[i] & 0x7F) == 0x7F) return true;
+  return !hn::AllFalse(d8, hn::Eq(top, mask));
 }
 
 // e2m1 nibbles (0..15 per lane) to f32, exact.
@@ -136,23 +153,22 @@ HWY_INLINE VF F4ToF32(VU nib) {
   }
 }
 
-// L codes of an 8-bit scheme at p, unscaled.
-template <Code C>
+// L codes of an 8-bit scheme at p, unscaled (f8: code * 2^-120, for folded scales).
+template <Code C, bool kNan = true>
 HWY_INLINE VF Decode8(const uint8_t* p) {
   const DF df;
-  if constexpr (C == Code::i8) {
-    const hn::Rebind<int8_t, DF> d8;
-    return hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
-  } else {
-    const hn::Rebind<uint8_t, DF> d8;
-    return F8ToF32(hn::PromoteTo(DU(), hn::LoadU(d8, p)));
-  }
+  const hn::Rebind<int8_t, DF> d8;
+  const auto b = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  if constexpr (C == Code::i8) return hn::ConvertTo(df, b);
+  else return F8ToF32Folded<kNan>(b);
 }
 
+// One code, matching the scales of `a` (f8: divided by the fold when the scales carry it;
+// exact, as code * 2^-120 is never below the smallest denormal).
 template <Code C>
-HWY_INLINE float DecodeScalar8(uint8_t c) {
+HWY_INLINE float DecodeScalar8(const Args& a, uint8_t c) {
   if constexpr (C == Code::i8) return static_cast<float>(static_cast<int8_t>(c));
-  else return f8_e4m3fn_to_f32(c);
+  else return a.fold_f8 ? f8_e4m3fn_to_f32(c) * (1.0f / quant_hwy::kF8Fold) : f8_e4m3fn_to_f32(c);
 }
 
 // The scales of tile rows [0, rows) as f32 in plain order, sc[r * S + c].
@@ -181,6 +197,8 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
       break;
     }
   }
+  if (a.fold_f8)
+    for (int64_t i = 0; i < count; ++i) dst[i] *= quant_hwy::kF8Fold;
   if (a.tiled_scales) {  // [S/g, 16, g] -> [16, S]
     const int64_t g = a.groups_per_tile;
     for (int64_t r = 0; r < rows; ++r)
@@ -190,7 +208,7 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
 
 // Rows [0, MR) of x against tile rows [r0, r0 + NR), 8-bit codes. `group` is a multiple
 // of 16 (so of L) or covers K: a vector never spans two scales.
-template <Code C, bool Shuffled, int MR, int NR>
+template <Code C, bool Shuffled, int MR, int NR, bool kNan>
 HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile, int64_t r0,
                          const float* HWY_RESTRICT sc, const float* bias, float* HWY_RESTRICT out) {
   const DF df;
@@ -205,7 +223,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
     for (int64_t k = k0; k < k1; k += L) {
       VF wv[NR];
       for (int j = 0; j < NR; ++j)
-        wv[j] = hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)), sv[j]);
+        wv[j] = hn::Mul(Decode8<C, kNan>(CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)), sv[j]);
       for (int i = 0; i < MR; ++i) {
         const VF xv = hn::LoadU(df, x + i * a.ldx + k);
         for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
@@ -216,7 +234,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
     for (int j = 0; j < NR; ++j) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
       for (int64_t k = kv; k < K; ++k) {
-        const float w = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) * sc[(r0 + j) * S + k / a.group];
+        const float w = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) * sc[(r0 + j) * S + k / a.group];
         s = std::fma(x[i * a.ldx + k], w, s);
       }
       out[i * a.ldo + j] = bias ? s + bias[j] : s;
@@ -235,14 +253,25 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = hn::Zero(df);
   for (int64_t g = 0; g < S; ++g) {
+    // AVX-512: the 16 e2m1 values times the scale, fl(v * s) each, the very products a
+    // multiply after the lookup would give. Elsewhere the scale itself.
     VF sv[NR];
-    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
+    for (int j = 0; j < NR; ++j) {
+      sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
+      if constexpr (hn::MaxLanes(DF()) == 16) sv[j] = hn::Mul(F4ToF32(hn::Iota(du, 0)), sv[j]);
+    }
     for (int64_t b = g * 16; b < g * 16 + 16; b += L) {
       VF lo[NR], hi[NR];
       for (int j = 0; j < NR; ++j) {
         const VU bytes = hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b)));
-        lo[j] = hn::Mul(F4ToF32(hn::And(bytes, hn::Set(du, 15u))), sv[j]);
-        hi[j] = hn::Mul(F4ToF32(hn::ShiftRight<4>(bytes)), sv[j]);
+        if constexpr (hn::MaxLanes(DF()) == 16) {
+          // sv holds the group's 16 values already scaled: the lookup is code * scale.
+          lo[j] = hn::TableLookupLanes(sv[j], hn::IndicesFromVec(df, hn::BitCast(DI(), hn::And(bytes, hn::Set(du, 15u)))));
+          hi[j] = hn::TableLookupLanes(sv[j], hn::IndicesFromVec(df, hn::BitCast(DI(), hn::ShiftRight<4>(bytes))));
+        } else {
+          lo[j] = hn::Mul(F4ToF32(hn::And(bytes, hn::Set(du, 15u))), sv[j]);
+          hi[j] = hn::Mul(F4ToF32(hn::ShiftRight<4>(bytes)), sv[j]);
+        }
       }
       for (int i = 0; i < MR; ++i) {
         const VF xl = hn::LoadU(df, x + i * a.ldx + 2 * b);
@@ -261,20 +290,32 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
     }
 }
 
-template <Code C, bool Shuffled, int MR, int NR>
+template <Code C, bool Shuffled, int MR, int NR, bool kNan>
 HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, int64_t r0, const float* sc,
                         const float* bias, float* out) {
   if constexpr (C == Code::f4) DotTile4<Shuffled, MR, NR>(a, x, tile, r0, sc, bias, out);
-  else DotTile8<C, Shuffled, MR, NR>(a, x, tile, r0, sc, bias, out);
+  else DotTile8<C, Shuffled, MR, NR, kNan>(a, x, tile, r0, sc, bias, out);
 }
 
 // Rows [0, MR) of x against tile rows [0, rows): NR-row groups, then single rows.
+template <Code C, bool Shuffled, int MR, int NR, bool kNan>
+HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile, int64_t rows, const float* sc,
+                             const float* bias, float* out) {
+  int64_t r = 0;
+  for (; r + NR <= rows; r += NR)
+    DotTile<C, Shuffled, MR, NR, kNan>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
+  for (; r < rows; ++r) DotTile<C, Shuffled, MR, 1, kNan>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
+}
+
+// f8 tiles without NaN codes (all of them, in practice) skip the per-code NaN test; the
+// values, and so the results, are the same either way.
 template <Code C, bool Shuffled, int MR, int NR>
 HWY_INLINE void TileRows(const Args& a, const float* x, const uint8_t* tile, int64_t rows, const float* sc,
                          const float* bias, float* out) {
-  int64_t r = 0;
-  for (; r + NR <= rows; r += NR) DotTile<C, Shuffled, MR, NR>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
-  for (; r < rows; ++r) DotTile<C, Shuffled, MR, 1>(a, x, tile, r, sc, bias ? bias + r : nullptr, out + r);
+  if (C == Code::f8 && !HasNanCodes(tile, rows * a.row_bytes))
+    TileRowsImpl<C, Shuffled, MR, NR, false>(a, x, tile, rows, sc, bias, out);
+  else
+    TileRowsImpl<C, Shuffled, MR, NR, true>(a, x, tile, rows, sc, bias, out);
 }
 
 template <Code C, bool Shuffled>
@@ -334,9 +375,9 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
       for (int64_t k = 0; k < kv; k += L)
         hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)), hn::Set(df, rs[k / group])), df,
                    dst + k);
-      for (int64_t k = kv; k < K; ++k) dst[k] = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+      for (int64_t k = kv; k < K; ++k) dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
     } else {
-      for (int64_t k = 0; k < K; ++k) dst[k] = DecodeScalar8<C>(*CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+      for (int64_t k = 0; k < K; ++k) dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
     }
   }
 }
@@ -453,8 +494,17 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   a.ldo = out.stride(0);
   const int64_t tiles = (N + kTileRows - 1) / kTileRows;
   const size_t scratch_floats = static_cast<size_t>(2 * kTileRows * a.S);
-  // The decode kernels need one scale per vector of up to 16 codes (MXFP4: exactly 32).
-  const bool fast = C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0);
+  // f8 codes decode to code * 2^-120 for scales that carry 2^120; checked per call, as
+  // it needs every scale * 2^120 finite (it is for any scale below 2^8).
+  if constexpr (C == Code::f8) {
+    a.fold_f8 = true;
+    const float* sp = w_scale.data<const float>();
+    for (int64_t i = 0, count = N * a.S; i < count && a.fold_f8; ++i)
+      a.fold_f8 = !(std::isfinite(sp[i]) && !std::isfinite(sp[i] * quant_hwy::kF8Fold));
+  }
+  // The decode kernels need one scale per vector of up to 16 codes (MXFP4: exactly 32),
+  // and f8 scales that fold.
+  const bool fast = C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0) && (C != Code::f8 || a.fold_f8);
   if (M <= quant_hwy::kDecodeMaxRows && fast) {
     parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
       std::vector<float> scratch(scratch_floats);

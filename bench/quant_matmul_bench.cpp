@@ -1,0 +1,112 @@
+// Decode (M = 1) matmul with quantized weights through refit::ops::matmul_quantized, beside
+// bf16 weights through refit::ops::matmul, on the medium model's FFN shape (K = 2048,
+// N = 5632; override with REFIT_BENCH_K / REFIT_BENCH_N). Each iteration reads the next of
+// enough weight copies to exceed the L3 cache (REFIT_BENCH_MIB, default 1024 MiB in all),
+// so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
+// (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
+// which time-sharing on a loaded machine inflates far less.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/matmul_quantized.h"
+#include "kernels/ops.h"
+#include "kernels/registry.h"
+#include "weights/quant_scheme.h"
+
+namespace {
+using namespace refit;
+
+int64_t env_or(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoll(v) : fallback;
+}
+
+struct Weights {
+  std::vector<Tensor> codes, scales;  // copies; scales undefined for bf16
+  int64_t group = 0;
+  size_t bytes_each = 0;
+};
+
+Weights make_weights(const std::string& scheme, int64_t n, int64_t k) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (float& v : w) v = dist(rng);
+  Weights out;
+  const size_t budget = static_cast<size_t>(env_or("REFIT_BENCH_MIB", 1024)) << 20;
+  if (scheme == "bf16") {
+    Tensor f = Tensor::from_floats({n, k}, w).to(DType::bf16);
+    out.bytes_each = f.nbytes();
+    for (size_t used = 0; used < budget || out.codes.size() < 2; used += out.bytes_each) out.codes.push_back(f.clone());
+    return out;
+  }
+  const QuantScheme s = parse_quant_scheme(scheme);
+  out.group = s.group(k);
+  Tensor codes = Tensor::empty({n, code_row_bytes(s, k)}, DType::u8);
+  Tensor scales = Tensor::empty({n, s.scale_cols(k)}, s.scale_dtype());
+  quantize_rows(s, w.data(), n, k, codes.raw_data(), scales.raw_data());
+  out.bytes_each = codes.nbytes() + scales.nbytes();
+  for (size_t used = 0; used < budget || out.codes.size() < 2; used += out.bytes_each) {
+    Tensor c = codes.clone();
+    out.codes.push_back(Tensor::from_storage(c.storage(), s.code_dtype(), {n, k}));
+    out.scales.push_back(scales.clone());
+  }
+  return out;
+}
+
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// The scalar kernel for the same arguments (matmul_quantized_cpu.cpp), for comparison.
+kernels::MatmulQuantizedFn scalar_kernel(const std::string& scheme) {
+  const std::string name = "matmul_quantized.cpu." + std::string(scheme == "fp8" ? "f8" : scheme) + "_plain";
+  for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
+    if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
+  std::abort();
+}
+
+void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
+  const int64_t K = env_or("REFIT_BENCH_K", 2048), N = env_or("REFIT_BENCH_N", 5632);
+  const Weights w = make_weights(scheme, N, K);
+  Tensor x = Tensor::empty({1, K}, DType::f32), out = Tensor::empty({1, N}, DType::f32);
+  for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
+  size_t next = 0;
+  double cpu = 0;
+  for (auto _ : state) {
+    const double c0 = cpu_seconds();
+    if (scheme == "bf16") ops::matmul(x, w.codes[next], Tensor(), out);
+    else if (scalar) scalar_kernel(scheme)(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
+    else ops::matmul_quantized(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
+    cpu += cpu_seconds() - c0;
+    benchmark::DoNotOptimize(out.data<float>()[0]);
+    next = (next + 1) % w.codes.size();
+  }
+  const double bytes = double(w.bytes_each) * double(state.iterations());
+  state.counters["wGB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["wGB/s_cpu"] = bytes * 1e-9 / cpu;
+  state.counters["threads"] = num_threads();
+  state.SetLabel(cpu::cpu_isa_name());
+}
+
+BENCHMARK_CAPTURE(BM_decode, bf16, std::string("bf16"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8_scalar, std::string("fp8"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4_scalar, std::string("mxfp4"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
