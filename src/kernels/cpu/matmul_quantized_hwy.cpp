@@ -437,6 +437,7 @@ HWY_AFTER_NAMESPACE();
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul_quantized_hwy.h"
+#include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
 
 namespace refit::cpu {
@@ -527,24 +528,6 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   });
 }
 
-std::string dense_args(std::span<const Tensor* const> a, bool f4) {
-  const Tensor& x = *a[0];
-  const Tensor& x_scale = *a[1];
-  const Tensor& w = *a[2];
-  const Tensor& w_scale = *a[3];
-  if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
-  if (!w.is_contiguous() || !w_scale.is_contiguous()) return "w and w_scale must be contiguous";
-  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
-  if (x.dtype() == DType::f8_e4m3fn) {
-    if (!x_scale.defined()) return "f8 activations need x_scale (per token)";
-    if (!x.is_contiguous()) return "f8 activations must be contiguous";
-  } else if (x_scale.defined()) {
-    return "x_scale is only taken with f8 activations";
-  }
-  if (f4 && x.size(1) % 32 != 0) return fmt::format("packed f4 needs K % 32 == 0, got K {}", x.size(1));
-  return {};
-}
-
 template <typename Fn>
 const void* fn_ptr(Fn f) {
   return reinterpret_cast<const void*>(f);
@@ -553,57 +536,18 @@ const void* fn_ptr(Fn f) {
 }  // namespace
 
 void register_quantized_matmul_hwy_kernels(KernelRegistry& registry) {
-  struct Row {
-    const char* name;
-    DType code, scale;
-    std::vector<DType> x_dtypes;
-    bool shuffled, tiled_scales;
-    const void* fn;
-  };
-  const std::vector<DType> f32_only = {DType::f32}, f32_or_f8 = {DType::f32, DType::f8_e4m3fn};
-  const Row rows[] = {
-      {"f8_plain", DType::f8_e4m3fn, DType::f32, f32_or_f8, false, false,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, false>)},
-      {"f8_shuffled_16x16", DType::f8_e4m3fn, DType::f32, f32_or_f8, true, false,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, true>)},
-      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, f32_only, false, false,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, false>)},
-      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, f32_only, true, true,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, true>)},
-      {"q8_0_plain", DType::i8, DType::f16, f32_only, false, false,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, false>)},
-      {"q8_0_shuffled_16x16", DType::i8, DType::f16, f32_only, true, true,
-       fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, true>)},
-  };
-  for (const Row& row : rows) {
-    Kernel k;
-    k.op = "matmul_quantized";
-    k.name = fmt::format("matmul_quantized.cpu.hwy_{}", row.name);
-    k.device = DeviceType::cpu;
-    k.priority = 20;  // above the scalar kernels (10), which take what these refuse
-    const Layout wl = row.shuffled ? Layout::shuffled_16x16 : Layout::strided;
-    const Layout sl = row.tiled_scales ? Layout::shuffled_16x16 : Layout::strided;
-    k.args = {{"x", row.x_dtypes, {Layout::strided}},
-              {"x_scale", {DType::f32}, {Layout::strided}, true},
-              {"w", {row.code}, {wl}},
-              {"w_scale", {row.scale}, {sl}},
-              {"bias", {DType::f32}, {Layout::strided}, true},
-              {"out", {DType::f32}, {Layout::strided}}};
-    const bool shuffled = row.shuffled, f4 = row.code == DType::f4_e2m1;
-    k.constraint = [shuffled, f4](std::span<const Tensor* const> a) -> std::string {
-      if (shuffled) {
-        const Tensor& w = *a[2];
-        if (w.size(0) % 16 != 0 || (w.size(1) / (f4 ? 2 : 1)) % 32 != 0)
-          return fmt::format("shuffled codes need N % 16 == 0 and 32-byte rows tiles, got {}", shape_str(w.shape()));
-      }
-      return dense_args(a, f4);
-    };
-    k.constraint_text = std::string(row.shuffled ? "w: 16 x 32-byte tiles; " : "") +
-                        (f4 ? "K % 32 == 0; " : "") +
-                        "w, w_scale contiguous; SIMD, batch-invariant";
-    k.fn = row.fn;
-    registry.add(std::move(k));
-  }
+  QuantizedKernelFamily simd;
+  simd.name_prefix = "matmul_quantized.cpu.hwy_";
+  simd.priority = 20;  // above the scalar kernels (10), which take what these refuse
+  simd.f4_needs_k_multiple_of_32 = true;
+  simd.constraint_suffix = "; SIMD, batch-invariant";
+  simd.f8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, false>);
+  simd.f8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, true>);
+  simd.f4_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, false>);
+  simd.f4_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, true>);
+  simd.i8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, false>);
+  simd.i8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, true>);
+  register_quantized_family(registry, simd);
 }
 
 }  // namespace refit::cpu

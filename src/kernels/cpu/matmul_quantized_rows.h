@@ -1,0 +1,30 @@
+// The dispatch rows of a family of quantized matmul kernels: one kernel per code type
+// (f8 e4m3fn with f32 scales, packed f4 e2m1 with e8m0 scales, i8 with f16 scales) and
+// weight layout (plain, shuffled_16x16), with the argument rules and memory-layout
+// constraints every family shares. The scalar and the Highway families differ only in
+// their functions, priority and a few extra limits.
+#pragma once
+
+#include <string>
+
+#include "kernels/registry.h"
+
+namespace refit::cpu {
+
+struct QuantizedKernelFamily {
+  std::string name_prefix;  // "matmul_quantized.cpu." or "matmul_quantized.cpu.hwy_"
+  int priority = 10;
+  bool f4_needs_k_multiple_of_32 = false;
+  std::string constraint_suffix;  // appended to each row's constraint text
+  // Typed kernels::MatmulQuantizedFn pointers, by code type and layout.
+  const void* f8_plain;
+  const void* f8_shuffled;
+  const void* f4_plain;
+  const void* f4_shuffled;
+  const void* i8_plain;
+  const void* i8_shuffled;
+};
+
+void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFamily& family);
+
+}  // namespace refit::cpu
