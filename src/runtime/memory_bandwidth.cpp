@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/stream_read.h"
 
 namespace refit {
 namespace {
@@ -102,23 +103,15 @@ StreamResult measure_stream(int64_t array_bytes, int reps) {
   }
   r.copy_gbs = 2.0 * static_cast<double>(array_bytes) / best_copy * 1e-9;
 
-  // Read-only: integer sums (they vectorise without reassociation flags) into a per-thread
-  // slot the compiler cannot drop.
+  // Read-only: full-width vector loads into independent sums (cpu::read_sweep), the way
+  // decode streams its weights; each thread's sum lands in its own cache line.
   std::vector<uint64_t> sink(static_cast<size_t>(std::max(num_threads(), 1)) * 8, 0);
   double best_read = 1e300;
   for (int i = 0; i <= r.reps; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    parallel_for(array_bytes / 8, [&](int64_t s, int64_t e, int idx) {
-      const uint64_t* p = reinterpret_cast<const uint64_t*>(a.data.get());
-      uint64_t acc[8] = {};
-      int64_t j = s;
-      for (; j + 8 <= e; j += 8)
-        for (int k = 0; k < 8; ++k) acc[k] += p[j + k];
-      for (; j < e; ++j) acc[0] += p[j];
-      uint64_t total = 0;
-      for (uint64_t v : acc) total += v;
-      sink[static_cast<size_t>(idx) * 8] += total;  // one cache line per thread
-    }, grain / 8);
+    parallel_for(array_bytes, [&](int64_t s, int64_t e, int idx) {
+      sink[static_cast<size_t>(idx) * 8] += cpu::read_sweep(a.data.get() + s, static_cast<size_t>(e - s));
+    }, grain);
     const double t = seconds_since(start);
     if (i > 0) best_read = std::min(best_read, t);
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -63,16 +64,21 @@ BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& file
   info.filename = filename;
   info.weight_dtype = model.weight_dtype();
   const ModelConfig& c = model.config();
+  std::string quant;  // the scheme of the quantized parameters, if any
   for (const auto& p : model.parameters().all()) {
-    const uint64_t bytes = p->data().nbytes();
+    // A quantized parameter reads its scales beside its codes.
+    const uint64_t bytes = p->data().nbytes() + (p->quantized() ? p->scale().nbytes() : 0);
+    if (p->quantized() && quant.empty()) quant = p->quantization().name();
     info.size_bytes += bytes;
     info.n_params += static_cast<uint64_t>(p->data().numel());
     const bool lookup_only = !c.tied_embeddings && p->name() == "model.embed_tokens.weight";
     info.decode_bytes_per_token += lookup_only ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
                                                : bytes;
   }
+  // Quantized at load: the scheme in llama.cpp's spelling ("Q8_0", "MXFP4", "FP8-TENSOR").
+  for (char& ch : quant) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   info.type = fmt::format("{} {} {}", architecture_name(c.arch), size_class(info.n_params),
-                          ftype_name(info.weight_dtype));
+                          quant.empty() ? ftype_name(info.weight_dtype) : quant);
   return info;
 }
 

@@ -21,8 +21,8 @@ namespace refit {
 // What llama-bench reports about the model (llama_model_desc / _size / _n_params).
 struct BenchModelInfo {
   std::string filename;
-  std::string type;          // "llama 1B F16": architecture, size class, weight dtype
-  uint64_t size_bytes = 0;   // bytes of every stored parameter
+  std::string type;          // "llama 1B F16": architecture, size class, weight dtype or scheme
+  uint64_t size_bytes = 0;   // bytes of every stored parameter (codes + scales if quantized)
   uint64_t n_params = 0;     // elements of every stored parameter
   // Bytes one decode step must read: every parameter except the embedding table when the
   // LM head is untied (a lookup reads one row of it). The KV cache is extra and small at tg128.

@@ -226,6 +226,33 @@ TEST(QuantKernelHwyDecode, every_code_is_decoded_exactly_under_every_isa) {
   }
 }
 
+// Every e8m0 scale byte (2^-127 .. 2^127 and the NaN 0xFF) reaches the output exactly, on
+// the decode and the prefill paths under every ISA: the SIMD kernels convert scales with
+// bit operations, not through the scalar table.
+TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) {
+  const int64_t N = 256, K = 64;
+  Tensor codes = Tensor::empty({N, K / 2}, DType::u8);
+  std::memset(codes.raw_data(), 0x22, static_cast<size_t>(codes.nbytes()));  // every nibble 1.0
+  Tensor w = Tensor::from_storage(codes.storage(), DType::f4_e2m1, {N, K});
+  Tensor scales = Tensor::empty({N, K / 32}, DType::e8m0);
+  auto* sb = static_cast<uint8_t*>(scales.raw_data());
+  for (int64_t n = 0; n < N; ++n) sb[n * 2] = sb[n * 2 + 1] = static_cast<uint8_t>(n);
+  Tensor x = Tensor::empty({5, K}, DType::f32);
+  for (int64_t m = 0; m < 5; ++m) x.data<float>()[m * K + 3 + 32 * (m & 1)] = 1.0f;  // one value of one group
+  for_each_isa([&] {
+    for (int64_t rows : {int64_t{1}, int64_t{5}}) {  // decode and prefill paths
+      Tensor out = Tensor::empty({rows, N}, DType::f32);
+      ops::matmul_quantized(x.narrow(0, 0, rows), Tensor(), w, scales, 32, Tensor(), out);
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const float want = e8m0_to_f32(static_cast<uint8_t>(n)), got = out.data<float>()[m * N + n];
+          if (n == 255) EXPECT_TRUE(std::isnan(got)) << "row " << m;
+          else EXPECT_EQ(got, want) << "scale byte " << n << " row " << m;
+        }
+    }
+  });
+}
+
 // A scale group the decode kernels cannot take (24 values: a vector would span two
 // scales) runs through the dequantize-then-float path, still exact to the reference and
 // batch-invariant.

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "formats_test_util.h"
 #include "models/demo_model.h"
+#include "models/quantize_model.h"
 #include "models/synthetic_checkpoint.h"
 #include "models/synthetic_model.h"
 #include "runtime/bench_report.h"
@@ -99,6 +100,23 @@ TEST(TokenBench, model_info_sizes_and_decode_bytes) {
   const uint64_t embed = model.parameters().get("model.embed_tokens.weight").data().nbytes();
   EXPECT_EQ(u.decode_bytes_per_token, u.size_bytes - embed + embed / uint64_t(untied.vocab_size));
   EXPECT_NE(u.type.find(" F16"), std::string::npos) << u.type;
+}
+
+TEST(TokenBench, quantized_model_counts_scales_and_names_the_scheme) {
+  ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+  LlamaModel model(config, DType::bf16);
+  const uint64_t float_bytes = bench_model_info(model, "bf16").size_bytes;
+  quantize_linear_weights(model, parse_quant_scheme("q8_0"));
+  const BenchModelInfo q = bench_model_info(model, "q8_0");
+  uint64_t codes = 0, scales = 0;
+  for (const auto& p : model.parameters().all()) {
+    codes += p->data().nbytes();
+    if (p->quantized()) scales += p->scale().nbytes();
+  }
+  ASSERT_GT(scales, 0u);
+  EXPECT_EQ(q.size_bytes, codes + scales);  // an f16 scale per 32 codes is read too
+  EXPECT_LT(q.size_bytes, float_bytes);
+  EXPECT_NE(q.type.find(" Q8_0"), std::string::npos) << q.type;
 }
 
 TEST(BenchReport, markdown_header_is_llama_benchs) {

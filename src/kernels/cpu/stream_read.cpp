@@ -1,0 +1,46 @@
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/stream_read.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace refit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+uint64_t ReadSweep(const uint8_t* p, size_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t L = hn::Lanes(d), step = 4 * L * sizeof(uint64_t);
+  // Four accumulators: the adds never wait on each other, only on memory.
+  auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + step <= n; i += step) {
+    const auto* q = reinterpret_cast<const uint64_t*>(p + i);
+    a0 = hn::Add(a0, hn::LoadU(d, q));
+    a1 = hn::Add(a1, hn::LoadU(d, q + L));
+    a2 = hn::Add(a2, hn::LoadU(d, q + 2 * L));
+    a3 = hn::Add(a3, hn::LoadU(d, q + 3 * L));
+  }
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+}  // namespace refit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/stream_read.h"
+
+namespace refit::cpu {
+HWY_EXPORT(ReadSweep);
+
+uint64_t read_sweep(const void* p, size_t n) {
+  init_cpu_isa();
+  return HWY_DYNAMIC_DISPATCH(ReadSweep)(static_cast<const uint8_t*>(p), n);
+}
+
+}  // namespace refit::cpu
+#endif  // HWY_ONCE
