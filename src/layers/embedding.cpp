@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
 
 namespace refit {
@@ -72,7 +73,11 @@ ParallelLmHead::ParallelLmHead(ParameterSet& params, const std::string& name, in
 Tensor ParallelLmHead::forward(const Tensor& x) const {
   const int64_t T = x.size(0), local = weight_->local_shape()[0];
   Tensor local_logits = Tensor::empty({T, local}, DType::f32);
-  ops::matmul(x, weight_->matmul_view(), Tensor(), local_logits);
+  if (weight_->quantized())  // a quantized checkpoint's own output projection
+    ops::matmul_quantized(x, Tensor(), weight_->data(), weight_->scale(), weight_->scale_group(), Tensor(),
+                          local_logits);
+  else
+    ops::matmul(x, weight_->matmul_view(), Tensor(), local_logits);
   const int world = communicator_->world_size();
   if (world == 1) return local_logits;
   // Gather [world][T][local] then interleave into [T][vocab], dropping the padding.

@@ -26,12 +26,13 @@ bool is_linear_weight(const std::string& name) {
 }
 }  // namespace
 
-QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme) {
+QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme, bool lm_head) {
   QuantizedModelSummary summary;
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;
+  const bool head = lm_head && !model.config().tied_embeddings;
   for (const auto& p : model.parameters().all()) {
-    if (!is_linear_weight(p->name())) continue;
+    if (!is_linear_weight(p->name()) && !(head && p->name() == "lm_head.weight")) continue;
     std::string why = p->quantization_unsupported_reason(scheme);
     if (why.empty()) {
       p->set_quantization(scheme);
@@ -52,6 +53,13 @@ QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantSche
 //  * MXFP4: values c * 2^E with e2m1 codes c; the new exponent is E + floor(log2 max|c|) - 2
 //    <= E, and every c times the resulting power of two (1, 2, 4 or 8 for max |c| = 6..0.5)
 //    is again an e2m1 value, so the decoded values are the same (the bytes may differ).
+bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
+  if (ck.format() != CheckpointFormat::gguf) return false;
+  const GgufTensorInfo* q = ck.gguf()->find_tensor("blk.0.attn_q.weight");
+  const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
+  return q && out && out->type == q->type && (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
+}
+
 QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   QuantScheme s;
   if (ck.format() == CheckpointFormat::gguf) {

@@ -2,7 +2,9 @@
 // scheme a checkpoint is already stored in.
 //
 // The scheme quantizes the weights of every linear layer in the blocks (fused q/k/v and
-// o; fused gate/up and down). The embedding, the LM head, norms and biases stay as loaded.
+// o; fused gate/up and down). The embedding, norms and biases stay as loaded; so does the
+// LM head, unless the checkpoint itself stores it quantized (GGUF) and it is not tied.
+// (vLLM keeps lm_head unquantized under online FP8 too.)
 // A weight the scheme cannot take (MXFP4 and Q8_0 need K % 32 == 0, as llama.cpp's do)
 // stays in its float dtype; the result lists each one and why.
 #pragma once
@@ -23,9 +25,10 @@ struct QuantizedModelSummary {
   std::string str() const;             // "q8_0: 28 linear weights quantized, 2 kept (...)"
 };
 
-// Sets `scheme` on the model's linear weights. Must run after the model is created and
-// before any weight is loaded (the quantized storage is allocated here, once).
-QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme);
+// Sets `scheme` on the model's linear weights, and on an untied LM head too when
+// `lm_head` is set. Must run after the model is created and before any weight is loaded
+// (the quantized storage is allocated here, once).
+QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme, bool lm_head = false);
 
 // The scheme a checkpoint's linear weights are stored in: GGUF Q8_0 / MXFP4 tensors, or a
 // Hugging Face FP8 checkpoint (config.json quantization_config quant_method "fp8":
@@ -34,5 +37,10 @@ QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantSche
 // value is re-quantized from the stored codes exactly (see checkpoint_quant_scheme in
 // quantize_model.cpp for why re-quantizing decoded Q8_0/MXFP4 values gives them back).
 QuantScheme checkpoint_quant_scheme(const Checkpoint& checkpoint);
+
+// Whether the checkpoint stores a separate output projection in the scheme of its linear
+// weights (GGUF `output.weight` in Q8_0 / MXFP4, as llama-quantize writes it): such a head
+// is served quantized too, so decode reads the file's bytes, not a float copy 4x larger.
+bool checkpoint_lm_head_quantized(const Checkpoint& checkpoint);
 
 }  // namespace refit

@@ -43,7 +43,8 @@ Engine::Engine(const EngineOptions& options) {
     if (quant.enabled()) {
       ModelConfig config = read_model_config(*checkpoint);
       model_ = std::make_unique<LlamaModel>(config, config.weight_dtype, tp);
-      description_ += " [" + quantize_linear_weights(*model_, quant).str() + "]";
+      const bool head = !requested_quant.enabled() && checkpoint_lm_head_quantized(*checkpoint);
+      description_ += " [" + quantize_linear_weights(*model_, quant, head).str() + "]";
       load_weights(*model_, *checkpoint, load);
     } else {
       model_ = load_model(*checkpoint, load);
