@@ -9,62 +9,19 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
-#include <cfloat>
-#include <cmath>
-#include <cstdint>
+#include "kernels/cpu/attend_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
 
 // q: [hd]; k row s at k + s*ldk, v row s at v + s*ldv; len rows. scores: scratch [len].
 // out: [hd].
 void AttendOne(const float* HWY_RESTRICT q, const float* k, int64_t ldk, const float* v,
                int64_t ldv, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
                float* HWY_RESTRICT out) {
-  const DF df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  float mx = -HUGE_VALF;
-  for (int64_t s = 0; s < len; ++s) {
-    const float* kr = k + s * ldk;
-    VF acc = hn::Zero(df);
-    int64_t d = 0;
-    for (; d + L <= hd; d += L) acc = hn::MulAdd(hn::LoadU(df, q + d), hn::LoadU(df, kr + d), acc);
-    float dot = hn::GetLane(hn::SumOfLanes(df, acc));
-    for (; d < hd; ++d) dot += q[d] * kr[d];
-    scores[s] = dot * scale;
-    mx = std::max(mx, scores[s]);
-  }
-  const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
-  VF vsum = hn::Zero(df);
-  int64_t s = 0;
-  for (; s + L <= len; s += L) {
-    const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
-    hn::StoreU(e, df, scores + s);
-    vsum = hn::Add(vsum, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
-
-  int64_t d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Zero(df), df, out + d);
-  for (; d < hd; ++d) out[d] = 0.0f;
-  for (s = 0; s < len; ++s) {
-    const float* vr = v + s * ldv;
-    const VF p = hn::Set(df, scores[s]);
-    d = 0;
-    for (; d + L <= hd; d += L)
-      hn::StoreU(hn::MulAdd(p, hn::LoadU(df, vr + d), hn::LoadU(df, out + d)), df, out + d);
-    for (; d < hd; ++d) out[d] += scores[s] * vr[d];
-  }
-  const VF inv = hn::Set(df, 1.0f / sum);
-  d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Mul(hn::LoadU(df, out + d), inv), df, out + d);
-  for (; d < hd; ++d) out[d] *= 1.0f / sum;
+  AttendRows(q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd, scale,
+             scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE

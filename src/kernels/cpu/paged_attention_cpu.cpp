@@ -1,26 +1,18 @@
 // Paged causal grouped-query attention over a PagedKvCache block pool, in Highway SIMD.
 //
-// The arithmetic for one (token, head) is exactly that of attention_cpu.cpp's AttendOne
-// (same dot-product order, same max/exp/sum, same value accumulation), only the address
-// of cache row s comes from the block table. Hence a token's output does not depend on
+// The arithmetic for one (token, head) is attention_cpu.cpp's: both run AttendRows
+// (attend_rows-inl.h); only the address of cache row s comes from the block table. Hence a token's output does not depend on
 // which other sequences share the call, nor on how its prompt was chunked, and equals the
 // contiguous-cache kernel bit for bit: the batch invariance the server promises.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/paged_attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
-#include <algorithm>
-#include <cfloat>
-#include <cmath>
-#include <cstdint>
+#include "kernels/cpu/attend_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
 
 // q: [hd]. Cache row s of this kv head is at base + table[s / bs] * ldb + (s % bs) * ldr
 // (same for k and v through their own bases/strides). len rows. scores: scratch [len].
@@ -28,45 +20,9 @@ void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v,
                     int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
                     int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
                     float* HWY_RESTRICT out) {
-  const DF df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  float mx = -HUGE_VALF;
-  for (int64_t s = 0; s < len; ++s) {
-    const float* kr = k + table[s / bs] * ldb_k + (s % bs) * ldr_k;
-    VF acc = hn::Zero(df);
-    int64_t d = 0;
-    for (; d + L <= hd; d += L) acc = hn::MulAdd(hn::LoadU(df, q + d), hn::LoadU(df, kr + d), acc);
-    float dot = hn::GetLane(hn::SumOfLanes(df, acc));
-    for (; d < hd; ++d) dot += q[d] * kr[d];
-    scores[s] = dot * scale;
-    mx = std::max(mx, scores[s]);
-  }
-  const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
-  VF vsum = hn::Zero(df);
-  int64_t s = 0;
-  for (; s + L <= len; s += L) {
-    const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
-    hn::StoreU(e, df, scores + s);
-    vsum = hn::Add(vsum, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
-
-  int64_t d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Zero(df), df, out + d);
-  for (; d < hd; ++d) out[d] = 0.0f;
-  for (s = 0; s < len; ++s) {
-    const float* vr = v + table[s / bs] * ldb_v + (s % bs) * ldr_v;
-    const VF p = hn::Set(df, scores[s]);
-    d = 0;
-    for (; d + L <= hd; d += L)
-      hn::StoreU(hn::MulAdd(p, hn::LoadU(df, vr + d), hn::LoadU(df, out + d)), df, out + d);
-    for (; d < hd; ++d) out[d] += scores[s] * vr[d];
-  }
-  const VF inv = hn::Set(df, 1.0f / sum);
-  d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Mul(hn::LoadU(df, out + d), inv), df, out + d);
-  for (; d < hd; ++d) out[d] *= 1.0f / sum;
+  AttendRows(
+      q, [=](int64_t s) { return k + table[s / bs] * ldb_k + (s % bs) * ldr_k; },
+      [=](int64_t s) { return v + table[s / bs] * ldb_v + (s % bs) * ldr_v; }, len, hd, scale, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
