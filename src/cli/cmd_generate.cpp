@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "cli/engine_args.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -20,15 +21,13 @@ namespace refit::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model, tokenizer, prompt, prompt_ids, logits_file;
+  EngineArgs engine;
+  std::string prompt, prompt_ids, logits_file;
   int64_t n = 64;
   float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
-  int top_k = 0, threads = 0;
+  int top_k = 0;
   uint64_t seed = 0;
   bool json = false, ignore_eos = false;
-  int tp = 1;
-  std::string layout;
-  std::string quant;
   std::string refit_from, refit_names;
   int64_t refit_after = 0;
 };
@@ -63,23 +62,12 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 int run(const GenerateOptions& o) {
-  EngineOptions engine_options;
-  engine_options.model_path = o.model;
-  engine_options.tokenizer_path = o.tokenizer;
-  engine_options.threads = o.threads;
-  engine_options.tp = o.tp;
-  engine_options.layout = o.layout;
-  engine_options.quant = o.quant;
-  if (!o.json && !o.model.empty()) {
+  EngineOptions engine_options = cli::engine_options(o.engine, "generate");
+  if (!o.json && !o.engine.model.empty()) {
     std::error_code ec;
-    const auto bytes = std::filesystem::is_regular_file(o.model, ec) ? std::filesystem::file_size(o.model, ec) : 0;
-    engine_options.progress = progress_bar(o.model, bytes);
-  }
-  if (o.tp > 1) {
-    engine_options.communicator = mpi_communicator_if_launched();
-    if (!engine_options.communicator)
-      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit generate --tp {} ...`{}", o.tp, o.tp,
-           o.tp, built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
+    const std::string& model = o.engine.model;
+    const auto bytes = std::filesystem::is_regular_file(model, ec) ? std::filesystem::file_size(model, ec) : 0;
+    engine_options.progress = progress_bar(model, bytes);
   }
   Engine engine(engine_options);
   const bool leader = engine.rank() == 0;  // every rank computes; rank 0 prints
@@ -174,7 +162,7 @@ int run(const GenerateOptions& o) {
 CommandRegistrar registrar{{"generate", "Generate text with a model (the built-in demo model without -m)",
                             [](CLI::App& sub) {
   auto o = std::make_shared<GenerateOptions>();
-  sub.add_option("-m,--model", o->model, "GGUF file, Hugging Face folder or llama2.c .bin (default: built-in demo model)");
+  add_engine_args(sub, o->engine);
   sub.add_option("-p,--prompt", o->prompt, "Prompt text")->default_val("Once upon a time");
   sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
   sub.add_option("-n,--n-predict", o->n, "Number of tokens to generate")->check(CLI::NonNegativeNumber);
@@ -184,14 +172,9 @@ CommandRegistrar registrar{{"generate", "Generate text with a model (the built-i
   sub.add_option("--min-p", o->min_p, "Min-p (0 = off)");
   sub.add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
   sub.add_option("--seed", o->seed, "Random seed for sampling");
-  sub.add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  sub.add_option("--tokenizer", o->tokenizer, "Tokenizer file for formats that carry none (llama2.c)");
   sub.add_flag("--json", o->json, "Print one JSON object: prompt_tokens, tokens, text");
   sub.add_option("--logits", o->logits_file, "Write f32 logits of every position to FILE");
   sub.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
-  sub.add_option("--tp", o->tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
-  sub.add_option("--layout", o->layout, "Weight layout transform: plain, transpose, shuffle16x16");
-  sub.add_option("--quant", o->quant, "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block [-w8a8], mxfp4, q8_0");
   sub.add_option("--refit-from", o->refit_from, "Refit to this checkpoint's weights during generation");
   sub.add_option("--refit-after", o->refit_after, "Generated tokens before the refit (0: before the prompt)")
       ->check(CLI::NonNegativeNumber);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/command.h"
+#include "cli/engine_args.h"
 #include "core/error.h"
 #include "kernels/cpu/serve_kernels.h"
 #include "runtime/engine.h"
@@ -21,8 +22,9 @@ namespace refit::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, tokenizer, host = "127.0.0.1", quant, layout, served_name;
-  int port = 8000, tp = 1, threads = 0, http_threads = 128;
+  EngineArgs engine;
+  std::string host = "127.0.0.1", served_name;
+  int port = 8000, http_threads = 128;
   int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096, block_size = 16;
   double queue_timeout = 120;
   bool no_prefix_cache = false;
@@ -94,21 +96,9 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<C
 }
 
 int run(const ServeOptions& o) {
-  EngineOptions e;
-  e.model_path = o.model;
-  e.tokenizer_path = o.tokenizer;
-  e.tp = o.tp;
-  e.quant = o.quant;
-  e.layout = o.layout;
-  e.threads = o.threads;
-  if (o.tp > 1) {
-    e.communicator = mpi_communicator_if_launched();
-    if (!e.communicator)
-      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit serve --tp {} ...`{}", o.tp, o.tp, o.tp,
-           built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
-  }
+  const EngineOptions e = engine_options(o.engine, "serve");
   Engine engine(e);
-  if (o.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
+  if (o.engine.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
   HttpServer server(engine, server_options(o));
   server.bind();
   g_server = &server;
@@ -123,14 +113,9 @@ int run(const ServeOptions& o) {
 CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weight-update endpoints",
                             [](CLI::App& sub) {
   auto o = std::make_shared<ServeOptions>();
-  sub.add_option("-m,--model", o->model, "GGUF file, Hugging Face folder or llama2.c .bin (default: built-in demo model)");
-  sub.add_option("--tokenizer", o->tokenizer, "Tokenizer file for formats that carry none (llama2.c)");
+  add_engine_args(sub, o->engine);
   sub.add_option("--host", o->host, "Address to listen on")->default_val("127.0.0.1");
   sub.add_option("--port", o->port, "Port (0: any free port)")->default_val(8000);
-  sub.add_option("--tp", o->tp, "Tensor-parallel size (run under mpirun -np N)")->default_val(1)->check(CLI::PositiveNumber);
-  sub.add_option("--quant", o->quant, "Quantize weights at load (when available)");
-  sub.add_option("--layout", o->layout, "Weight layout: plain, transpose, shuffle16x16");
-  sub.add_option("-t,--threads", o->threads, "Compute threads (default: all cores)");
   sub.add_option("--served-model-name", o->served_name, "Model name reported and accepted in requests");
   sub.add_option("--http-threads", o->http_threads, "Concurrent HTTP connections")->default_val(128);
   sub.add_option("--kv-blocks", o->kv_blocks, "KV-cache blocks (0: auto)")->default_val(0);

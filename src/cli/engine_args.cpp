@@ -1,0 +1,37 @@
+#include "cli/engine_args.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace refit::cli {
+
+void add_engine_args(CLI::App& sub, EngineArgs& a) {
+  sub.add_option("-m,--model", a.model, "GGUF file, Hugging Face folder or llama2.c .bin (default: built-in demo model)");
+  sub.add_option("--tokenizer", a.tokenizer, "Tokenizer file for formats that carry none (llama2.c)");
+  sub.add_option("-t,--threads", a.threads, "Compute threads (default: all cores)");
+  sub.add_option("--tp", a.tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
+  sub.add_option("--quant", a.quant,
+                 "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block [-w8a8], mxfp4, q8_0");
+  sub.add_option("--layout", a.layout, "Weight layout transform: plain, transpose, shuffle16x16");
+}
+
+EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
+  EngineOptions e;
+  e.model_path = a.model;
+  e.tokenizer_path = a.tokenizer;
+  e.threads = a.threads;
+  e.tp = a.tp;
+  e.quant = a.quant;
+  e.layout = a.layout;
+  if (a.tp > 1) {
+    e.communicator = mpi_communicator_if_launched();
+    if (!e.communicator)
+      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit {} --tp {} ...`{}", a.tp, a.tp, command,
+           a.tp, built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
+  }
+  return e;
+}
+
+}  // namespace refit::cli
