@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "weights/quantize.h"
 
 namespace refit {
 
@@ -100,8 +101,9 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
   check_loadable(sub, full);
   loaded_ = true;
   if (quant_.enabled()) {
-    Tensor rows = Tensor::empty(sub.local_shape(), DType::f32);
-    rows.copy_from(sub.slice(full));
+    // The slice in its own dtype: the quantizer widens it row by row (no f32 copy).
+    Tensor rows = sub.slice(full);
+    if (rows.shape() != sub.local_shape()) rows = rows.reshape(sub.local_shape());
     load_quantized(sub, rows);
     return;
   }
@@ -221,24 +223,17 @@ void Parameter::set_quantization(const QuantScheme& scheme) {
 }
 
 void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
-  const int64_t n = sub.local_rows, k = local_shape_[1];
+  const int64_t k = local_shape_[1];
   const int64_t row_bytes = code_row_bytes(quant_, k), s = scale_.size(1);
   const size_t scale_size = dtype_nbytes(scale_.dtype(), 1);
-  // Staging: this sub-shard's codes and scales only.
-  Tensor codes = Tensor::empty({n, row_bytes}, DType::u8);
-  std::vector<uint8_t> scales(static_cast<size_t>(n * s) * scale_size);
-  quantize_rows(quant_, rows.data<const float>(), n, k, codes.raw_data(), scales.data());
-  const bool shuffled = !transforms_.empty();  // the only transform a quantized weight takes
-  if (shuffled) {
-    codes = shuffle_16x16(codes);
-    if (scales_follow_tiles(quant_)) shuffle_scales_16(scales.data(), n, s, scale_groups_per_tile(quant_), scale_size);
-  }
   // A sub-shard's rows are one contiguous byte range in both layouts (tiles never cross
-  // a 16-row boundary, and shuffled sub-shards start on one), for codes and scales.
+  // a 16-row boundary, and shuffled sub-shards start on one), for codes and scales, so
+  // the quantizer writes them in place, already shuffled when the parameter is
+  // (shuffle_16x16 is the only transform a quantized weight takes).
   auto* code_base = static_cast<uint8_t*>(data_.storage()->data());
   auto* scale_base = static_cast<uint8_t*>(scale_.storage()->data());
-  std::memcpy(code_base + sub.local_row_offset * row_bytes, codes.raw_data(), static_cast<size_t>(n * row_bytes));
-  std::memcpy(scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, scales.data(), scales.size());
+  quantize_tensor(quant_, rows, code_base + sub.local_row_offset * row_bytes,
+                  scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, !transforms_.empty());
 }
 
 void Parameter::shuffle_quantized() {
