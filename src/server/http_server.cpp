@@ -9,6 +9,7 @@
 
 #include "server/api_types.h"
 #include "server/choice_stream.h"
+#include "server/client_connection.h"
 #include "server/rank_group.h"
 #include "server/rl_endpoints.h"
 
@@ -232,7 +233,17 @@ void HttpServer::routes() {
     };
 
     if (!p.stream) {
-      while (!all_done()) poll(std::chrono::milliseconds(100));
+      // A client that hangs up stops its generation (and frees its KV blocks) instead of
+      // leaving it to run to max_tokens for nobody.
+      const ClientConnection client(req);
+      while (!all_done()) {
+        poll(std::chrono::milliseconds(100));
+        if (client.closed()) {
+          for (auto& c : g->choices) c->handle().cancel();
+          res.status = 499;  // nginx's "client closed request": logged, never seen
+          return;
+        }
+      }
       for (auto& c : g->choices)
         if (c->finish_reason() == "error")
           throw HttpError{c->busy() ? 503 : 500, c->error(), c->busy() ? "service_unavailable" : "server_error", {},

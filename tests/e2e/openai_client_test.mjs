@@ -263,6 +263,33 @@ await test("a client that disconnects mid-stream frees its KV blocks", async () 
   assert.equal(used, 0);
 });
 
+await test("a client that hangs up before a non-streaming answer stops its generation", async () => {
+  const metric = async (name) =>
+    Number((await (await fetch(base + "/metrics")).text()).match(new RegExp(`^${name} (\\S+)`, "m"))[1]);
+  const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+  const before = await metric("refit_generation_tokens_total");
+  const controller = new AbortController();
+  const pending = client.completions
+    .create({ model: "tiny", prompt, max_tokens: 1500, temperature: 0, ignore_eos: true },
+            { signal: controller.signal, maxRetries: 0 })
+    .then(() => "answered", () => "aborted");
+  for (let i = 0; i < 200 && (await metric("refit_running_requests")) === 0; i++) await sleep(10);
+  controller.abort();
+  assert.equal(await pending, "aborted");
+  let running = -1;
+  for (let i = 0; i < 200 && running !== 0; i++) {
+    await sleep(25);
+    running = await metric("refit_running_requests");
+  }
+  assert.equal(running, 0);
+  // ignore_eos: a generation nobody stopped would have made all 1500 tokens.
+  const generated = (await metric("refit_generation_tokens_total")) - before;
+  assert.ok(generated < 1500, `${generated} tokens generated for a client that left`);
+  assert.equal(await metric("refit_kv_cache_blocks_used"), 0);
+  const ok = await client.completions.create({ model: "tiny", prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(ok.choices[0].token_ids.length, 4);
+});
+
 server.kill("SIGTERM");
 fs.rmSync(work, { recursive: true, force: true });
 console.log(failures ? `${failures} test(s) failed` : "all passed");
