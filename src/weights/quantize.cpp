@@ -70,8 +70,8 @@ void fp8_block_scales(const QuantScheme& scheme, const RowReader& reader, int64_
   }
 }
 
-// The inverse of nothing: where shuffle_16x16 puts each 16-byte piece of a 16-row tile of
-// code bytes ([16, row_bytes] viewed [16, C, 2, 16], permuted to [C, 2, 16, 16]).
+// shuffle_16x16 for one 16-row tile of code bytes: [16, row_bytes] viewed [16, C, 2, 16]
+// (C 32-byte column tiles of two 16-byte halves), permuted to [C, 2, 16, 16].
 void scatter_code_tile(const uint8_t* tile, int64_t row_bytes, uint8_t* out) {
   for (int64_t c = 0; c < row_bytes / 32; ++c)
     for (int64_t h = 0; h < 2; ++h)
