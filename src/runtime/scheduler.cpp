@@ -419,14 +419,20 @@ bool Scheduler::step() {
     Sequence& s = *running_[i];
     const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
     if (pending != 1) continue;
+    // No block for its next token: preempt the newest request (recomputed later) until
+    // one is free. When s is itself the newest it is the one preempted; only a request
+    // running alone, whose context the whole pool cannot hold, ends with "length".
+    bool preempted_self = false;
     while (!cache_.reserve(s.table, s.cached + 1)) {
-      // Preempt the newest other request; recompute it later.
-      if (running_.size() <= 1 || running_.back().get() == &s) break;
+      if (running_.size() <= 1) break;
+      preempted_self = running_.back().get() == &s;
       retract(*running_.back(), false);
       waiting_.push_front(std::move(running_.back()));
       running_.pop_back();
       ++counters_.preemptions;
+      if (preempted_self) break;
     }
+    if (preempted_self) continue;  // it was running_.back(): the loop ends here
     if (static_cast<int64_t>(s.table.size()) < cache_.blocks_for(s.cached + 1)) {
       finish(s, "length");
       continue;

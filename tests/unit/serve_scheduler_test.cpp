@@ -181,14 +181,52 @@ TEST_F(SchedulerTest, requests_queue_when_the_cache_is_full_and_preemption_keeps
   Outcome alone = collect(*make()->submit(greedy(prompt, 40)));
   SchedulerOptions o;
   o.kv_blocks = 12;  // 192 tokens for 6 requests of up to 60: they must queue or be preempted
-  auto sched = make(o);
-  std::vector<std::shared_ptr<RequestHandle>> hs;
-  for (int i = 0; i < 6; ++i) hs.push_back(sched->submit(greedy(prompt, 40)));
-  for (auto& h : hs) {
-    Outcome got = collect(*h);
-    EXPECT_EQ(got.tokens, alone.tokens);
-    EXPECT_EQ(got.logprobs, alone.logprobs);
+  // Submitted all at once (while paused: the same schedule on every run) and one by one
+  // as the scheduler runs. Whichever request runs out of blocks first, the newest one is
+  // preempted (possibly itself) and recomputed later: none ends early.
+  for (bool at_once : {true, false}) {
+    SCOPED_TRACE(at_once ? "submitted at once" : "submitted while running");
+    auto sched = make(o);
+    if (at_once) sched->pause(PauseMode::in_place);
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (int i = 0; i < 6; ++i) hs.push_back(sched->submit(greedy(prompt, 40)));
+    if (at_once) sched->resume();
+    for (auto& h : hs) {
+      Outcome got = collect(*h);
+      EXPECT_EQ(got.finish_reason, alone.finish_reason);
+      EXPECT_EQ(got.tokens, alone.tokens);
+      EXPECT_EQ(got.logprobs, alone.logprobs);
+    }
+    EXPECT_GT(sched->stats().preemptions, 0u);
+    EXPECT_EQ(sched->stats().kv.used_blocks, 0);
   }
+}
+
+// Two requests in a pool of 5 blocks of 16: the older (31-token prompt) crosses a block
+// boundary first and takes the last free block; when the newer one (20 tokens) then needs
+// a block, it is the newest request, so it is the one preempted (recomputed later), not
+// cut short.
+TEST_F(SchedulerTest, the_newest_request_preempts_itself_when_no_block_is_free) {
+  const std::vector<int32_t> older = random_tokens(31, 5, config_.vocab_size);
+  const std::vector<int32_t> newer = random_tokens(20, 6, config_.vocab_size);
+  const Outcome older_alone = collect(*make()->submit(greedy(older, 40)));
+  const Outcome newer_alone = collect(*make()->submit(greedy(newer, 40)));
+  SchedulerOptions o;
+  o.kv_blocks = 5;
+  o.block_size = 16;
+  auto sched = make(o);
+  sched->pause(PauseMode::in_place);
+  auto a = sched->submit(greedy(older, 40));
+  auto b = sched->submit(greedy(newer, 40));
+  sched->resume();
+  const Outcome got_a = collect(*a), got_b = collect(*b);
+  EXPECT_EQ(got_a.finish_reason, older_alone.finish_reason);
+  EXPECT_EQ(got_a.tokens, older_alone.tokens);
+  EXPECT_EQ(got_a.logprobs, older_alone.logprobs);
+  EXPECT_EQ(got_b.finish_reason, newer_alone.finish_reason);
+  EXPECT_EQ(got_b.tokens, newer_alone.tokens);
+  EXPECT_EQ(got_b.logprobs, newer_alone.logprobs);
+  EXPECT_GE(sched->stats().preemptions, 1u);
   EXPECT_EQ(sched->stats().kv.used_blocks, 0);
 }
 
