@@ -29,7 +29,8 @@ struct BenchArgs {
   int n_prompt = 512;
   int n_gen = 128;
   int threads = 0;
-  std::string quant;  // EngineOptions::quant: quantize weights at load
+  std::string quant;   // EngineOptions::quant: quantize weights at load
+  std::string layout;  // EngineOptions::layout: plain, transpose, shuffle16x16
   int reps = 5;
   std::string output = "md";
   bool no_bandwidth = false;
@@ -112,6 +113,7 @@ int run_bench(const BenchArgs& a) {
   options.model_path = a.model;
   options.threads = a.threads;
   options.quant = a.quant;
+  options.layout = a.layout;
   if (!a.model.empty()) options.progress = progress_bar("loading " + a.model, path_bytes(a.model));
   note(a, a.model.empty() ? "built-in demo model" : "loading " + a.model);
   Engine engine(options);
@@ -140,6 +142,7 @@ CommandRegistrar registrar{
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
        sub.add_option("--quant", args->quant,
                       "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block [-w8a8], mxfp4, q8_0");
+       sub.add_option("--layout", args->layout, "Weight layout transform: plain, transpose, shuffle16x16");
        sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")->capture_default_str();
        sub.add_option("-o,--output", args->output, "Output format")
            ->check(CLI::IsMember({"md", "json"}))
