@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
+#include "weights/quant_scheme.h"
 
 namespace refit {
 namespace {
@@ -41,7 +42,7 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
   }
   Tensor out = Tensor::empty({T, dim}, DType::f32);
   if (communicator_->world_size() == 1) {
-    ops::embedding(weight_->data(), ids, out);
+    lookup(ids, out);
     return out;
   }
   // Look up the ids this rank owns; other rows stay zero, and the sum fills them.
@@ -50,13 +51,33 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) const {
     int32_t id = ids.data<int32_t>()[t] - static_cast<int32_t>(vocab_start_);
     local_ids.data<int32_t>()[t] = (id >= 0 && id < local_vocab_) ? id : 0;
   }
-  ops::embedding(weight_->data(), local_ids, out);
+  lookup(local_ids, out);
   for (int64_t t = 0; t < T; ++t) {
     int32_t id = ids.data<int32_t>()[t] - static_cast<int32_t>(vocab_start_);
     if (id < 0 || id >= local_vocab_) std::memset(out.data<float>() + t * dim, 0, dim * sizeof(float));
   }
   communicator_->all_reduce_sum(out.data<float>(), static_cast<size_t>(out.numel()));
   return out;
+}
+
+void VocabParallelEmbedding::lookup(const Tensor& local_ids, Tensor& out) const {
+  if (!weight_->quantized()) {
+    ops::embedding(weight_->data(), local_ids, out);
+    return;
+  }
+  // A quantized table (a tied head stored quantized): each looked-up row is decoded on its
+  // own, to exactly the values the scalar dequantize (and the matmul kernels) give.
+  const QuantScheme& scheme = weight_->quantization();
+  const int64_t dim = out.size(1), rows = weight_->local_shape()[0];
+  const int64_t code_bytes = code_row_bytes(scheme, dim);
+  const auto scale_bytes = static_cast<int64_t>(dtype_nbytes(scheme.scale_dtype(), scheme.scale_cols(dim)));
+  const auto* codes = static_cast<const uint8_t*>(weight_->data().raw_data());
+  const auto* scales = static_cast<const uint8_t*>(weight_->scale().raw_data());
+  for (int64_t t = 0; t < out.size(0); ++t) {
+    const int64_t id = local_ids.data<int32_t>()[t];
+    REFIT_ASSERT(id >= 0 && id < rows);
+    dequantize_rows(scheme, codes + id * code_bytes, scales + id * scale_bytes, 1, dim, out.data<float>() + t * dim);
+  }
 }
 
 ParallelLmHead::ParallelLmHead(ParameterSet& params, const std::string& name, int64_t vocab, int64_t dim,

@@ -1,7 +1,9 @@
 // Vocab-parallel token embedding and LM head. Each rank holds a contiguous range of
 // vocabulary rows: the embedding looks up the ids it owns (zeros elsewhere) and the
 // ranks sum their rows; the LM head computes logits for its rows and the ranks gather
-// them. A tied LM head reads the embedding's own parameter.
+// them. A tied LM head reads the embedding's own parameter; when that is stored quantized
+// (a GGUF with a Q8_0/MXFP4 token_embd and no separate output), lookups decode their rows
+// and the head runs the quantized matmul.
 #pragma once
 
 #include "layers/tensor_parallel.h"
@@ -18,6 +20,9 @@ class VocabParallelEmbedding {
   int64_t vocab_start() const { return vocab_start_; }
 
  private:
+  // Rows `local_ids` of this rank's table into `out` (float or quantized table).
+  void lookup(const Tensor& local_ids, Tensor& out) const;
+
   Parameter* weight_;
   int64_t vocab_, vocab_start_, local_vocab_;
   std::shared_ptr<Communicator> communicator_;

@@ -30,9 +30,10 @@ QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantSche
   QuantizedModelSummary summary;
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;
-  const bool head = lm_head && !model.config().tied_embeddings;
+  // The output projection: its own parameter, or the embedding table it is tied to.
+  const std::string head = !lm_head ? "" : model.config().tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   for (const auto& p : model.parameters().all()) {
-    if (!is_linear_weight(p->name()) && !(head && p->name() == "lm_head.weight")) continue;
+    if (!is_linear_weight(p->name()) && p->name() != head) continue;
     std::string why = p->quantization_unsupported_reason(scheme);
     if (why.empty()) {
       p->set_quantization(scheme);
@@ -57,6 +58,7 @@ bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
   if (ck.format() != CheckpointFormat::gguf) return false;
   const GgufTensorInfo* q = ck.gguf()->find_tensor("blk.0.attn_q.weight");
   const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
+  if (!out) out = ck.gguf()->find_tensor("token_embd.weight");  // tied: the table is the head
   return q && out && out->type == q->type && (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
 }
 

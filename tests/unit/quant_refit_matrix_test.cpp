@@ -206,61 +206,68 @@ TEST(QuantNativeGguf, quantized_files_are_served_quantized_with_their_exact_valu
   expect_same_bytes(from_f32.model(), from_q8.model(), "online q8_0 vs llama-quantize", true);
 }
 
-// An untied output projection stored as Q8_0 (llama-quantize's default) is served
-// quantized: the head's matmul reads the file's codes, its values are the file's, and the
-// logits equal those of a model holding the same values as f32 (the quantized kernel sums
-// in the float kernel's order), under TP 1 and 2. A refit of it re-quantizes in place.
-TEST(QuantNativeGguf, an_untied_q8_0_output_is_served_quantized_with_the_float_heads_logits) {
-  ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
-  config.n_layers = 2;
-  config.tied_embeddings = false;
-  TempDir dir;
-  const std::string path = dir.file("untied-q8_0.gguf");
-  SyntheticCheckpointOptions synth;
-  synth.gguf_q8_0 = true;
-  synth.seed = 5;
-  write_synthetic_gguf(path, config, synth);
-  for (int world : {1, 2}) {
-    SCOPED_TRACE(::testing::Message() << "tp " << world);
-    run_ranks(world, [&](int rank, std::shared_ptr<Communicator> comm) {
-      EngineOptions options;
-      options.model_path = path;
-      options.tp = world;
-      options.communicator = comm;
-      Engine engine(options);
-      LlamaModel& model = engine.mutable_model();
-      const Parameter& head = model.parameters().get("lm_head.weight");
-      ASSERT_TRUE(head.quantized());
-      EXPECT_EQ(head.quantization().name(), "q8_0");
-      // The same values (the reader's decoded Q8_0) with an f32 head.
-      const TensorMap values = base_weights(path, model);
-      auto reference = fresh_model(model.config(), model.tensor_parallel(), values, "q8_0", "");
-      ASSERT_FALSE(reference->parameters().get("lm_head.weight").quantized());
-      const std::vector<float> got = logits_of(model), want = logits_of(*reference);
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "rank " << rank;
-      if (world > 1) return;
-      // Refit of the head from bf16: the bytes a fresh quantization of the same tensor gives,
-      // in the same storage.
-      const void* codes = head.data().raw_data();
-      const void* scales = head.scale().raw_data();
-      const Tensor sent = perturbed(values, 7, DType::bf16).at("lm_head.weight");
-      engine.update_weights_from_tensors({{"lm_head.weight", sent}});
-      Parameter fresh("lm_head.weight", head.logical_shape(), DType::f32);
-      fresh.set_quantization(parse_quant_scheme("q8_0"));
-      fresh.load(sent);
-      EXPECT_EQ(head.data().raw_data(), codes);
-      EXPECT_EQ(head.scale().raw_data(), scales);
-      EXPECT_EQ(0, std::memcmp(head.data().raw_data(), fresh.data().raw_data(), fresh.data().nbytes()));
-      EXPECT_EQ(0, std::memcmp(head.scale().raw_data(), fresh.scale().raw_data(), fresh.scale().nbytes()));
-    });
+// An output projection stored as Q8_0 (llama-quantize's default) is served quantized:
+// untied, its own parameter; tied, the embedding table, whose lookups then decode rows.
+// The head's matmul reads the file's codes, its values are the file's, and the logits
+// equal those of a model holding the same values as f32 (the quantized kernel sums in the
+// float kernel's order, a decoded row is the dequantized row), under TP 1 and 2. A refit
+// of it re-quantizes in place.
+TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_float_heads_logits) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+    config.n_layers = 2;
+    config.tied_embeddings = tied;
+    TempDir dir;
+    const std::string path = dir.file("q8_0.gguf");
+    SyntheticCheckpointOptions synth;
+    synth.gguf_q8_0 = true;
+    synth.seed = 5;
+    write_synthetic_gguf(path, config, synth);
+    const std::string head_name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+    for (int world : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "tp " << world);
+      run_ranks(world, [&](int rank, std::shared_ptr<Communicator> comm) {
+        EngineOptions options;
+        options.model_path = path;
+        options.tp = world;
+        options.communicator = comm;
+        Engine engine(options);
+        LlamaModel& model = engine.mutable_model();
+        const Parameter& head = model.parameters().get(head_name);
+        ASSERT_TRUE(head.quantized());
+        EXPECT_EQ(head.quantization().name(), "q8_0");
+        if (!tied) EXPECT_FALSE(model.parameters().get("model.embed_tokens.weight").quantized());
+        // The same values (the reader's decoded Q8_0) with an f32 head.
+        const TensorMap values = base_weights(path, model);
+        auto reference = fresh_model(model.config(), model.tensor_parallel(), values, "q8_0", "");
+        ASSERT_FALSE(reference->parameters().get(head_name).quantized());
+        const std::vector<float> got = logits_of(model), want = logits_of(*reference);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "rank " << rank;
+        if (world > 1) return;
+        // Refit of the head from bf16: the bytes a fresh quantization of the same tensor
+        // gives, in the same storage.
+        const void* codes = head.data().raw_data();
+        const void* scales = head.scale().raw_data();
+        const Tensor sent = perturbed(values, 7, DType::bf16).at(head_name);
+        engine.update_weights_from_tensors({{head_name, sent}});
+        Parameter fresh(head_name, head.logical_shape(), DType::f32);
+        fresh.set_quantization(parse_quant_scheme("q8_0"));
+        fresh.load(sent);
+        EXPECT_EQ(head.data().raw_data(), codes);
+        EXPECT_EQ(head.scale().raw_data(), scales);
+        EXPECT_EQ(0, std::memcmp(head.data().raw_data(), fresh.data().raw_data(), fresh.data().nbytes()));
+        EXPECT_EQ(0, std::memcmp(head.scale().raw_data(), fresh.scale().raw_data(), fresh.scale().nbytes()));
+      });
+    }
+    // Asked-for online quantization keeps the head as loaded (as vLLM does).
+    EngineOptions online;
+    online.model_path = path;
+    online.quant = "q8_0";
+    Engine requested(online);
+    EXPECT_FALSE(requested.model().parameters().get(head_name).quantized());
   }
-  // Asked-for online quantization keeps the head as loaded (as vLLM does).
-  EngineOptions online;
-  online.model_path = path;
-  online.quant = "q8_0";
-  Engine requested(online);
-  EXPECT_FALSE(requested.model().parameters().get("lm_head.weight").quantized());
 }
 
 TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
