@@ -11,6 +11,7 @@
 #include "kernels/cpu/reference.h"
 #include "kernels/ops.h"
 #include "kernels_test_util.h"
+#include "weights/layout_transform.h"
 
 namespace refit {
 namespace {
@@ -154,6 +155,26 @@ TEST(KernelsMatmul, dispatch_sends_f32_decode_shapes_to_highway) {
               M <= 4 ? "matmul.cpu.f32_hwy_decode" : "matmul.cpu.f32_blas")
         << "M=" << M;
   }
+}
+
+// AITER's shuffled_16x16 layout, chosen by dispatch from the weight's layout tag, gives
+// the plain layout's result bit for bit, for every float dtype and batch size.
+TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
+  uint32_t seed = 700;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t M : {1, 3, 5, 17}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << M);
+      const int64_t N = 48, K = 96;
+      Tensor x = random_tensor({M, K}, seed++);
+      Tensor w = random_tensor({N, K}, seed++).to(dt);
+      Tensor bias = random_tensor({N}, seed++);
+      Tensor shuffled = shuffle_16x16(w);
+      ASSERT_EQ(shuffled.layout(), Layout::shuffled_16x16);
+      Tensor plain_out = make_out(M, N), shuffled_out = make_out(M, N);
+      ops::matmul(x, w, bias, plain_out);
+      ops::matmul(x, shuffled, bias, shuffled_out);
+      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), shuffled_out.data<float>(), M * N * sizeof(float)));
+    }
 }
 
 TEST(KernelsMatmul, refuses_mismatched_shapes_with_both_shapes_named) {

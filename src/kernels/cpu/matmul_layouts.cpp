@@ -1,7 +1,8 @@
 // Matmul kernels for weights stored in a kernel layout (law L3: registered for that
 // layout and chosen by dispatch from the weight tensor itself):
 //   * transposed: the weight arrives as a [N, K] view of [K, N] storage (stride(0) == 1);
-//   * shuffled_16x16: AITER's tile shuffle, read in place tile by tile;
+//   * shuffled_16x16: AITER's tile shuffle, un-shuffled tile by tile into the plain SIMD
+//     kernel (so it gives the plain layout's bits);
 //   * a plain strided fallback for any other float weight view.
 // Each output element sums over K in increasing k, like the reference.
 #include <cblas.h>
@@ -11,6 +12,7 @@
 #include "core/element_access.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op_fns.h"
 #include "kernels/registry.h"
 
@@ -73,36 +75,46 @@ void matmul_transposed(const Tensor& x, const Tensor& w, const Tensor& bias, Ten
   add_bias(bias, out);
 }
 
-// Element (n, k) of a shuffled [N, K] weight: tile (n/16, k/32), inside it [32/KP][16][KP].
-inline int64_t shuffled_index(int64_t n, int64_t k, int64_t K, int64_t kp) {
-  const int64_t tile = (n / 16) * (K / 32) + k / 32;
-  const int64_t kk = k % 32;
-  return tile * 512 + (kk / kp) * 16 * kp + (n % 16) * kp + kk % kp;
-}
-
+// A shuffled [N, K] weight: tile (n/16, k/32) holds 512 elements as [32/KP][16][KP], KP the
+// elements of a 16-byte piece.
 void matmul_shuffled(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  const int64_t kp = 128 / dtype_bits(w.dtype());
+  const int64_t K = x.size(1), N = w.size(0);
+  const int64_t kp = 128 / dtype_bits(w.dtype());  // elements per 16-byte piece
+  const int64_t esize = dtype_bits(w.dtype()) / 8;
   const uint8_t* base = static_cast<const uint8_t*>(w.raw_data());
   // One 16-row tile at a time: its 16 x K values are contiguous in the shuffled buffer.
-  parallel_for(N / 16, [&](int64_t t0, int64_t t1, int) {
-    std::vector<float> tile(static_cast<size_t>(16 * K));
+  // Its 16-byte pieces are put back in row order (a copy, no conversion) and multiplied
+  // by the plain-layout SIMD kernel, so results are bitwise those of the same weights in
+  // the plain layout, batch-invariant, at the plain kernel's speed.
+  // Row stride of the buffer: K plus one cache line, so that the 16 rows (written 16 bytes
+  // at a time, row after row) do not all map to the same L1 sets when K is a power of two.
+  const int64_t ld = K + 64 / esize;
+  const int64_t tile_bytes = 16 * K * esize, n_tiles = N / 16;
+  parallel_for(n_tiles, [&](int64_t t0, int64_t t1, int) {
+    Tensor buffer = Tensor::empty({16, ld}, w.dtype());
+    Tensor rows = buffer.narrow(1, 0, K);
+    uint8_t* const dst = static_cast<uint8_t*>(buffer.raw_data());
+    // Locals, not captures: the byte copies below may alias anything the lambda reads
+    // through a reference, which would reload each bound on every iteration.
+    const int64_t row_bytes = ld * esize, piece_cols = kp * esize, pieces = 32 / kp;
+    const int64_t tiles_k = K / 32, last = n_tiles - 1, bytes = tile_bytes;
     for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t i = 0; i < 16; ++i)
-        for (int64_t k = 0; k < K; ++k)
-          tile[i * K + k] = load_weight(base, w.dtype(), shuffled_index(t * 16 + i, k, K, kp));
-      for (int64_t m = 0; m < M; ++m) {
-        const float* xr = x.data<float>() + m * x.stride(0);
-        float* o = out.data<float>() + m * out.stride(0) + t * 16;
-        for (int64_t i = 0; i < 16; ++i) {
-          float acc = 0.0f;
-          for (int64_t k = 0; k < K; ++k) acc += xr[k] * tile[i * K + k];
-          o[i] = acc;
+      const uint8_t* src = base + t * bytes;
+      // The next tile is requested while this one is copied and multiplied (as the
+      // quantized kernels do), so DRAM does not idle during the multiply.
+      const int64_t ahead = t < last ? bytes : 0;
+      for (int64_t c = 0; c < tiles_k; ++c)
+        for (int64_t g = 0; g < pieces; ++g) {
+          uint8_t* d = dst + c * 32 * esize + g * piece_cols;
+          for (int64_t r = 0; r < 16; ++r, src += 16) {  // the tile's pieces in storage order
+            if ((r & 3) == 0) __builtin_prefetch(src + ahead, 0, 2);
+            std::memcpy(d + r * row_bytes, src, 16);
+          }
         }
-      }
+      Tensor out_cols = out.narrow(1, t * 16, 16);
+      matmul_hwy(x, rows, bias.defined() ? bias.narrow(0, t * 16, 16) : Tensor(), out_cols);
     }
   });
-  add_bias(bias, out);
 }
 
 // Any float weight view: element access through strides.

@@ -228,10 +228,11 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
   }
   if (a.fold_f8)
     for (int64_t i = 0; i < count; ++i) dst[i] *= quant_hwy::kF8Fold;
-  if (a.tiled_scales) {  // [S/g, 16, g] -> [16, S]
+  if (a.tiled_scales) {  // [S/g, 16, g] -> [16, S]: runs of g scales, no division per element
     const int64_t g = a.groups_per_tile;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < a.S; ++c) sc[r * a.S + c] = tmp[((c / g) * quant_hwy::kTileRows + r) * g + c % g];
+    for (int64_t cb = 0; cb < a.S / g; ++cb)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < g; ++j) sc[r * a.S + cb * g + j] = tmp[(cb * quant_hwy::kTileRows + r) * g + j];
   }
 }
 
