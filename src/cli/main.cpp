@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "kernels/cpu/cpu_isa.h"
 
 namespace refit::cli {
 std::vector<Command>& commands() {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    refit::cpu::init_cpu_isa();  // a bad REFIT_CPU_ISA is refused before any command prints
     for (auto& [sub, run] : actions)
       if (sub->parsed()) return run();
   } catch (const std::exception& e) {

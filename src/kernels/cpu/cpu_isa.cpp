@@ -47,7 +47,10 @@ const IsaName* find_isa(std::string_view name) {
 
 std::string known_names() {
   std::string s;
-  for (const auto& isa : kIsas) s += (s.empty() ? "" : "|") + std::string(isa.name);
+  for (const auto& isa : kIsas) {
+    if (!s.empty()) s += '|';
+    s += isa.name;  // appended, not `a + b`: GCC 12 warns (-Wrestrict) on that temporary
+  }
   return s;
 }
 
