@@ -177,6 +177,27 @@ TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
     }
 }
 
+// A transposed weight view ([N, K] over [K, N] storage) gives the plain layout's bits too,
+// including ragged N and f32 (no BLAS call whose blocking would depend on M).
+TEST(KernelsMatmul, transposed_weight_views_give_the_plain_layouts_bits) {
+  uint32_t seed = 800;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t M : {1, 3, 5, 17}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << M);
+      const int64_t N = 37, K = 70;
+      Tensor x = random_tensor({M, K}, seed++);
+      Tensor kn = random_tensor({K, N}, seed++).to(dt);
+      Tensor transposed = kn.transpose(0, 1);  // stride 1 along N
+      ASSERT_EQ(transposed.stride(0), 1);
+      Tensor plain = transposed.clone();
+      Tensor bias = random_tensor({N}, seed++);
+      Tensor plain_out = make_out(M, N), transposed_out = make_out(M, N);
+      ops::matmul(x, plain, bias, plain_out);
+      ops::matmul(x, transposed, bias, transposed_out);
+      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), transposed_out.data<float>(), M * N * sizeof(float)));
+    }
+}
+
 TEST(KernelsMatmul, refuses_mismatched_shapes_with_both_shapes_named) {
   Tensor x = random_tensor({2, 8}, 1), w = random_tensor({4, 7}, 2), out = make_out(2, 4);
   try {

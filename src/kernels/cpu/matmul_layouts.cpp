@@ -1,12 +1,12 @@
 // Matmul kernels for weights stored in a kernel layout (law L3: registered for that
 // layout and chosen by dispatch from the weight tensor itself):
-//   * transposed: the weight arrives as a [N, K] view of [K, N] storage (stride(0) == 1);
+//   * transposed: the weight arrives as a [N, K] view of [K, N] storage (stride(0) == 1),
+//     transposed block by block into the plain SIMD kernel (so it gives the plain bits);
 //   * shuffled_16x16: AITER's tile shuffle, un-shuffled tile by tile into the plain SIMD
 //     kernel (so it gives the plain layout's bits);
 //   * a plain strided fallback for any other float weight view.
 // Each output element sums over K in increasing k, like the reference.
-#include <cblas.h>
-
+#include <algorithm>
 #include <cstring>
 
 #include "core/element_access.h"
@@ -50,29 +50,35 @@ void add_bias(const Tensor& bias, Tensor& out) {
   }
 }
 
-// w: [N, K] view with stride(0) == 1, i.e. [K, N] row-major storage.
+// w: [N, K] view with stride(0) == 1, i.e. [K, N] row-major storage. Blocks of 16 output
+// rows are transposed into a row-major buffer and multiplied by the plain SIMD kernel: the
+// result is bitwise the plain layout's (so batch-invariant, unlike a BLAS call whose
+// blocking depends on M), and f16/bf16 weights get SIMD instead of a scalar loop. Still
+// slow for decode: each block reads K strided pieces of the [K, N] storage.
 void matmul_transposed(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), ldw = w.stride(1);
-  if (w.dtype() == DType::f32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-                static_cast<int>(K), 1.0f, x.data<float>(), static_cast<int>(x.stride(0)), w.data<float>(),
-                static_cast<int>(ldw), 0.0f, out.data<float>(), static_cast<int>(out.stride(0)));
-  } else {
-    const uint8_t* base = static_cast<const uint8_t*>(w.raw_data());
-    parallel_for(N, [&](int64_t n0, int64_t n1, int) {
-      std::vector<float> row(static_cast<size_t>(n1 - n0));
-      for (int64_t m = 0; m < M; ++m) {
-        std::fill(row.begin(), row.end(), 0.0f);
-        const float* xr = x.data<float>() + m * x.stride(0);
-        for (int64_t k = 0; k < K; ++k) {
-          const float xv = xr[k];
-          for (int64_t n = n0; n < n1; ++n) row[n - n0] += xv * load_weight(base, w.dtype(), k * ldw + n);
-        }
-        std::memcpy(out.data<float>() + m * out.stride(0) + n0, row.data(), row.size() * sizeof(float));
+  const int64_t K = x.size(1), N = w.size(0), ldw = w.stride(1);
+  const int64_t esize = dtype_bits(w.dtype()) / 8;
+  const uint8_t* base = static_cast<const uint8_t*>(w.raw_data());
+  const int64_t ld = K + 64 / esize;  // a cache line of padding per row
+  parallel_for((N + 15) / 16, [&](int64_t b0, int64_t b1, int) {
+    Tensor buffer = Tensor::empty({16, ld}, w.dtype());
+    uint8_t* const dst = static_cast<uint8_t*>(buffer.raw_data());
+    const int64_t row_bytes = ld * esize, stride = ldw * esize, n_all = N, k_all = K, es = esize;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * 16, rows = std::min<int64_t>(16, n_all - n0);
+      for (int64_t k = 0; k < k_all; ++k) {
+        const uint8_t* src = base + k * stride + n0 * es;
+        uint8_t* d = dst + k * es;
+        if (es == 4)
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * row_bytes, src + r * 4, 4);
+        else
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * row_bytes, src + r * 2, 2);
       }
-    }, 16);
-  }
-  add_bias(bias, out);
+      Tensor out_cols = out.narrow(1, n0, rows);
+      matmul_hwy(x, buffer.narrow(0, 0, rows).narrow(1, 0, k_all),
+                 bias.defined() ? bias.narrow(0, n0, rows) : Tensor(), out_cols);
+    }
+  });
 }
 
 // A shuffled [N, K] weight: tile (n/16, k/32) holds 512 elements as [32/KP][16][KP], KP the
