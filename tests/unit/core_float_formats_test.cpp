@@ -132,7 +132,9 @@ TEST(FloatFormats, KnownF16AndBf16BitPatterns) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
   for (uint32_t c = 0; c < 65536; ++c) {  // every finite bf16 round-trips
     float v = bf16_to_f32(uint16_t(c));
-    if (!std::isnan(v)) EXPECT_EQ(f32_to_bf16(v), c);
+    if (!std::isnan(v)) {
+      EXPECT_EQ(f32_to_bf16(v), c);
+    }
   }
 }
 

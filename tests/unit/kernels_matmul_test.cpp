@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <tuple>
 
 #include "core/error.h"
@@ -157,45 +158,41 @@ TEST(KernelsMatmul, dispatch_sends_f32_decode_shapes_to_highway) {
   }
 }
 
-// AITER's shuffled_16x16 layout, chosen by dispatch from the weight's layout tag, gives
-// the plain layout's result bit for bit, for every float dtype and batch size.
-TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
-  uint32_t seed = 700;
+// For every float dtype and several batch sizes: `lay_out` turns a plain [N, K] weight
+// into another layout of the same values, and dispatch (by that tensor's layout and
+// strides) must give the plain layout's result bit for bit.
+void expect_plain_bits(int64_t N, int64_t K, uint32_t seed, const std::function<Tensor(const Tensor&)>& lay_out) {
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (int64_t M : {1, 3, 5, 17}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << M);
-      const int64_t N = 48, K = 96;
       Tensor x = random_tensor({M, K}, seed++);
       Tensor w = random_tensor({N, K}, seed++).to(dt);
       Tensor bias = random_tensor({N}, seed++);
-      Tensor shuffled = shuffle_16x16(w);
-      ASSERT_EQ(shuffled.layout(), Layout::shuffled_16x16);
-      Tensor plain_out = make_out(M, N), shuffled_out = make_out(M, N);
+      Tensor other = lay_out(w);
+      Tensor plain_out = make_out(M, N), other_out = make_out(M, N);
       ops::matmul(x, w, bias, plain_out);
-      ops::matmul(x, shuffled, bias, shuffled_out);
-      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), shuffled_out.data<float>(), M * N * sizeof(float)));
+      ops::matmul(x, other, bias, other_out);
+      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), other_out.data<float>(), M * N * sizeof(float)));
     }
 }
 
-// A transposed weight view ([N, K] over [K, N] storage) gives the plain layout's bits too,
-// including ragged N and f32 (no BLAS call whose blocking would depend on M).
+// AITER's shuffled_16x16 layout.
+TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
+  expect_plain_bits(48, 96, 700, [](const Tensor& w) {
+    Tensor shuffled = shuffle_16x16(w);
+    EXPECT_EQ(shuffled.layout(), Layout::shuffled_16x16);
+    return shuffled;
+  });
+}
+
+// A transposed weight view ([N, K] over [K, N] storage), ragged N included; for f32 too
+// (no BLAS call whose blocking would depend on M).
 TEST(KernelsMatmul, transposed_weight_views_give_the_plain_layouts_bits) {
-  uint32_t seed = 800;
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (int64_t M : {1, 3, 5, 17}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << M);
-      const int64_t N = 37, K = 70;
-      Tensor x = random_tensor({M, K}, seed++);
-      Tensor kn = random_tensor({K, N}, seed++).to(dt);
-      Tensor transposed = kn.transpose(0, 1);  // stride 1 along N
-      ASSERT_EQ(transposed.stride(0), 1);
-      Tensor plain = transposed.clone();
-      Tensor bias = random_tensor({N}, seed++);
-      Tensor plain_out = make_out(M, N), transposed_out = make_out(M, N);
-      ops::matmul(x, plain, bias, plain_out);
-      ops::matmul(x, transposed, bias, transposed_out);
-      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), transposed_out.data<float>(), M * N * sizeof(float)));
-    }
+  expect_plain_bits(37, 70, 800, [](const Tensor& w) {
+    Tensor transposed = w.transpose(0, 1).clone().transpose(0, 1);  // [K, N] storage
+    EXPECT_EQ(transposed.stride(0), 1);
+    return transposed;
+  });
 }
 
 TEST(KernelsMatmul, refuses_mismatched_shapes_with_both_shapes_named) {
@@ -242,7 +239,9 @@ TEST(KernelsMatmul, forcing_scalar_isa_still_gives_correct_results) {
   EXPECT_LT(nmse(out, expected), kNmseF32);
   const auto isas = cpu::cpu_isas_available();
   cpu::set_cpu_isa(isas.front());
-  if (isas.size() > 1) EXPECT_NE(cpu::cpu_isa_name(), name);
+  if (isas.size() > 1) {
+    EXPECT_NE(cpu::cpu_isa_name(), name);
+  }
   EXPECT_THROW(cpu::set_cpu_isa("avx9000"), Error);
 }
 
