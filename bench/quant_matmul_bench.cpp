@@ -4,7 +4,8 @@
 // enough weight copies to exceed the L3 cache (REFIT_BENCH_MIB, default 1024 MiB in all),
 // so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
 // (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
-// which time-sharing on a loaded machine inflates far less.
+// which time-sharing on a loaded machine inflates far less. The -w8a8 rows quantize the
+// activations to int8 blocks each iteration and run the integer-dot kernels.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -81,11 +82,20 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   const Weights w = make_weights(scheme, N, K);
   Tensor x = Tensor::empty({1, K}, DType::f32), out = Tensor::empty({1, N}, DType::f32);
   for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
+  // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
+  // iteration, as a decode step does.
+  const bool int8 = scheme != "bf16" && parse_quant_scheme(scheme).w8a8 && parse_quant_scheme(scheme).int8_activations();
+  Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
   size_t next = 0;
   double cpu = 0;
   for (auto _ : state) {
     const double c0 = cpu_seconds();
-    if (scheme == "bf16") ops::matmul(x, w.codes[next], Tensor(), out);
+    if (scheme == "bf16") {
+      ops::matmul(x, w.codes[next], Tensor(), out);
+    } else if (int8) {
+      ops::quantize_per_block_q8(x, xq, xd);
+      ops::matmul_quantized(xq, xd, w.codes[next], w.scales[next], w.group, Tensor(), out);
+    }
     else if (scalar) scalar_kernel(scheme)(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
     else ops::matmul_quantized(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
     cpu += cpu_seconds() - c0;
@@ -103,6 +113,8 @@ BENCHMARK_CAPTURE(BM_decode, bf16, std::string("bf16"), false)->UseRealTime()->U
 BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8, std::string("q8_0-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4_w8a8, std::string("mxfp4-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, fp8_scalar, std::string("fp8"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4_scalar, std::string("mxfp4"), true)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -141,7 +141,7 @@ CommandRegistrar registrar{
            ->capture_default_str();
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
        sub.add_option("--quant", args->quant,
-                      "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block [-w8a8], mxfp4, q8_0");
+                      "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
        sub.add_option("--layout", args->layout, "Weight layout transform: plain, transpose, shuffle16x16");
        sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")->capture_default_str();
        sub.add_option("-o,--output", args->output, "Output format")

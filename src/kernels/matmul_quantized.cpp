@@ -34,8 +34,15 @@ void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, c
   need(w_scale.defined() && w_scale.shape() == Shape{N, S}, op,
        fmt::format("'w_scale' must be [N, ceil(K / {})] = [{}, {}], got {}", group, N, S,
                    w_scale.defined() ? w_scale.str() : "undefined"));
-  if (x_scale.defined())
+  if (x.dtype() == DType::i8) {
+    need(K % 32 == 0 && group == 32, op,
+         fmt::format("int8 activations need K % 32 == 0 and weight groups of 32, got K {} group {}", K, group));
+    need(x_scale.defined() && x_scale.shape() == Shape{M, K / 32}, op,
+         fmt::format("'x_scale' must be [M, K / 32] = [{}, {}] for int8 activations, got {}", M, K / 32,
+                     x_scale.defined() ? x_scale.str() : "undefined"));
+  } else if (x_scale.defined()) {
     need(x_scale.shape() == Shape{M}, op, fmt::format("'x_scale' must be [M] = [{}], got {}", M, x_scale.str()));
+  }
   if (bias.defined()) need(bias.shape() == Shape{N}, op, fmt::format("'bias' must be [{}], got {}", N, bias.str()));
   need(out.defined() && out.shape() == Shape{M, N}, op,
        fmt::format("'out' must be [{}, {}], got {}", M, N, out.defined() ? out.str() : "undefined"));
@@ -49,6 +56,18 @@ void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   need(x.defined() && x.dim() == 2, op, "'x' must be 2-D [M, K]");
   need(xq.defined() && xq.shape() == x.shape(), op, fmt::format("'xq' must be {}", shape_str(x.shape())));
   need(x_scale.defined() && x_scale.shape() == Shape{x.size(0)}, op, "'x_scale' must be [M]");
+  need(!xq.read_only() && !x_scale.read_only(), op, "outputs are read-only");
+  auto fn = dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
+  fn(x, xq, x_scale);
+}
+
+void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
+  constexpr const char* op = "quantize_per_block_q8";
+  need(x.defined() && x.dim() == 2 && x.size(1) % 32 == 0, op,
+       fmt::format("'x' must be 2-D [M, K] with K % 32 == 0, got {}", x.defined() ? x.str() : "undefined"));
+  need(xq.defined() && xq.shape() == x.shape(), op, fmt::format("'xq' must be {}", shape_str(x.shape())));
+  need(x_scale.defined() && x_scale.shape() == Shape{x.size(0), x.size(1) / 32}, op,
+       fmt::format("'x_scale' must be [{}, {}]", x.size(0), x.size(1) / 32));
   need(!xq.read_only() && !x_scale.read_only(), op, "outputs are read-only");
   auto fn = dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
   fn(x, xq, x_scale);

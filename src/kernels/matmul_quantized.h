@@ -1,6 +1,6 @@
 // Matmul with quantized weights (FP8 e4m3fn, MXFP4, Q8_0), and the dynamic per-token
 // activation quantization of W8A8. Kernels are chosen by dispatch from the tensors (law
-// L3): the code dtype and layout of `w`, the dtype of `x` (f32: W8A16; f8: W8A8).
+// L3): the code dtype and layout of `w`, the dtype of `x` (f32: W8A16; f8 or i8: W8A8).
 #pragma once
 
 #include "core/tensor.h"
@@ -10,7 +10,9 @@ namespace refit::ops {
 
 // out[M, N] = dequant(x)[M, K] · dequant(w)[N, K]^T (+ bias[N]), where
 //   x       f32 [M, K] with x_scale undefined (weights-only quantization, W8A16), or
-//           f8_e4m3fn [M, K] with x_scale f32 [M] (per-token scales, W8A8);
+//           f8_e4m3fn [M, K] with x_scale f32 [M] (per-token scales, W8A8), or
+//           i8 [M, K] with x_scale f32 [M, K / 32] (Q8_0-style blocks; Q8_0 and MXFP4
+//           weights only: exact integer block sums, kernels/cpu/matmul_int8_dot.h);
 //   w       codes [N, K]: f8_e4m3fn, f4_e2m1 (packed, low nibble first) or i8, in the plain
 //           (strided, contiguous) layout or shuffled_16x16 (AITER's tile shuffle of the
 //           code bytes: 16 rows x 32 bytes per tile);
@@ -26,13 +28,19 @@ void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, c
 // (nearest-even, saturating), the dynamic per-token scheme of W8A8.
 void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 
+// xq i8 [M, K], x_scale f32 [M, K / 32]: each block of 32 values of a row is quantized
+// with scale amax / 127, codes rounded to nearest (ties to even); the activations of the
+// integer-dot W8A8 schemes (q8_0-w8a8, mxfp4-w8a8), as llama.cpp quantizes them for its
+// Q8_0 and MXFP4 dot products.
+void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale);
+
 }  // namespace refit::ops
 
 namespace refit::kernels {
 // select() args: {x, x_scale, w, w_scale, bias, out}
 using MatmulQuantizedFn = void (*)(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
                                    int64_t group, const Tensor& bias, Tensor& out);
-// select() args: {x, xq, x_scale}
+// select() args: {x, xq, x_scale} (also the signature of quantize_per_block_q8)
 using QuantizePerTokenFn = void (*)(const Tensor& x, Tensor& xq, Tensor& x_scale);
 }  // namespace refit::kernels
 

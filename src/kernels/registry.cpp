@@ -59,6 +59,26 @@ std::string list_layouts(const std::vector<Layout>& layouts) {
   return fmt::format("{}", fmt::join(names, "|"));
 }
 
+// rejection_reason(...).empty() before the constraint, without building any text.
+bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args) {
+  if (args.size() != kernel.args.size()) return false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ArgRule& rule = kernel.args[i];
+    const Tensor* t = args[i];
+    if (!t || !t->defined()) {
+      if (rule.optional) continue;
+      return false;
+    }
+    if (t->device().type != kernel.device) return false;
+    if (!rule.dtypes.empty() && std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end())
+      return false;
+    if (rule.layouts.empty() ? t->layout() != Layout::strided
+                             : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) == rule.layouts.end())
+      return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string KernelRegistry::rejection_reason(const Kernel& kernel,
@@ -108,6 +128,10 @@ const Kernel& KernelRegistry::select(std::string_view op,
                                       first->device().str(), t->device().str(), listing));
     }
   }
+  // The common case, every call of every op: the first kernel whose rules match and whose
+  // constraint accepts, without formatting a reason for each kernel passed over.
+  for (const Kernel& k : kernels_)
+    if (k.op == op && rules_match(k, args) && (!k.constraint || k.constraint(args).empty())) return k;
   std::string rejected;
   bool any = false;
   for (const Kernel& k : kernels_) {

@@ -65,9 +65,15 @@ Tensor Linear::forward(const Tensor& x) const {
   const bool reduce = style_ == ParallelStyle::row && communicator_->world_size() > 1;
   const Tensor bias = reduce || !bias_ ? Tensor() : bias_->data();
   if (weight_->quantized()) {
-    // Quantized weights: codes + scales; W8A8 quantizes the activations per token first.
+    // Quantized weights: codes + scales; W8A8 quantizes the activations first: FP8 per
+    // token to e4m3, Q8_0 and MXFP4 per block of 32 to int8 (integer dot products).
     Tensor activations = x, activation_scale;
-    if (weight_->quantization().w8a8) {
+    const QuantScheme& scheme = weight_->quantization();
+    if (scheme.w8a8 && scheme.int8_activations()) {
+      activations = Tensor::empty(x.shape(), DType::i8);
+      activation_scale = Tensor::empty({x.size(0), x.size(1) / 32}, DType::f32);
+      ops::quantize_per_block_q8(x, activations, activation_scale);
+    } else if (scheme.w8a8) {
       activations = Tensor::empty(x.shape(), DType::f8_e4m3fn);
       activation_scale = Tensor::empty({x.size(0)}, DType::f32);
       ops::quantize_per_token_fp8(x, activations, activation_scale);

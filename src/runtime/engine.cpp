@@ -38,12 +38,15 @@ Engine::Engine(const EngineOptions& options) {
     load.progress = options.progress;
     // Quantized serving: asked for, or the checkpoint's own scheme (GGUF Q8_0/MXFP4, HF FP8).
     // The scheme is set on the parameters before the first load; every load quantizes.
-    QuantScheme quant = requested_quant.enabled() ? requested_quant : checkpoint_quant_scheme(*checkpoint);
+    const QuantScheme stored = checkpoint_quant_scheme(*checkpoint);
+    QuantScheme quant = requested_quant.enabled() ? requested_quant : stored;
     description_ = options.model_path;
     if (quant.enabled()) {
       ModelConfig config = read_model_config(*checkpoint);
       model_ = std::make_unique<LlamaModel>(config, config.weight_dtype, tp);
-      const bool head = !requested_quant.enabled() && checkpoint_lm_head_quantized(*checkpoint);
+      // A head the file stores quantized stays so under the file's own method (also when
+      // asked for by name, e.g. q8_0-w8a8 on a Q8_0 GGUF); another method keeps it float.
+      const bool head = quant.method == stored.method && checkpoint_lm_head_quantized(*checkpoint);
       description_ += " [" + quantize_linear_weights(*model_, quant, head).str() + "]";
       load_weights(*model_, *checkpoint, load);
     } else {

@@ -55,8 +55,8 @@ std::string QuantScheme::name() const {
     case QuantMethod::fp8_tensor: base = "fp8-tensor"; break;
     case QuantMethod::fp8_channel: base = "fp8-channel"; break;
     case QuantMethod::fp8_block: base = "fp8-block"; break;
-    case QuantMethod::mxfp4: return "mxfp4";
-    case QuantMethod::q8_0: return "q8_0";
+    case QuantMethod::mxfp4: base = "mxfp4"; break;
+    case QuantMethod::q8_0: base = "q8_0"; break;
   }
   return w8a8 ? base + "-w8a8" : base;
 }
@@ -73,11 +73,11 @@ QuantScheme parse_quant_scheme(std::string_view name) {
   if (n == "fp8" || n == "fp8-tensor") s.method = QuantMethod::fp8_tensor;
   else if (n == "fp8-channel") s.method = QuantMethod::fp8_channel;
   else if (n == "fp8-block") s.method = QuantMethod::fp8_block;
-  else if (n == "mxfp4" && !s.w8a8) s.method = QuantMethod::mxfp4;
-  else if ((n == "q8_0" || n == "q8-0") && !s.w8a8) s.method = QuantMethod::q8_0;
+  else if (n == "mxfp4") s.method = QuantMethod::mxfp4;
+  else if (n == "q8_0" || n == "q8-0") s.method = QuantMethod::q8_0;
   else
-    fail("unknown quantization '{}' (use fp8, fp8-tensor, fp8-channel or fp8-block, each optionally with "
-         "-w8a8, or mxfp4, q8_0)", name);
+    fail("unknown quantization '{}' (use fp8, fp8-tensor, fp8-channel, fp8-block, mxfp4 or q8_0, each "
+         "optionally with -w8a8)", name);
   return s;
 }
 

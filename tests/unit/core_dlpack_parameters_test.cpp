@@ -33,7 +33,9 @@ void expect_every_parameter_exports(Engine& engine) {
     legacy->deleter(legacy);
     if (p.name.ends_with(".bias")) ++biases;
   }
-  if (engine.config().qkv_bias) EXPECT_EQ(biases, engine.config().n_layers);  // fused q/k/v biases
+  if (engine.config().qkv_bias) {
+    EXPECT_EQ(biases, engine.config().n_layers);  // fused q/k/v biases
+  }
 }
 
 TEST(DLPackParameters, every_parameter_of_a_qwen2_model_exports_including_biases) {

@@ -12,6 +12,7 @@
 #include "core/float_formats.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/matmul_quantized.h"
+#include "quant_test_util.h"
 #include "kernels_test_util.h"
 #include "weights/layout_transform.h"
 #include "weights/quant_scheme.h"
@@ -21,33 +22,10 @@ namespace {
 
 using testing::for_each_isa;
 
-struct QuantWeight {
-  Tensor codes, scales;            // as a Parameter stores them
-  std::vector<float> dequantized;  // [N, K], plain order
-};
+using testing::QuantWeight;
 
 QuantWeight make_weight(const QuantScheme& s, int64_t n, int64_t k, bool shuffled, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> w(static_cast<size_t>(n * k));
-  for (size_t i = 0; i < w.size(); ++i) w[i] = dist(rng) * (1.0f + static_cast<float>(i % 5));  // uneven rows
-  QuantWeight q;
-  const int64_t row_bytes = code_row_bytes(s, k), sc = s.scale_cols(k);
-  Tensor bytes = Tensor::empty({n, row_bytes}, DType::u8);
-  q.scales = Tensor::empty({n, sc}, s.scale_dtype());
-  quantize_rows(s, w.data(), n, k, bytes.raw_data(), q.scales.raw_data());
-  q.dequantized.resize(w.size());
-  dequantize_rows(s, bytes.raw_data(), q.scales.raw_data(), n, k, q.dequantized.data());
-  if (shuffled) {
-    bytes = shuffle_16x16(bytes);
-    if (scales_follow_tiles(s)) {
-      shuffle_scales_16(q.scales.raw_data(), n, sc, scale_groups_per_tile(s), dtype_nbytes(s.scale_dtype(), 1));
-      q.scales.set_layout(Layout::shuffled_16x16);
-    }
-  }
-  q.codes = Tensor::from_storage(bytes.storage(), s.code_dtype(), {n, k});
-  q.codes.set_layout(shuffled ? Layout::shuffled_16x16 : Layout::strided);
-  return q;
+  return testing::make_quant_weight(s, n, k, shuffled, seed, 5);
 }
 
 // The activations a kernel sees: f32, or per-token e4m3 codes for W8A8; `xr` the f32

@@ -72,7 +72,7 @@ TEST(QuantStories260K, log_likelihood_of_llama2c_continuations_stays_close_to_f3
     const char* quant;
     double max_drop;  // nats per token below f32
   } rows[] = {{"", 0}, {"fp8-tensor", 0.05}, {"fp8-channel", 0.05}, {"fp8-block", 0.05}, {"fp8-channel-w8a8", 0.05},
-              {"q8_0", 0.02}, {"mxfp4", 0.35}};
+              {"q8_0", 0.02}, {"mxfp4", 0.35}, {"q8_0-w8a8", 0.02}, {"mxfp4-w8a8", 0.35}};
   double f32_ll = 0;
   std::string table = "| scheme | mean log-likelihood / token | vs f32 | greedy tokens equal to f32 (of 64) |\n";
   std::vector<int32_t> f32_greedy;
@@ -100,7 +100,7 @@ TEST(QuantStories260K, log_likelihood_of_llama2c_continuations_stays_close_to_f3
 }
 
 TEST(QuantStories260K, shuffled_layout_gives_the_same_logits_as_plain) {
-  for (const char* quant : {"fp8-channel", "q8_0", "mxfp4"}) {
+  for (const char* quant : {"fp8-channel", "q8_0", "mxfp4", "q8_0-w8a8", "mxfp4-w8a8"}) {
     Engine plain = stories_engine(quant), shuffled = stories_engine(quant, "shuffle");
     const std::vector<int32_t> tokens = read_reference("llama2c_the_little_dog").sequence;
     const std::vector<float> a = plain.logits(tokens).to_floats(), b = shuffled.logits(tokens).to_floats();

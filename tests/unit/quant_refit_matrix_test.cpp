@@ -52,7 +52,9 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
     const Parameter& qkv = model.parameters().get("model.layers.0.self_attn.qkv_proj.weight");
     ASSERT_TRUE(qkv.quantized());
     EXPECT_EQ(qkv.quantization().name(), parse_quant_scheme(c.quant).name());
-    if (c.layout == "shuffle") EXPECT_EQ(qkv.data().layout(), Layout::shuffled_16x16);
+    if (c.layout == "shuffle") {
+      EXPECT_EQ(qkv.data().layout(), Layout::shuffled_16x16);
+    }
     const auto before = addresses(model);
     const TensorMap base = base_weights(options.model_path, model);
     uint64_t version = engine.weight_version();
@@ -105,7 +107,7 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
 
 std::vector<QuantCase> quant_matrix() {
   std::vector<QuantCase> cases;
-  for (const char* quant : {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0"})
+  for (const char* quant : {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0", "mxfp4-w8a8", "q8_0-w8a8"})
     for (const char* layout : {"plain", "shuffle"})
       for (int tp : {1, 2}) cases.push_back({quant, layout, tp});
   return cases;
@@ -237,7 +239,9 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
         const Parameter& head = model.parameters().get(head_name);
         ASSERT_TRUE(head.quantized());
         EXPECT_EQ(head.quantization().name(), "q8_0");
-        if (!tied) EXPECT_FALSE(model.parameters().get("model.embed_tokens.weight").quantized());
+        if (!tied) {
+          EXPECT_FALSE(model.parameters().get("model.embed_tokens.weight").quantized());
+        }
         // The same values (the reader's decoded Q8_0) with an f32 head.
         const TensorMap values = base_weights(path, model);
         auto reference = fresh_model(model.config(), model.tensor_parallel(), values, "q8_0", "");
@@ -261,11 +265,28 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
         EXPECT_EQ(0, std::memcmp(head.scale().raw_data(), fresh.scale().raw_data(), fresh.scale().nbytes()));
       });
     }
-    // Asked-for online quantization keeps the head as loaded (as vLLM does).
-    EngineOptions online;
-    online.model_path = path;
-    online.quant = "q8_0";
-    Engine requested(online);
+    // Asking for the file's own method by name (here to add int8 activations) keeps the
+    // quantized head and the file's codes; another method keeps the head float, as vLLM's
+    // online quantization leaves lm_head alone.
+    EngineOptions same;
+    same.model_path = path;
+    same.quant = "q8_0-w8a8";
+    Engine w8a8(same);
+    EXPECT_EQ(w8a8.model().parameters().get(head_name).quantization().name(), "q8_0-w8a8");
+    EngineOptions native;
+    native.model_path = path;
+    Engine plain(native);
+    for (const auto& p : plain.model().parameters().all()) {
+      if (!p->quantized()) continue;
+      const Parameter& q = w8a8.model().parameters().get(p->name());
+      ASSERT_TRUE(q.quantized()) << p->name();
+      EXPECT_EQ(0, std::memcmp(q.data().raw_data(), p->data().raw_data(), p->data().nbytes())) << p->name();
+      EXPECT_EQ(0, std::memcmp(q.scale().raw_data(), p->scale().raw_data(), p->scale().nbytes())) << p->name();
+    }
+    EngineOptions other;
+    other.model_path = path;
+    other.quant = "mxfp4";
+    Engine requested(other);
     EXPECT_FALSE(requested.model().parameters().get(head_name).quantized());
   }
 }
@@ -283,7 +304,15 @@ TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
   t.apply_transform(LayoutTransform::shuffle_16x16);
   EXPECT_THROW(t.apply_transform(LayoutTransform::shuffle_16x16), Error);
   EXPECT_THROW(parse_quant_scheme("int3"), Error);
-  EXPECT_THROW(parse_quant_scheme("mxfp4-w8a8"), Error);
+  EXPECT_THROW(parse_quant_scheme("int3-w8a8"), Error);
+  EXPECT_THROW(parse_quant_scheme("-w8a8"), Error);
+  for (const char* name : {"q8_0-w8a8", "mxfp4-w8a8", "fp8-block-w8a8"}) {
+    const QuantScheme s = parse_quant_scheme(name);
+    EXPECT_TRUE(s.w8a8) << name;
+    EXPECT_EQ(s.name(), name);
+  }
+  EXPECT_TRUE(parse_quant_scheme("q8_0-w8a8").int8_activations());
+  EXPECT_FALSE(parse_quant_scheme("fp8-channel-w8a8").int8_activations());
 }
 
 TEST(QuantEngine, named_parameters_export_scales_as_their_own_tensors) {

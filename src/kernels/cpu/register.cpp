@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul_int8_dot.h"
 #include "kernels/cpu/matmul_layouts.h"
 #include "kernels/cpu/matmul_quantized_hwy.h"
 #include "kernels/cpu/serve_kernels.h"
@@ -147,6 +148,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
   cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
   cpu::register_quantized_matmul_hwy_kernels(registry);  // the same in SIMD, preferred where they apply
+  cpu::int8dot::register_kernels(registry);              // Q8_0 / MXFP4 with int8 activations (W8A8)
 }
 
 }  // namespace refit

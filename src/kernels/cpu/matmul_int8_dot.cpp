@@ -1,0 +1,308 @@
+// Integer-dot W8A8 matmul for Q8_0 and MXFP4 weights (definition in matmul_int8_dot.h):
+// the scalar kernel that is the definition, the wrapper that runs the AVX-512 VNNI kernel
+// (matmul_int8_dot_avx512.cpp) over tiles, the activation quantizer, and their dispatch rows.
+#include "kernels/cpu/matmul_int8_dot.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/float_formats.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/matmul_quantized.h"
+
+namespace refit::cpu::int8dot {
+namespace {
+
+int64_t scale_bytes(Weights kind) { return kind == Weights::q8_0 ? 2 : 1; }
+
+// Twice the e2m1 value of each nibble: an integer.
+constexpr int8_t kF4Twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Weight scale of one block as the definition takes it.
+float weight_scale(Weights kind, const uint8_t* scales, int64_t i) {
+  if (kind == Weights::q8_0) {
+    uint16_t bits;
+    std::memcpy(&bits, scales + 2 * i, 2);
+    return f16_to_f32(bits);
+  }
+  return e8m0_to_f32(scales[i]) * 0.5f;
+}
+
+// The definition, for one activation row and one plain weight row.
+float row_dot_definition(const Operands& op, int64_t m, const uint8_t* w, const uint8_t* scales) {
+  const int8_t* x = op.xq + m * op.ldxq;
+  const float* xd = op.xd + m * op.ldxd;
+  float acc[kLanes] = {};
+  for (int64_t b = 0; b < op.S; ++b) {
+    int32_t isum = 0;
+    for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
+      const int32_t wi = op.kind == Weights::q8_0 ? static_cast<int8_t>(w[k]) : kF4Twice[(w[k / 2] >> (4 * (k & 1))) & 15];
+      isum += wi * x[k];
+    }
+    const float s = xd[b] * weight_scale(op.kind, scales, b);
+    acc[b % kLanes] = std::fma(static_cast<float>(isum), s, acc[b % kLanes]);
+  }
+  for (int64_t h = kLanes / 2; h >= 1; h /= 2)
+    for (int64_t i = 0; i < h; ++i) acc[i] = acc[i] + acc[i + h];
+  return acc[0];
+}
+
+void tile_definition(const Operands& op, const Tile& t) {
+  const auto* scales = static_cast<const uint8_t*>(t.scales);
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t m = 0; m < op.M; ++m) {
+      const float v = row_dot_definition(op, m, t.codes + r * t.row_bytes, scales + r * op.S * scale_bytes(op.kind));
+      op.out[m * op.ldo + t.n0 + r] = op.bias ? v + op.bias[t.n0 + r] : v;
+    }
+}
+
+// Tile t of a shuffled_16x16 weight in plain layout: codes [16, row_bytes] (stored as
+// 16-row x 32-byte tiles, each [2][16][16]) and scales [16, S] (stored tile by tile,
+// [S/g, 16, g] with g = scale groups per 32-byte tile).
+void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int64_t row_bytes, int64_t S,
+                    int64_t esize, int64_t g, uint8_t* codes_out, uint8_t* scales_out) {
+  const int64_t pieces = row_bytes / 32;
+  for (int64_t kt = 0; kt < pieces; ++kt)
+    for (int64_t h = 0; h < 2; ++h) {
+      const uint8_t* src = codes + (t * pieces + kt) * 512 + h * 256;
+      for (int64_t r = 0; r < kTileRows; ++r) std::memcpy(codes_out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
+    }
+  const uint8_t* tile_scales = scales + t * kTileRows * S * esize;
+  for (int64_t c = 0; c < S / g; ++c)
+    for (int64_t r = 0; r < kTileRows; ++r)
+      std::memcpy(scales_out + (r * S + c * g) * esize, tile_scales + ((c * kTileRows + r) * g) * esize, g * esize);
+}
+
+enum class Impl { definition, avx512 };
+
+template <bool Shuffled, Impl I>
+void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale, int64_t group,
+                 const Tensor& bias, Tensor& out) {
+  Operands op{};
+  op.kind = w.dtype() == DType::i8 ? Weights::q8_0 : Weights::mxfp4;
+  op.M = x.size(0), op.K = x.size(1), op.N = w.size(0), op.S = op.K / kBlock;
+  if (op.M == 0 || op.N == 0) return;
+  op.xq = static_cast<const int8_t*>(x.raw_data());
+  op.ldxq = x.stride(0);
+  op.xd = x_scale.data<const float>();
+  op.ldxd = x_scale.stride(0);
+  op.bias = bias.defined() ? bias.data<const float>() : nullptr;
+  op.out = out.data<float>();
+  op.ldo = out.stride(0);
+  const int64_t row_bytes = op.kind == Weights::q8_0 ? op.K : op.K / 2, esize = scale_bytes(op.kind);
+  const auto* codes = static_cast<const uint8_t*>(w.raw_data());
+  const auto* scales = static_cast<const uint8_t*>(w_scale.raw_data());
+  Prepared prepared{};
+  std::vector<uint8_t> scratch;
+  if constexpr (I == Impl::avx512) {
+    scratch.resize(static_cast<size_t>(prepared_bytes(op) + 64));
+    void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+    prepare_activations(op, aligned, prepared);
+  }
+  const int64_t tiles = (op.N + kTileRows - 1) / kTileRows;
+  parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
+    std::vector<uint8_t> codes_buf, scales_buf;
+    if constexpr (Shuffled) {
+      codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
+      scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      Tile tile{};
+      tile.n0 = t * kTileRows;
+      tile.rows = std::min(kTileRows, op.N - tile.n0);
+      tile.row_bytes = row_bytes;
+      if constexpr (Shuffled) {
+        unshuffle_tile(codes, scales, t, row_bytes, op.S, esize, op.kind == Weights::q8_0 ? 1 : 2, codes_buf.data(),
+                       scales_buf.data());
+        tile.codes = codes_buf.data();
+        tile.scales = scales_buf.data();
+      } else {
+        tile.codes = codes + tile.n0 * row_bytes;
+        tile.scales = scales + tile.n0 * op.S * esize;
+        if (tile.n0 + 2 * kTileRows <= op.N) tile.next = tile.codes + kTileRows * row_bytes;
+      }
+      if constexpr (I == Impl::avx512) tile_avx512(op, prepared, tile);
+      else tile_definition(op, tile);
+    }
+  });
+}
+
+// Q8_0-style activation quantization per block of 32: d = amax / 127, codes rounded to
+// nearest, ties to even (llama.cpp's SIMD quantize_row_q8_0 rounds so; its scalar
+// reference rounds ties away, and stores d in f16 where this keeps f32). A block of
+// zeros gets d = 0; a block holding inf or NaN gets d = NaN, so its outputs are NaN.
+// Written for the auto-vectorizer: amax as the largest |x| bit pattern (ordered like the
+// values for non-negative floats; NaN and inf above every finite one), no branches per value.
+void quantize_per_block_q8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
+  const int64_t M = x.size(0), K = x.size(1), S = K / kBlock;
+  auto* q = static_cast<int8_t*>(xq.raw_data());
+  float* d = x_scale.data<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = x.data<const float>() + m * x.stride(0);
+    for (int64_t b = 0; b < S; ++b) {
+      const float* v = row + b * kBlock;
+      uint32_t top = 0;
+      for (int64_t k = 0; k < kBlock; ++k) {
+        uint32_t u;
+        std::memcpy(&u, v + k, 4);
+        top = std::max(top, u & 0x7FFFFFFFu);
+      }
+      int8_t* out = q + m * xq.stride(0) + b * kBlock;
+      if (top >= 0x7F800000u) {  // inf or NaN
+        d[m * x_scale.stride(0) + b] = NAN;
+        std::memset(out, 0, kBlock);
+        continue;
+      }
+      float amax;
+      std::memcpy(&amax, &top, 4);
+      const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      d[m * x_scale.stride(0) + b] = scale;
+      // Adding and subtracting 1.5 * 2^23 rounds |v| < 2^22 to an integer, ties to even.
+      constexpr float kRound = 12582912.0f;
+      for (int64_t k = 0; k < kBlock; ++k) out[k] = static_cast<int8_t>(static_cast<int32_t>((v[k] * inv + kRound) - kRound));
+    }
+  }
+}
+
+template <typename Fn>
+const void* fn_ptr(Fn f) {
+  return reinterpret_cast<const void*>(f);
+}
+
+std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, bool f4) {
+  const Tensor& x = *a[0];
+  const Tensor& x_scale = *a[1];
+  const Tensor& w = *a[2];
+  if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
+  if (x.size(1) % kBlock != 0) return fmt::format("K must be a multiple of 32, got {}", x.size(1));
+  if (!x_scale.defined() || x_scale.dim() != 2 || x_scale.size(1) != x.size(1) / kBlock || x_scale.stride(-1) != 1)
+    return "x_scale must be [M, K / 32] with stride 1";
+  if (!w.is_contiguous() || !a[3]->is_contiguous()) return "w and w_scale must be contiguous";
+  if (a[3]->size(1) != x.size(1) / kBlock) return "w_scale must hold one scale per 32 values";
+  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
+  if (shuffled && (w.size(0) % kTileRows != 0 || (x.size(1) / (f4 ? 2 : 1)) % 32 != 0))
+    return fmt::format("shuffled codes need N % 16 == 0 and 32-byte row tiles, got {}", shape_str(w.shape()));
+  return {};
+}
+
+}  // namespace
+
+bool avx512_vnni_usable() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
+                          __builtin_cpu_supports("fma");
+  // REFIT_CPU_ISA below avx3 turns it off like every AVX-512 kernel.
+  return cpu && cpu_isa_name().rfind("AVX3", 0) == 0;
+#else
+  return false;
+#endif
+}
+
+int64_t prepared_bytes(const Operands& op) {
+  const int64_t s16 = (op.S + kLanes - 1) / kLanes * kLanes;
+  return op.M * s16 * 4 + (op.kind == Weights::mxfp4 ? op.M * op.K : 0);
+}
+
+void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
+  p.S16 = (op.S + kLanes - 1) / kLanes * kLanes;
+  auto* corr = static_cast<int32_t*>(scratch);
+  const int32_t offset = op.kind == Weights::q8_0 ? 128 : 12;
+  for (int64_t m = 0; m < op.M; ++m) {
+    const int8_t* x = op.xq + m * op.ldxq;
+    for (int64_t b = 0; b < p.S16; ++b) {
+      int32_t s = 0;
+      if (b < op.S)
+        for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) s += x[k];
+      corr[m * p.S16 + b] = offset * s;
+    }
+  }
+  p.xcorr = corr;
+  p.xperm = nullptr;
+  if (op.kind == Weights::mxfp4) {
+    int8_t* perm = reinterpret_cast<int8_t*>(corr + op.M * p.S16);
+    // Groups of 4 blocks (128 values): the 64 even-indexed values (16 per block), then the
+    // 64 odd ones, the order of a 64-byte load's low and high nibbles.
+    for (int64_t m = 0; m < op.M; ++m) {
+      const int8_t* x = op.xq + m * op.ldxq;
+      int8_t* dst = perm + m * op.K;
+      for (int64_t g = 0; g + 4 <= op.S; g += 4)
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t k = 0; k < kBlock / 2; ++k) {
+            dst[g * kBlock + i * 16 + k] = x[(g + i) * kBlock + 2 * k];
+            dst[g * kBlock + 64 + i * 16 + k] = x[(g + i) * kBlock + 2 * k + 1];
+          }
+    }
+    p.xperm = perm;
+  }
+}
+
+void register_kernels(KernelRegistry& registry) {
+  struct Row {
+    const char* name;
+    DType code, scale;
+    bool shuffled;
+    const void* definition;
+    const void* avx512;
+  };
+  using Fn = kernels::MatmulQuantizedFn;
+  const Row rows[] = {
+      {"q8_0_plain", DType::i8, DType::f16, false, fn_ptr<Fn>(&matmul_int8<false, Impl::definition>),
+       fn_ptr<Fn>(&matmul_int8<false, Impl::avx512>)},
+      {"q8_0_shuffled_16x16", DType::i8, DType::f16, true, fn_ptr<Fn>(&matmul_int8<true, Impl::definition>),
+       fn_ptr<Fn>(&matmul_int8<true, Impl::avx512>)},
+      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, false, fn_ptr<Fn>(&matmul_int8<false, Impl::definition>),
+       fn_ptr<Fn>(&matmul_int8<false, Impl::avx512>)},
+      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, true, fn_ptr<Fn>(&matmul_int8<true, Impl::definition>),
+       fn_ptr<Fn>(&matmul_int8<true, Impl::avx512>)},
+  };
+  for (const Row& row : rows)
+    for (const bool simd : {false, true}) {
+      Kernel k;
+      k.op = "matmul_quantized";
+      k.name = fmt::format("matmul_quantized.cpu.{}int8_{}", simd ? "avx512vnni_" : "", row.name);
+      k.device = DeviceType::cpu;
+      k.priority = simd ? 30 : 10;
+      const Layout wl = row.shuffled ? Layout::shuffled_16x16 : Layout::strided;
+      k.args = {{"x", {DType::i8}, {Layout::strided}, false},
+                {"x_scale", {DType::f32}, {Layout::strided}, false},
+                {"w", {row.code}, {wl}, false},
+                {"w_scale", {row.scale}, {wl}, false},
+                {"bias", {DType::f32}, {Layout::strided}, true},
+                {"out", {DType::f32}, {Layout::strided}, false}};
+      const bool shuffled = row.shuffled, f4 = row.code == DType::f4_e2m1;
+      k.constraint = [shuffled, f4, simd](std::span<const Tensor* const> a) -> std::string {
+        if (simd && !avx512_vnni_usable())
+          return "needs AVX-512 VNNI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
+        return operands_reason(a, shuffled, f4);
+      };
+      k.constraint_text = std::string(simd ? "AVX-512 VNNI; " : "exact definition (scalar); ") +
+                          (row.shuffled ? "w: 16 x 32-byte tiles; " : "") + "int8 activations [M, K], x_scale [M, K/32]";
+      k.fn = simd ? row.avx512 : row.definition;
+      registry.add(std::move(k));
+    }
+  Kernel q;
+  q.op = "quantize_per_block_q8";
+  q.name = "quantize_per_block_q8.cpu";
+  q.device = DeviceType::cpu;
+  q.priority = 10;
+  q.args = {{"x", {DType::f32}, {Layout::strided}},
+            {"xq", {DType::i8}, {Layout::strided}},
+            {"x_scale", {DType::f32}, {Layout::strided}}};
+  q.constraint = [](std::span<const Tensor* const> a) -> std::string {
+    if (a[0]->stride(-1) != 1 || a[1]->stride(-1) != 1 || a[2]->stride(-1) != 1)
+      return "x, xq and x_scale need stride 1 along their last dimension";
+    return {};
+  };
+  q.constraint_text = "rows dense";
+  q.fn = fn_ptr<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu);
+  registry.add(std::move(q));
+}
+
+}  // namespace refit::cpu::int8dot

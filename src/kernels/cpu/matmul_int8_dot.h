@@ -1,0 +1,79 @@
+// Integer-dot W8A8 for Q8_0 and MXFP4 weights ("q8_0-w8a8", "mxfp4-w8a8"): the activations
+// are quantized like llama.cpp's Q8_0 (int8 codes, one f32 scale per block of 32 values),
+// so each block's dot product is an exact integer sum, which x86 computes 64 products per
+// instruction (AVX-512 VNNI vpdpbusd). With f32 activations the same weights cost 4-5
+// vector instructions per 16 weights and decode was instruction-bound on these cores; this
+// is the lever llama.cpp uses for its Q8_0 and MXFP4 decode.
+//
+// The result is specified exactly, independent of ISA, batch size and layout:
+//   isum[b]  = sum over the block's 32 k of xq[m, k] * wi[n, k]   (exact, int32)
+//              wi: the Q8_0 code; for MXFP4 twice the e2m1 value (-12..12, an integer)
+//   s[b]     = xd[m, b] * dw[n, b]   (f32; dw: the f16 scale, or e8m0 scale * 0.5 for MXFP4)
+//   acc[16]  = 0; for b in order: acc[b % 16] = fma(float(isum[b]), s[b], acc[b % 16])
+//   out      = pairwise tree over the 16 lanes (i + 8, then + 4, + 2, + 1), then + bias
+// float(isum) is exact (|isum| <= 32 * 128 * 128 < 2^24). The scalar kernel below is this
+// definition, line by line; the AVX-512 kernel computes the same values (integer sums in
+// any order are exact; the float steps are the same operations in the same order), so
+// their outputs are equal bit for bit. Rows of a batch never interact, so a row's result
+// does not depend on M (batch invariance, issue 8), and a shuffled weight gives the plain
+// layout's bits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/registry.h"
+
+namespace refit::cpu::int8dot {
+
+constexpr int64_t kBlock = 32;  // values per activation / weight scale block
+constexpr int64_t kLanes = 16;  // float accumulator lanes of the definition above
+constexpr int64_t kTileRows = 16;
+
+enum class Weights : uint8_t { q8_0, mxfp4 };
+
+// One call's operands in plain layout (a shuffled weight is un-shuffled a tile at a time
+// into a plain buffer first).
+struct Operands {
+  Weights kind;
+  int64_t M, K, N, S;  // S = K / 32
+  const int8_t* xq;    // [M, K] activation codes, natural order
+  int64_t ldxq;
+  const float* xd;  // [M, S] activation scales
+  int64_t ldxd;
+  const float* bias;  // [N] or null
+  float* out;         // [M, N] rows ldo apart
+  int64_t ldo;
+};
+
+// A 16-row weight tile in plain layout: rows `row_bytes` apart, scales [rows, S] (f16 bits
+// for Q8_0, e8m0 bytes for MXFP4).
+struct Tile {
+  const uint8_t* codes;
+  int64_t row_bytes;
+  const void* scales;
+  int64_t n0, rows;
+  const uint8_t* next;  // the next tile's codes, to prefetch (or null)
+};
+
+// The AVX-512 VNNI kernel's per-call activation data: xcorr[m, b] = offset * sum of the
+// block's codes (offset 128 for Q8_0, 12 for MXFP4; see the kernel for why), padded to a
+// multiple of 16 blocks; MXFP4's codes re-ordered for packed nibbles, 128 values at a
+// time: [evens of 4 blocks][odds of 4 blocks].
+struct Prepared {
+  const int32_t* xcorr;  // [M, S16]
+  int64_t S16;
+  const int8_t* xperm;  // [M, K] (MXFP4 only)
+};
+
+// Whether the AVX-512 VNNI kernel may run: the CPU has it and REFIT_CPU_ISA allows avx3.
+bool avx512_vnni_usable();
+// Bytes of scratch Prepared needs (64-byte aligned), and filling it.
+int64_t prepared_bytes(const Operands& op);
+void prepare_activations(const Operands& op, void* scratch, Prepared& p);
+// out[:, tile rows] for every row of x.
+void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile);
+
+void register_kernels(KernelRegistry& registry);
+
+}  // namespace refit::cpu::int8dot

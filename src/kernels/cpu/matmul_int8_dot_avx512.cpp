@@ -1,0 +1,195 @@
+// The AVX-512 VNNI kernel of the integer-dot W8A8 matmul (definition in matmul_int8_dot.h).
+//
+// vpdpbusd multiplies unsigned bytes by signed bytes, four per int32 lane. The activation
+// codes are the signed side; the weights are made unsigned by an offset whose effect is
+// taken back once per block from the activations' block sums (computed once per call):
+//   Q8_0:  (w xor 0x80) = w + 128 in 0..255, so  sum (w + 128) x = isum + 128 * sum x;
+//   MXFP4: a 16-entry byte table (vpshufb) maps each e2m1 nibble to 2v + 12 in 0..24, so
+//          sum (2v + 12) x = isum + 12 * sum x.
+// Packed MXFP4 bytes hold elements (2i, 2i + 1) of a block in their low and high nibbles;
+// the activations are re-ordered once per call to match ([evens][odds] of 4 blocks).
+//
+// Four weight rows run together (one activation load for all, four independent chains;
+// measured ~1.4x one row at a time in L2). Per 16 blocks (512 values) of one weight row: the products land in int32 lanes that each
+// cover 4 (Q8_0: 8) values of one block; three rounds of pair sums (two permutes and an
+// add) leave one lane per block, in block order; then the offset correction, one convert,
+// the scale product and one fused multiply-add into the 16-lane accumulator, lane = block
+// mod 16: exactly the definition's float steps. Remaining blocks (K / 32 not a multiple of
+// 16) are summed in scalar code and enter the same accumulator under a mask.
+//
+// Compiled for AVX-512 VNNI only inside the pragma region below: nothing here may call
+// templates shared with code for other ISAs (no std::), as their one compiled copy could
+// then carry AVX-512 instructions. Callers check avx512_vnni_usable() first.
+// GCC 12's AVX-512 intrinsics start from a self-initialised `__Y` ("undefined" register),
+// which -Wuninitialized reports at every inlined use: a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/matmul_int8_dot.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")
+// The float steps are the definition's, one rounding each: no contraction of mul + add.
+// No auto-vectorization either: GCC 12 turns the scalar tail sum of int8 x int8 products
+// into vpdpbusd, which reads one side as unsigned (wrong sums; the tests caught it).
+#pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+
+namespace refit::cpu::int8dot {
+namespace {
+
+// [a0 + a1, a2 + a3, ..., a14 + a15, b0 + b1, ..., b14 + b15]
+inline __m512i PairSums(__m512i a, __m512i b) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+}
+
+// The definition's tree: lanes i + 8, then + 4, + 2, + 1.
+inline float TreeSum(__m512 acc) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+
+// Weight scales of 16 (or, masked, fewer) blocks as f32: f16 for Q8_0, e8m0 * 0.5 for MXFP4.
+template <Weights W>
+inline __m512 WeightScales(const void* p, __mmask16 mask) {
+  if constexpr (W == Weights::q8_0) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
+  } else {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, p));
+    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));  // 2^(e - 127) for e in 1..254
+    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_ps(0x1p-127f));
+    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+    return _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
+  }
+}
+
+// Raw (offset) sums of 16 consecutive blocks starting at value k0, one lane per block.
+template <Weights W>
+inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xperm, int64_t k0, const uint8_t* ahead) {
+  __m512i t[4];
+  if constexpr (W == Weights::q8_0) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int p = 0; p < 4; ++p) {
+      const int64_t k = k0 + 128 * p;
+      if (ahead) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k + 64), _MM_HINT_T1);
+      }
+      const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + k), flip);
+      const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip);
+      const __m512i v0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(x + k));
+      const __m512i v1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, _mm512_loadu_si512(x + k + 64));
+      t[p] = PairSums(v0, v1);  // 4 blocks x 4 lanes
+    }
+  } else {
+    // 2v + 12 for the 16 e2m1 codes (v: 0, .5, 1, 1.5, 2, 3, 4, 6, then negated).
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int p = 0; p < 4; ++p) {
+      const int64_t b = k0 / 2 + 64 * p;  // packed byte offset: 4 blocks of 16 bytes
+      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
+      const __m512i bytes = _mm512_loadu_si512(w + b);
+      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
+      const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+      const int8_t* xp = xperm + k0 + 128 * p;
+      __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xp));
+      t[p] = _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(xp + 64));  // 4 blocks x 4 lanes
+    }
+  }
+  return PairSums(PairSums(t[0], t[1]), PairSums(t[2], t[3]));
+}
+
+// The exact sum of one block in scalar code (tail blocks).
+template <Weights W>
+inline int32_t BlockSum(const uint8_t* w, const int8_t* x, int64_t block) {
+  int32_t s = 0;
+  if constexpr (W == Weights::q8_0) {
+    for (int64_t k = block * kBlock; k < (block + 1) * kBlock; ++k) s += static_cast<int8_t>(w[k]) * x[k];
+  } else {
+    static constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    for (int64_t i = 0; i < kBlock / 2; ++i) {
+      const uint8_t byte = w[block * kBlock / 2 + i];
+      s += kTwice[byte & 15] * x[block * kBlock + 2 * i] + kTwice[byte >> 4] * x[block * kBlock + 2 * i + 1];
+    }
+  }
+  return s;
+}
+
+// NR weight rows (rows_bytes apart) against activation row m: NR independent streams and
+// dependency chains in flight, one activation load shared by all.
+template <Weights W, int NR>
+void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w, int64_t row_bytes,
+             const uint8_t* scales, const uint8_t* ahead, float* result) {
+  const int8_t* x = op.xq + m * op.ldxq;
+  const int8_t* xperm = p.xperm ? p.xperm + m * op.K : nullptr;
+  const float* xd = op.xd + m * op.ldxd;
+  const int32_t* corr = p.xcorr + m * p.S16;
+  const int64_t esize = W == Weights::q8_0 ? 2 : 1, scale_row = op.S * esize;
+  __m512 acc[NR];
+  for (int j = 0; j < NR; ++j) acc[j] = _mm512_setzero_ps();
+  const int64_t full = op.S / kLanes * kLanes;
+  for (int64_t b = 0; b < full; b += kLanes) {
+    const __m512i c = _mm512_loadu_si512(corr + b);
+    const __m512 d = _mm512_loadu_ps(xd + b);
+    for (int j = 0; j < NR; ++j) {
+      const __m512i raw = BlockSums16<W>(w + j * row_bytes, x, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
+      const __m512 s = _mm512_mul_ps(d, WeightScales<W>(scales + j * scale_row + b * esize, 0xFFFF));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, c)), s, acc[j]);
+    }
+  }
+  if (full < op.S) {
+    const int64_t rem = op.S - full;
+    const __mmask16 mask = static_cast<__mmask16>((1u << rem) - 1);
+    const __m512 d = _mm512_maskz_loadu_ps(mask, xd + full);
+    for (int j = 0; j < NR; ++j) {
+      alignas(64) int32_t sums[kLanes] = {};
+      for (int64_t i = 0; i < rem; ++i) sums[i] = BlockSum<W>(w + j * row_bytes, x, full + i);
+      const __m512 s = _mm512_mul_ps(d, WeightScales<W>(scales + j * scale_row + full * esize, mask));
+      acc[j] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums)), s, acc[j], mask);
+    }
+  }
+  for (int j = 0; j < NR; ++j) result[j] = TreeSum(acc[j]);
+}
+
+template <Weights W>
+void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
+  const int64_t esize = W == Weights::q8_0 ? 2 : 1;
+  const auto* scales = static_cast<const uint8_t*>(t.scales);
+  for (int64_t r = 0; r < t.rows;) {
+    const int nr = t.rows - r >= 4 ? 4 : 1;
+    // The next tile's rows are requested while these stream (first activation row only).
+    const uint8_t* ahead = t.next ? t.next + r * t.row_bytes : nullptr;
+    for (int64_t m = 0; m < op.M; ++m) {
+      float v[4];
+      const uint8_t* w = t.codes + r * t.row_bytes;
+      const uint8_t* sc = scales + r * op.S * esize;
+      const uint8_t* a = m == 0 ? ahead : nullptr;
+      if (nr == 4) RowsDot<W, 4>(op, p, m, w, t.row_bytes, sc, a, v);
+      else RowsDot<W, 1>(op, p, m, w, t.row_bytes, sc, a, v);
+      for (int j = 0; j < nr; ++j) {
+        const int64_t n = t.n0 + r + j;
+        op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
+      }
+    }
+    r += nr;
+  }
+}
+
+}  // namespace
+
+void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile) {
+  if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0>(op, p, tile);
+  else TileImpl<Weights::mxfp4>(op, p, tile);
+}
+
+}  // namespace refit::cpu::int8dot
+
+#pragma GCC pop_options

@@ -1,0 +1,255 @@
+// The integer-dot W8A8 kernels (q8_0-w8a8, mxfp4-w8a8; kernels/cpu/matmul_int8_dot.h):
+// the AVX-512 VNNI kernel equals the scalar definition bit for bit (plain and shuffled
+// weights, odd shapes, every code incl. Q8_0's -128, every e8m0 scale incl. NaN); both
+// agree with a dequantize-then-matmul of the quantized activations in double to 1e-4; each
+// output row is bitwise the same whatever M is, and whatever the layout; the activation
+// quantizer rounds ties to even and marks non-finite blocks; REFIT_CPU_ISA below avx3
+// dispatches to the definition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/float_formats.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/matmul_int8_dot.h"
+#include "kernels/matmul_quantized.h"
+#include "quant_test_util.h"
+
+namespace refit {
+namespace {
+
+using testing::make_quant_weight;
+using testing::QuantWeight;
+
+struct Activations {
+  Tensor x, xq, xd;
+};
+
+Activations make_activations(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Activations a;
+  a.x = Tensor::empty({m, k}, DType::f32);
+  for (int64_t i = 0; i < m * k; ++i) a.x.data<float>()[i] = dist(rng) * (1.0f + static_cast<float>(i % 3));
+  a.xq = Tensor::empty({m, k}, DType::i8);
+  a.xd = Tensor::empty({m, k / 32}, DType::f32);
+  ops::quantize_per_block_q8(a.x, a.xq, a.xd);
+  return a;
+}
+
+const Kernel& selected(const Tensor& xq, const Tensor& xd, const QuantWeight& w, const Tensor& bias, const Tensor& out) {
+  const Tensor* args[] = {&xq, &xd, &w.codes, &w.scales, &bias, &out};
+  return KernelRegistry::global().select("matmul_quantized", args);
+}
+
+// The scalar definition for the same arguments: the selected name without "avx512vnni_".
+kernels::MatmulQuantizedFn definition_kernel(const std::string& name) {
+  std::string def = name;
+  if (const size_t at = def.find("avx512vnni_"); at != std::string::npos) def.erase(at, 11);
+  for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
+    if (k->name == def) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
+  ADD_FAILURE() << "no kernel " << def;
+  return nullptr;
+}
+
+// The bits of each f32, every NaN as one value (which NaN payload and sign an operation
+// passes on is not part of the definition).
+std::vector<uint32_t> bits(const Tensor& t) {
+  std::vector<uint32_t> b(static_cast<size_t>(t.numel()));
+  std::memcpy(b.data(), t.raw_data(), b.size() * 4);
+  for (uint32_t& v : b)
+    if ((v & 0x7F800000u) == 0x7F800000u && (v & 0x7FFFFFu) != 0) v = 0x7FC00000u;
+  return b;
+}
+
+Tensor run(const Tensor& xq, const Tensor& xd, const QuantWeight& w, const Tensor& bias) {
+  Tensor out = Tensor::empty({xq.size(0), w.codes.size(0)}, DType::f32);
+  ops::matmul_quantized(xq, xd, w.codes, w.scales, 32, bias, out);
+  return out;
+}
+
+struct Case {
+  const char* scheme;
+  bool shuffled;
+  int64_t n, k;
+};
+
+TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_to_1e4) {
+  const bool simd = cpu::int8dot::avx512_vnni_usable();
+  if (!simd) std::printf("note: no AVX-512 VNNI here; only the definition kernel runs\n");
+  const Case cases[] = {
+      {"q8_0-w8a8", false, 48, 512},  {"q8_0-w8a8", true, 48, 512},    // 16 blocks
+      {"q8_0-w8a8", false, 37, 544},  {"q8_0-w8a8", true, 32, 544},    // 17: one tail block
+      {"q8_0-w8a8", false, 19, 96},   {"q8_0-w8a8", false, 1, 32},     // tail only
+      {"q8_0-w8a8", false, 20, 1056}, {"mxfp4-w8a8", false, 48, 512},  // 33 blocks
+      {"mxfp4-w8a8", true, 48, 512},  {"mxfp4-w8a8", false, 37, 608},  // 19: three tail blocks
+      {"mxfp4-w8a8", true, 32, 576},  {"mxfp4-w8a8", false, 5, 64},
+      {"mxfp4-w8a8", false, 17, 1024},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} {} N {} K {}", c.scheme, c.shuffled ? "shuffled" : "plain", c.n, c.k));
+    const QuantScheme s = parse_quant_scheme(c.scheme);
+    const QuantWeight w = make_quant_weight(s, c.n, c.k, c.shuffled, 11);
+    const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
+    Tensor bias = Tensor::empty({c.n}, DType::f32);
+    for (int64_t i = 0; i < c.n; ++i) bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}}) {
+      const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
+      Tensor out = Tensor::empty({m, c.n}, DType::f32);
+      const Kernel& k = selected(a.xq, a.xd, w, bias, out);
+      EXPECT_EQ(k.name.find("avx512vnni_") != std::string::npos, simd) << k.name;
+      out = run(a.xq, a.xd, w, bias);
+      // The definition, bit for bit.
+      Tensor def = Tensor::empty({m, c.n}, DType::f32);
+      definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
+      EXPECT_EQ(bits(out), bits(def));
+      // The plain layout's bits.
+      if (c.shuffled) {
+        EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
+      }
+      // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t n = 0; n < c.n; ++n) {
+          double ref = bias.data<float>()[n], mag = std::fabs(ref);
+          for (int64_t kk = 0; kk < c.k; ++kk) {
+            const double xv = double(a.xq.data<int8_t>()[r * c.k + kk]) * a.xd.data<float>()[r * (c.k / 32) + kk / 32];
+            ref += xv * w.dequantized[n * c.k + kk];
+            mag += std::fabs(xv * w.dequantized[n * c.k + kk]);
+          }
+          ASSERT_LE(std::fabs(out.data<float>()[r * c.n + n] - ref), 1e-4 * mag) << "row " << r << " col " << n;
+        }
+      // Each row alone: the same bits (batch invariance).
+      for (int64_t r = 0; r < m; ++r) {
+        const Tensor one = run(a.xq.narrow(0, r, 1), a.xd.narrow(0, r, 1), w, bias);
+        std::vector<uint32_t> all = bits(out);
+        EXPECT_EQ(bits(one), std::vector<uint32_t>(all.begin() + r * c.n, all.begin() + (r + 1) * c.n)) << "row " << r;
+      }
+    }
+  }
+}
+
+// Q8_0 codes over the whole byte range (-128 included: ggml never writes it, a GGUF may
+// hold it) and activation codes at +-127: the unsigned-offset trick stays exact.
+TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
+  const int64_t n = 16, k = 512;
+  QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), n, k, false, 5);
+  for (int64_t i = 0; i < n * k; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 7 + i / 256);
+  Tensor xq = Tensor::empty({2, k}, DType::i8), xd = Tensor::empty({2, k / 32}, DType::f32);
+  for (int64_t i = 0; i < 2 * k; ++i) xq.data<int8_t>()[i] = static_cast<int8_t>(i % 3 == 0 ? 127 : i % 3 == 1 ? -127 : i % 255 - 127);
+  for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f / static_cast<float>(1 + i);
+  const Tensor out = run(xq, xd, w, Tensor());
+  Tensor def = Tensor::empty({2, n}, DType::f32);
+  definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32, Tensor(), def);
+  EXPECT_EQ(bits(out), bits(def));
+  // An exact integer check on one block: scale 1 everywhere.
+  for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint16_t>()[i] = f32_to_f16(1.0f);
+  for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f;
+  const Tensor exact = run(xq, xd, w, Tensor());
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t sum = 0;
+      for (int64_t kk = 0; kk < k; ++kk)
+        sum += int64_t{xq.data<int8_t>()[r * k + kk]} * static_cast<int8_t>(static_cast<uint8_t*>(w.codes.raw_data())[j * k + kk]);
+      EXPECT_EQ(exact.data<float>()[r * n + j], static_cast<float>(sum)) << r << " " << j;
+    }
+}
+
+// All 256 e8m0 scale bytes (2^-127 and NaN included) and all 16 e2m1 codes.
+TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
+  const int64_t n = 32, k = 512;
+  QuantWeight w = make_quant_weight(parse_quant_scheme("mxfp4"), n, k, false, 9);
+  for (int64_t i = 0; i < n * k / 2; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 37);
+  for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);  // rows 15, 31: 255
+  const Activations a = make_activations(3, k, 4);
+  const Tensor out = run(a.xq, a.xd, w, Tensor());
+  Tensor def = Tensor::empty({3, n}, DType::f32);
+  definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes, w.scales, 32, Tensor(), def);
+  EXPECT_EQ(bits(out), bits(def));
+  int nan = 0;
+  for (float v : out.to_floats()) nan += std::isnan(v);
+  EXPECT_EQ(nan, 2 * 3) << "only the two rows holding the NaN scale (byte 255) are NaN";
+}
+
+TEST(Int8DotKernels, activation_quantizer_rounds_ties_to_even_and_marks_non_finite_blocks) {
+  Tensor x = Tensor::zeros({1, 96}, DType::f32);
+  float* v = x.data<float>();
+  v[0] = 127.0f;  // block 0: scale exactly 1
+  v[1] = 2.5f, v[2] = 3.5f, v[3] = -2.5f, v[4] = 0.49f, v[5] = -126.5f;
+  // block 1: all zero. block 2: an infinity.
+  v[64] = 1.0f, v[65] = INFINITY;
+  Tensor xq = Tensor::empty({1, 96}, DType::i8), xd = Tensor::empty({1, 3}, DType::f32);
+  ops::quantize_per_block_q8(x, xq, xd);
+  const int8_t* q = xq.data<int8_t>();
+  EXPECT_EQ(xd.data<float>()[0], 1.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], 2);
+  EXPECT_EQ(q[2], 4);
+  EXPECT_EQ(q[3], -2);
+  EXPECT_EQ(q[4], 0);
+  EXPECT_EQ(q[5], -126);
+  EXPECT_EQ(xd.data<float>()[1], 0.0f);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(q[i], 0);
+  EXPECT_TRUE(std::isnan(xd.data<float>()[2]));
+  // Through a matmul: the non-finite block makes the output NaN, as f32 activations would.
+  const QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), 4, 96, false, 3);
+  for (float o : run(xq, xd, w, Tensor()).to_floats()) EXPECT_TRUE(std::isnan(o));
+  // Random data: every code within half a step of x / d.
+  const Activations a = make_activations(3, 256, 8);
+  for (int64_t i = 0; i < 3 * 256; ++i) {
+    const float d = a.xd.data<float>()[i / 32];
+    EXPECT_LE(std::fabs(a.xq.data<int8_t>()[i] - a.x.data<float>()[i] / d), 0.5f + 1e-4f);
+  }
+}
+
+TEST(Int8DotKernels, cpu_isa_below_avx3_dispatches_to_the_definition) {
+  const QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), 16, 64, false, 1);
+  const Activations a = make_activations(1, 64, 1);
+  Tensor out = Tensor::empty({1, 16}, DType::f32);
+  const Tensor simd_out = run(a.xq, a.xd, w, Tensor());
+  cpu::set_cpu_isa("avx2");
+  EXPECT_EQ(selected(a.xq, a.xd, w, Tensor(), out).name, "matmul_quantized.cpu.int8_q8_0_plain");
+  EXPECT_EQ(bits(run(a.xq, a.xd, w, Tensor())), bits(simd_out));
+  const char* env = std::getenv("REFIT_CPU_ISA");
+  cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
+}
+
+// The price of int8 activations, stated: against the same weights with f32 activations
+// (W8A16) the outputs differ by a normalised squared error well under 1e-3.
+TEST(Int8DotKernels, int8_activations_stay_close_to_f32_activations) {
+  for (const char* scheme : {"q8_0", "mxfp4"}) {
+    const QuantWeight w = make_quant_weight(parse_quant_scheme(scheme), 64, 1024, false, 2);
+    const Activations a = make_activations(4, 1024, 6);
+    Tensor f32_out = Tensor::empty({4, 64}, DType::f32);
+    ops::matmul_quantized(a.x, Tensor(), w.codes, w.scales, 32, Tensor(), f32_out);
+    const Tensor int8_out = run(a.xq, a.xd, w, Tensor());
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < 4 * 64; ++i) {
+      const double d = double(int8_out.data<float>()[i]) - f32_out.data<float>()[i];
+      num += d * d;
+      den += double(f32_out.data<float>()[i]) * f32_out.data<float>()[i];
+    }
+    std::printf("%s: nmse of int8 vs f32 activations %.3g\n", scheme, num / den);
+    EXPECT_LT(num / den, 1e-3) << scheme;
+    EXPECT_GT(num / den, 0.0) << scheme << ": int8 activations cannot be exact";
+  }
+}
+
+TEST(Int8DotKernels, bad_activation_scales_are_refused_with_the_expected_shape) {
+  const QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), 16, 64, false, 1);
+  Tensor xq = Tensor::zeros({2, 64}, DType::i8), wrong = Tensor::zeros({2}, DType::f32);
+  Tensor out = Tensor::empty({2, 16}, DType::f32);
+  try {
+    ops::matmul_quantized(xq, wrong, w.codes, w.scales, 32, Tensor(), out);
+    FAIL() << "accepted x_scale [2] for int8 activations";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[M, K / 32] = [2, 2]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace refit
