@@ -4,8 +4,9 @@
 // enough weight copies to exceed the L3 cache (REFIT_BENCH_MIB, default 1024 MiB in all),
 // so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
 // (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
-// which time-sharing on a loaded machine inflates far less. The -w8a8 rows quantize the
-// activations to int8 blocks each iteration and run the integer-dot kernels.
+// which time-sharing on a loaded machine inflates far less. The w8a8 rows quantize the
+// activations each iteration (int8 blocks for q8_0/mxfp4, e4m3 per token for fp8) and run
+// the integer-dot and bf16-dot kernels.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -84,8 +85,10 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
   // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
   // iteration, as a decode step does.
-  const bool int8 = scheme != "bf16" && parse_quant_scheme(scheme).w8a8 && parse_quant_scheme(scheme).int8_activations();
+  const bool w8a8 = scheme != "bf16" && parse_quant_scheme(scheme).w8a8;
+  const bool int8 = w8a8 && parse_quant_scheme(scheme).int8_activations();
   Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
+  Tensor x8 = Tensor::empty({1, K}, DType::f8_e4m3fn), x8s = Tensor::empty({1}, DType::f32);
   size_t next = 0;
   double cpu = 0;
   for (auto _ : state) {
@@ -95,6 +98,9 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
     } else if (int8) {
       ops::quantize_per_block_q8(x, xq, xd);
       ops::matmul_quantized(xq, xd, w.codes[next], w.scales[next], w.group, Tensor(), out);
+    } else if (w8a8) {
+      ops::quantize_per_token_fp8(x, x8, x8s);
+      ops::matmul_quantized(x8, x8s, w.codes[next], w.scales[next], w.group, Tensor(), out);
     }
     else if (scalar) scalar_kernel(scheme)(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
     else ops::matmul_quantized(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
@@ -115,6 +121,7 @@ BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Uni
 BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8, std::string("q8_0-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4_w8a8, std::string("mxfp4-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8_w8a8, std::string("fp8-channel-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, fp8_scalar, std::string("fp8"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4_scalar, std::string("mxfp4"), true)->UseRealTime()->Unit(benchmark::kMillisecond);

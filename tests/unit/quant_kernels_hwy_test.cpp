@@ -11,6 +11,7 @@
 
 #include "core/float_formats.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/matmul_quantized.h"
 #include "quant_test_util.h"
 #include "kernels_test_util.h"
@@ -59,10 +60,12 @@ const Kernel& selected(const Activations& a, const QuantWeight& w, const Tensor&
   return KernelRegistry::global().select("matmul_quantized", args);
 }
 
-// The scalar kernel for the same arguments: the selected name without "hwy_".
-kernels::MatmulQuantizedFn scalar_kernel(const std::string& hwy_name) {
-  std::string name = hwy_name;
-  name.erase(name.find("hwy_"), 4);
+// The scalar kernel for the same arguments: the selected name without "hwy_" (or, for the
+// AVX-512 BF16 FP8 W8A8 kernel, matmul_fp8_bf16dot.h, its "avx512bf16_f8_w8a8_" as "f8_").
+kernels::MatmulQuantizedFn scalar_kernel(const std::string& simd_name) {
+  std::string name = simd_name;
+  if (const size_t at = name.find("hwy_"); at != std::string::npos) name.erase(at, 4);
+  if (const size_t at = name.find("avx512bf16_f8_w8a8_"); at != std::string::npos) name.replace(at, 19, "f8_");
   for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
     if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
   ADD_FAILURE() << "no scalar kernel " << name;
@@ -77,7 +80,7 @@ struct Case {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8", "mxfp4", "q8_0"})
+  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8", "fp8-block-w8a8", "mxfp4", "q8_0"})
     for (bool shuffled : {false, true}) {
       out.push_back({scheme, shuffled, 48, 256});
       // fp8-block: a partial 96-column block (MXFP4 bytes must fill 32-byte tiles to shuffle).
@@ -113,7 +116,8 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
     Tensor out_all = Tensor::empty({big_m, c.n}, DType::f32);
     ops::matmul_quantized(all.x, all.x_scale, w.codes, w.scales, group, bias, out_all);
     const std::string name = selected(all, w, bias, out_all).name;
-    EXPECT_NE(name.find(".hwy_"), std::string::npos) << name;
+    const bool bf16dot = s.w8a8 && cpu::fp8dot::usable();
+    EXPECT_NE(name.find(bf16dot ? ".avx512bf16_f8_w8a8_" : ".hwy_"), std::string::npos) << name;
     for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, big_m}) {
       SCOPED_TRACE(::testing::Message() << c.scheme << " M " << m);
       // The first m rows of the 17-row batch, as their own call.

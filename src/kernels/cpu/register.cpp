@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/cpu/matmul_int8_dot.h"
 #include "kernels/cpu/matmul_layouts.h"
 #include "kernels/cpu/matmul_quantized_hwy.h"
@@ -149,6 +150,7 @@ void register_cpu_kernels(KernelRegistry& registry) {
   cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
   cpu::register_quantized_matmul_hwy_kernels(registry);  // the same in SIMD, preferred where they apply
   cpu::int8dot::register_kernels(registry);              // Q8_0 / MXFP4 with int8 activations (W8A8)
+  cpu::fp8dot::register_kernels(registry);               // FP8 W8A8 by bf16 dot products (AVX-512 BF16)
 }
 
 }  // namespace refit

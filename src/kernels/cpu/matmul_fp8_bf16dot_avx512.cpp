@@ -1,0 +1,133 @@
+// The AVX-512 BF16 kernel of the FP8 W8A8 matmul (see matmul_fp8_bf16dot.h).
+//
+// A 64-byte vector of e4m3 codes becomes two vectors of 32 bf16 values: vpermi2b looks up
+// the low and the high byte of each code's bf16 bits in 128-entry tables (the index's bit 7,
+// the sign, is ignored by the lookup and or-ed back into the high byte), and byte unpacks
+// interleave them into words: the first vector holds codes 0-7, 16-23, 32-39, 48-55 of the
+// 64, the second the others. The activations are stored once per call in that order, so
+// each vdpbf16ps pairs every weight with its own activation.
+//
+// Compiled for AVX-512 BF16/VBMI only inside the pragma region: nothing here may call
+// templates shared with code for other ISAs (no std::). Callers check usable() first.
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 intrinsics' self-initialised `__Y`
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/matmul_fp8_bf16dot.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,fma")
+#pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+
+namespace refit::cpu::fp8dot {
+
+namespace {
+
+struct Tables {
+  __m512i lo_a, lo_b, hi_a, hi_b;
+};
+
+inline Tables LoadTables(const Operands& op) {
+  return {_mm512_loadu_si512(op.bf16_low), _mm512_loadu_si512(op.bf16_low + 64), _mm512_loadu_si512(op.bf16_high),
+          _mm512_loadu_si512(op.bf16_high + 64)};
+}
+
+// 64 codes (fewer under `mask`: the rest read as code 0, value 0) to two bf16 vectors.
+inline void Decode64(const Tables& t, const uint8_t* p, __mmask64 mask, __m512i& first, __m512i& second) {
+  const __m512i c = _mm512_maskz_loadu_epi8(mask, p);
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo_a, c, t.lo_b);
+  __m512i hi = _mm512_permutex2var_epi8(t.hi_a, c, t.hi_b);
+  hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
+  first = _mm512_unpacklo_epi8(lo, hi);
+  second = _mm512_unpackhi_epi8(lo, hi);
+}
+
+inline float TreeSum(__m512 acc) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+
+// Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR).
+template <int MR, int NR>
+void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0, int64_t n0, int64_t r0,
+           const uint8_t* next) {
+  const int64_t chunks = op.Kp / 64;
+  const bool grouped = op.S > 1;
+  const int64_t per_group = grouped ? op.group / 64 : chunks;
+  __m512 total[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) total[i][j] = _mm512_setzero_ps();
+  for (int64_t c0 = 0, g = 0; c0 < chunks; c0 += per_group, ++g) {
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int64_t c1 = c0 + per_group < chunks ? c0 + per_group : chunks;
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t k = c * 64, left = op.K - k;
+      const __mmask64 mask = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+      __m512i w[NR][2];
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* row = codes + (r0 + j) * op.K;
+        if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j) * op.K + k), _MM_HINT_T1);
+        Decode64(t, row + k, mask, w[j][0], w[j][1]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const uint16_t* x = op.xb + (m0 + i) * op.Kp + k;
+        const __m512bh x0 = (__m512bh)_mm512_loadu_si512(x);
+        const __m512bh x1 = (__m512bh)_mm512_loadu_si512(x + 32);
+        for (int j = 0; j < NR; ++j) {
+          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][0], x0);
+          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][1], x1);
+        }
+      }
+    }
+    for (int j = 0; j < NR; ++j) {
+      if (grouped) {
+        const __m512 s = _mm512_set1_ps(op.w_scale[(n0 + j) * op.S + g]);
+        for (int i = 0; i < MR; ++i) total[i][j] = _mm512_fmadd_ps(acc[i][j], s, total[i][j]);
+      } else {
+        for (int i = 0; i < MR; ++i) total[i][j] = acc[i][j];
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      const int64_t m = m0 + i, n = n0 + j;
+      float v = TreeSum(total[i][j]);
+      if (!grouped) v = v * op.w_scale[n];
+      v = v * op.xs[m];
+      op.out[m * op.ldo + n] = op.bias ? v + op.bias[n] : v;
+    }
+}
+
+}  // namespace
+
+void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows, const uint8_t* next) {
+  const Tables t = LoadTables(op);
+  int64_t r = 0;
+  // Decode: four weight rows at a time. More activation rows: 4 x 2 blocks, so that each
+  // decoded weight vector serves four rows of x. Grouped scales keep a second set of
+  // accumulators, so they stay at one activation row.
+  if (op.M == 1 || op.S > 1) {
+    for (; r + 4 <= rows; r += 4)
+      for (int64_t m = 0; m < op.M; ++m) Block<1, 4>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+    for (; r < rows; ++r)
+      for (int64_t m = 0; m < op.M; ++m) Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+    return;
+  }
+  for (; r + 2 <= rows; r += 2) {
+    int64_t m = 0;
+    for (; m + 4 <= op.M; m += 4) Block<4, 2>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+    for (; m < op.M; ++m) Block<1, 2>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+  }
+  for (; r < rows; ++r)
+    for (int64_t m = 0; m < op.M; ++m) Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+}
+
+}  // namespace refit::cpu::fp8dot
+
+#pragma GCC pop_options
