@@ -7,10 +7,12 @@
 #
 # LLAMA_BENCH is a llama-bench binary you built yourself (refit neither ships nor builds
 # llama.cpp). Settings: REFIT (default build/refit), P (prompt, 128), N (generated, 32),
-# T (threads, 2), R (repetitions, 3). Prints both tables and the load average around each.
+# T (threads, 2), R (repetitions, 3), REFIT_ARGS (more refit bench options, e.g.
+# "--quant q8_0-w8a8": int8 activations, as llama.cpp computes Q8_0). Prints both tables
+# and the load average around each.
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+ sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 LLAMA_BENCH=$1
@@ -26,10 +28,10 @@ for model in "$@"; do
   echo
   echo "== $model"
   echo "-- refit (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R"
+  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" ${REFIT_ARGS:-}
   echo "-- llama-bench (load $(cut -d' ' -f1-3 /proc/loadavg))"
   LD_LIBRARY_PATH="$(dirname "$LLAMA_BENCH")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$LLAMA_BENCH" -m "$model" -p "$P" -n "$N" -t "$T" -r "$R"
   echo "-- refit again (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" --no-bandwidth
+  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" --no-bandwidth ${REFIT_ARGS:-}
 done

@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "core/error.h"
 
 #ifdef REFIT_HAVE_CUDA
@@ -44,6 +48,11 @@ DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* all
   return allocator_table()[static_cast<size_t>(type)].exchange(allocator);
 }
 
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeThreshold = size_t{4} << 20;  // below this, rounding up would waste too much
+}  // namespace
+
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded == 0) rounded = kAlignment;
@@ -62,8 +71,16 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
     return s;
   }
   std::shared_ptr<Storage> s(new Storage());
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  // Large buffers (weights, KV caches) are asked to live on 2 MiB pages: decode streams
+  // every weight byte once per token, and with 4 KiB pages each 4 KiB costs a TLB miss.
+  // Linux's default transparent-huge-page mode ("madvise") grants them only on request.
+  const bool huge = rounded >= kHugeThreshold;
+  if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(huge ? kHugePage : kAlignment, rounded);
   if (!p) fail("Storage::allocate: out of memory allocating {} bytes", nbytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
   std::memset(p, 0, rounded);
   s->data_ = p;
   s->nbytes_ = nbytes;
