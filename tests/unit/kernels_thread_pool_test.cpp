@@ -26,7 +26,9 @@ TEST(KernelsThreadPool, covers_every_index_exactly_once_with_chunks_at_least_gra
           EXPECT_LT(b, e);
           EXPECT_GE(idx, 0);
           EXPECT_LT(idx, threads);
-          if (n >= grain) EXPECT_GE(e - b, grain);
+          if (n >= grain) {
+            EXPECT_GE(e - b, grain);
+          }
           ++chunks;
           for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
         }, grain);
