@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/float_formats.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -55,6 +56,14 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
   op.M = x.size(0), op.K = x.size(1), op.N = w.size(0);
   if (op.M == 0 || op.N == 0) return;
   op.S = w_scale.size(1);
+  if (op.S > 1 && group % 64 != 0) {
+    // Scale groups that split a 64-code vector (no scheme makes them; fp8-block's are 128):
+    // the Highway kernel takes them. `group` is not a tensor, so dispatch cannot see it.
+    const std::string name = std::string("matmul_quantized.cpu.hwy_f8_") + (Shuffled ? "shuffled_16x16" : "plain");
+    for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
+      if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn)(x, x_scale, w, w_scale, group, bias, out);
+    fail("matmul_quantized: FP8 scale groups of {} need kernel {}, which is not registered", group, name);
+  }
   op.group = group;
   op.Kp = (op.K + 63) / 64 * 64;
   std::vector<uint16_t> xb(static_cast<size_t>(op.M * op.Kp));
