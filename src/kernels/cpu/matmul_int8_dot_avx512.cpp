@@ -10,9 +10,11 @@
 // the activations are re-ordered once per call to match ([evens][odds] of 4 blocks).
 //
 // Four weight rows run together (one activation load for all, four independent chains;
-// measured ~1.4x one row at a time in L2). Per 16 blocks (512 values) of one weight row: the products land in int32 lanes that each
-// cover 4 (Q8_0: 8) values of one block; three rounds of pair sums (two permutes and an
-// add) leave one lane per block, in block order; then the offset correction, one convert,
+// in L2, Q8_0 ran ~1.4x one row at a time). Per 16 blocks (512 values) of one weight row:
+// vpdpbusd leaves int32 lanes of 4 products; a first round of pair sums (Q8_0) or a second
+// vpdpbusd into the same lanes (MXFP4's high nibbles) makes 4 lanes per block, two more
+// rounds of pair sums (two permutes and an add each) one lane per block, in block order;
+// then the offset correction, one convert,
 // the scale product and one fused multiply-add into the 16-lane accumulator, lane = block
 // mod 16: exactly the definition's float steps. Remaining blocks (K / 32 not a multiple of
 // 16) are summed in scalar code and enter the same accumulator under a mask.
@@ -33,8 +35,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")
 // The float steps are the definition's, one rounding each: no contraction of mul + add.
-// No auto-vectorization either: GCC 12 turns the scalar tail sum of int8 x int8 products
-// into vpdpbusd, which reads one side as unsigned (wrong sums; the tests caught it).
+// No auto-vectorization either: GCC 12 vectorized the scalar tail sum of int8 x int8
+// products into vpdpbusd (an unsigned x signed product) and the sums came out wrong (the
+// kernel-vs-definition test caught it).
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
 
 namespace refit::cpu::int8dot {
