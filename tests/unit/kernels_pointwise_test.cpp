@@ -120,7 +120,9 @@ TEST(KernelsPointwise, softmax_matches_reference_and_handles_masks_and_large_val
       ops::softmax(x);
       cpu::reference::softmax(ref);
       EXPECT_LT(nmse(x, ref), kNmseF32);
-      if (D > 2) EXPECT_EQ(x.data<float>()[D + 1], 0.0f);
+      if (D > 2) {
+        EXPECT_EQ(x.data<float>()[D + 1], 0.0f);
+      }
       for (float v : x.to_floats()) EXPECT_TRUE(std::isfinite(v));
     }
   });

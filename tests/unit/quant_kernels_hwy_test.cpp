@@ -228,8 +228,11 @@ TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) 
       for (int64_t m = 0; m < rows; ++m)
         for (int64_t n = 0; n < N; ++n) {
           const float want = e8m0_to_f32(static_cast<uint8_t>(n)), got = out.data<float>()[m * N + n];
-          if (n == 255) EXPECT_TRUE(std::isnan(got)) << "row " << m;
-          else EXPECT_EQ(got, want) << "scale byte " << n << " row " << m;
+          if (n == 255) {
+            EXPECT_TRUE(std::isnan(got)) << "row " << m;
+          } else {
+            EXPECT_EQ(got, want) << "scale byte " << n << " row " << m;
+          }
         }
     }
   });

@@ -146,7 +146,9 @@ TEST_F(SchedulerTest, logprobs_are_raw_log_softmax_and_not_affected_by_temperatu
   Outcome t2 = collect(*sched->submit(s));
   EXPECT_EQ(t1.tokens, t2.tokens);  // same seed, same draws
   for (float lp : g.logprobs) EXPECT_LE(lp, 0.0f);
-  if (t1.tokens[0] == g.tokens[0]) EXPECT_EQ(t1.logprobs[0], g.logprobs[0]);
+  if (t1.tokens[0] == g.tokens[0]) {
+    EXPECT_EQ(t1.logprobs[0], g.logprobs[0]);
+  }
   else EXPECT_LT(t1.logprobs[0], g.logprobs[0]);  // greedy took the most likely token
 }
 

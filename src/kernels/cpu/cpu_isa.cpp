@@ -79,6 +79,8 @@ std::string cpu_isa_name() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CompiledTarget)());
 }
 
+bool avx512_allowed() { return cpu_isa_name().rfind("AVX3", 0) == 0; }
+
 std::vector<std::string> cpu_isas_available() {
   init_cpu_isa();
   // SupportedTargets() honours the cap in force, so ask with the cap lifted, then put

@@ -20,6 +20,11 @@ void init_cpu_isa();
 // The Highway target the kernels dispatch to now, e.g. "AVX3", "AVX2", "EMU128".
 std::string cpu_isa_name();
 
+// Whether the cap allows AVX-512 (the chosen target is one of Highway's AVX3 targets).
+// Hand-written AVX-512 kernels (matmul_int8_dot, matmul_fp8_bf16dot) check it beside the
+// CPU's own feature bits, so REFIT_CPU_ISA turns them off like the Highway ones.
+bool avx512_allowed();
+
 // The names set_cpu_isa accepts that this CPU can run, best first ("avx3", ..., "scalar").
 std::vector<std::string> cpu_isas_available();
 

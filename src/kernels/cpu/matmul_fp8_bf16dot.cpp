@@ -107,7 +107,7 @@ bool usable() {
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
                           __builtin_cpu_supports("fma");
-  return cpu && cpu_isa_name().rfind("AVX3", 0) == 0;
+  return cpu && avx512_allowed();
 #else
   return false;
 #endif

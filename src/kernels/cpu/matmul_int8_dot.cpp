@@ -198,8 +198,7 @@ bool avx512_vnni_usable() {
                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
                           __builtin_cpu_supports("fma");
-  // REFIT_CPU_ISA below avx3 turns it off like every AVX-512 kernel.
-  return cpu && cpu_isa_name().rfind("AVX3", 0) == 0;
+  return cpu && avx512_allowed();
 #else
   return false;
 #endif
