@@ -1,5 +1,5 @@
 // The integer-dot W8A8 kernels (q8_0-w8a8, mxfp4-w8a8; kernels/cpu/matmul_int8_dot.h):
-// the AVX-512 VNNI kernel equals the scalar definition bit for bit (plain and shuffled
+// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit (plain and shuffled
 // weights, odd shapes, every code incl. Q8_0's -128, every e8m0 scale incl. NaN); both
 // agree with a dequantize-then-matmul of the quantized activations in double to 1e-4; each
 // output row is bitwise the same whatever M is, and whatever the layout; the activation
@@ -98,7 +98,8 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
     const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
     Tensor bias = Tensor::empty({c.n}, DType::f32);
     for (int64_t i = 0; i < c.n; ++i) bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}}) {
+    // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{17}, int64_t{33}}) {
       const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
       Tensor out = Tensor::empty({m, c.n}, DType::f32);
       const Kernel& k = selected(a.xq, a.xd, w, bias, out);
@@ -165,14 +166,16 @@ TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
   QuantWeight w = make_quant_weight(parse_quant_scheme("mxfp4"), n, k, false, 9);
   for (int64_t i = 0; i < n * k / 2; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 37);
   for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);  // rows 15, 31: 255
-  const Activations a = make_activations(3, k, 4);
-  const Tensor out = run(a.xq, a.xd, w, Tensor());
-  Tensor def = Tensor::empty({3, n}, DType::f32);
-  definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes, w.scales, 32, Tensor(), def);
-  EXPECT_EQ(bits(out), bits(def));
-  int nan = 0;
-  for (float v : out.to_floats()) nan += std::isnan(v);
-  EXPECT_EQ(nan, 2 * 3) << "only the two rows holding the NaN scale (byte 255) are NaN";
+  for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
+    const Activations a = make_activations(m, k, 4);
+    const Tensor out = run(a.xq, a.xd, w, Tensor());
+    Tensor def = Tensor::empty({m, n}, DType::f32);
+    definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes, w.scales, 32, Tensor(), def);
+    EXPECT_EQ(bits(out), bits(def)) << "M " << m;
+    int nan = 0;
+    for (float v : out.to_floats()) nan += std::isnan(v);
+    EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
+  }
 }
 
 TEST(Int8DotKernels, activation_quantizer_rounds_ties_to_even_and_marks_non_finite_blocks) {

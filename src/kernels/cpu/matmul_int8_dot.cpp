@@ -10,6 +10,11 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -99,14 +104,29 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   const auto* scales = static_cast<const uint8_t*>(w_scale.raw_data());
   Prepared prepared{};
   std::vector<uint8_t> scratch;
-  if constexpr (I == Impl::avx512) {
+  // Prefill-sized batches on AMX (the same bits: see matmul_int8_dot_amx.cpp), with the
+  // activations re-laid for it once per call.
+  const bool amx = I == Impl::avx512 && op.M >= kAmxMinRows && amx_usable();
+  const int64_t Mpad = (op.M + 15) / 16 * 16;
+  std::vector<int8_t> xv;
+  std::vector<float> xdt;
+  if (amx) {
+    xv.resize(static_cast<size_t>(Mpad * op.K));
+    xdt.resize(static_cast<size_t>(Mpad * op.S));
+    prepare_amx_activations(op, Mpad, xv.data(), xdt.data());
+  } else if constexpr (I == Impl::avx512) {
     scratch.resize(static_cast<size_t>(prepared_bytes(op) + 64));
     void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     prepare_activations(op, aligned, prepared);
   }
   const int64_t tiles = (op.N + kTileRows - 1) / kTileRows;
   parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
-    std::vector<uint8_t> codes_buf, scales_buf;
+    std::vector<uint8_t> codes_buf, scales_buf, amx_scratch;
+    std::vector<float> dw_plain;
+    if (amx) {
+      amx_scratch.resize(static_cast<size_t>(amx_scratch_bytes(op)));
+      dw_plain.resize(static_cast<size_t>(kTileRows * op.S));
+    }
     if constexpr (Shuffled) {
       codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
       scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
@@ -126,8 +146,14 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
         tile.scales = scales + tile.n0 * op.S * esize;
         if (tile.n0 + 2 * kTileRows <= op.N) tile.next = tile.codes + kTileRows * row_bytes;
       }
-      if constexpr (I == Impl::avx512) tile_avx512(op, prepared, tile);
-      else tile_definition(op, tile);
+      if (amx) {
+        weight_scales_f32(op.kind, static_cast<const uint8_t*>(tile.scales), tile.rows * op.S, dw_plain.data());
+        tile_amx(op, xv.data(), xdt.data(), Mpad, tile, dw_plain.data(), amx_scratch.data());
+      } else if constexpr (I == Impl::avx512) {
+        tile_avx512(op, prepared, tile);
+      } else {
+        tile_definition(op, tile);
+      }
     }
   });
 }
@@ -199,6 +225,20 @@ bool avx512_vnni_usable() {
                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
                           __builtin_cpu_supports("fma");
   return cpu && avx512_allowed();
+#else
+  return false;
+#endif
+}
+
+bool amx_usable() {
+#if defined(__x86_64__) && defined(__linux__)
+  // Linux hands out the AMX tile state only to a process that asks (arch_prctl
+  // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), once, for all its threads.
+  static const bool granted = [] {
+    if (!(__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))) return false;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  }();
+  return granted && avx512_vnni_usable();  // the tail of the AMX kernel is AVX-512, as is the cap
 #else
   return false;
 #endif

@@ -74,6 +74,22 @@ void prepare_activations(const Operands& op, void* scratch, Prepared& p);
 // out[:, tile rows] for every row of x.
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile);
 
+// AMX (matmul_int8_dot_amx.cpp): batches of kAmxMinRows activation rows or more. Whether
+// it may run (CPU, REFIT_CPU_ISA, and the kernel's permission to use tile registers).
+constexpr int64_t kAmxMinRows = 16;
+bool amx_usable();
+int64_t amx_scratch_bytes(const Operands& op);
+// count weight scales as the definition takes them (f16 for Q8_0, e8m0 * 0.5 for MXFP4),
+// in f32, with AVX-512 (F16C).
+void weight_scales_f32(Weights kind, const uint8_t* scales, int64_t count, float* out);
+// Activations re-laid for AMX: xv [Mpad/16][S][8][16][4] int8, xdt [Mpad/16][S][16] f32
+// (Mpad = M rounded up to 16; rows past M zero).
+void prepare_amx_activations(const Operands& op, int64_t Mpad, int8_t* xv, float* xdt);
+// out[:, tile rows] for every row of x; dw_plain: the tile's weight scales as the
+// definition takes them, [rows, S] f32.
+void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mpad, const Tile& tile,
+              const float* dw_plain, void* scratch);
+
 void register_kernels(KernelRegistry& registry);
 
 }  // namespace refit::cpu::int8dot
