@@ -12,7 +12,8 @@
 //   acc[16]  = 0; for b in order: acc[b % 16] = fma(float(isum[b]), s[b], acc[b % 16])
 //   out      = pairwise tree over the 16 lanes (i + 8, then + 4, + 2, + 1), then + bias
 // float(isum) is exact (|isum| <= 32 * 128 * 128 < 2^24). The scalar kernel below is this
-// definition, line by line; the AVX-512 kernel computes the same values (integer sums in
+// definition, line by line; the AVX-512 VNNI kernel (and the AMX one, for batches of 16
+// rows or more) computes the same values (integer sums in
 // any order are exact; the float steps are the same operations in the same order), so
 // their outputs are equal bit for bit. Rows of a batch never interact, so a row's result
 // does not depend on M (batch invariance, issue 8), and a shuffled weight gives the plain
