@@ -85,8 +85,8 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
   // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
   // iteration, as a decode step does.
-  const bool w8a8 = scheme != "bf16" && parse_quant_scheme(scheme).w8a8;
-  const bool int8 = w8a8 && parse_quant_scheme(scheme).int8_activations();
+  const QuantScheme qs = scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme);
+  const bool w8a8 = qs.w8a8, int8 = w8a8 && qs.int8_activations();
   Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
   Tensor x8 = Tensor::empty({1, K}, DType::f8_e4m3fn), x8s = Tensor::empty({1}, DType::f32);
   size_t next = 0;

@@ -59,22 +59,43 @@ std::string list_layouts(const std::vector<Layout>& layouts) {
   return fmt::format("{}", fmt::join(names, "|"));
 }
 
-// rejection_reason(...).empty() before the constraint, without building any text.
-bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args) {
-  if (args.size() != kernel.args.size()) return false;
+// Whether `args` pass `kernel`'s argument rules (count, presence, device, dtype, layout),
+// its constraint aside. The reason is written to `why` only when asked for: select() runs
+// this for every kernel it passes over on every call, and formatting is the cost there.
+bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args, std::string* why) {
+  if (args.size() != kernel.args.size()) {
+    if (why) *why = fmt::format("takes {} arguments, got {}", kernel.args.size(), args.size());
+    return false;
+  }
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgRule& rule = kernel.args[i];
     const Tensor* t = args[i];
     if (!t || !t->defined()) {
       if (rule.optional) continue;
+      if (why) *why = fmt::format("argument '{}' is required", rule.name);
       return false;
     }
-    if (t->device().type != kernel.device) return false;
-    if (!rule.dtypes.empty() && std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end())
+    if (t->device().type != kernel.device) {
+      if (why)
+        *why = fmt::format("runs on {}, argument '{}' is on {}", device_type_name(kernel.device), rule.name,
+                           t->device().str());
       return false;
-    if (rule.layouts.empty() ? t->layout() != Layout::strided
-                             : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) == rule.layouts.end())
+    }
+    if (!rule.dtypes.empty() && std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end()) {
+      if (why)
+        *why = fmt::format("argument '{}' must be {}, got {}", rule.name, list_dtypes(rule.dtypes),
+                           dtype_name(t->dtype()));
       return false;
+    }
+    const bool layout_ok = rule.layouts.empty()
+                               ? t->layout() == Layout::strided
+                               : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) != rule.layouts.end();
+    if (!layout_ok) {
+      if (why)
+        *why = fmt::format("argument '{}' must have layout {}, got {}", rule.name, list_layouts(rule.layouts),
+                           layout_name(t->layout()));
+      return false;
+    }
   }
   return true;
 }
@@ -83,31 +104,8 @@ bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args) {
 
 std::string KernelRegistry::rejection_reason(const Kernel& kernel,
                                              std::span<const Tensor* const> args) {
-  if (args.size() != kernel.args.size())
-    return fmt::format("takes {} arguments, got {}", kernel.args.size(), args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    const ArgRule& rule = kernel.args[i];
-    const Tensor* t = args[i];
-    if (!t || !t->defined()) {
-      if (rule.optional) continue;
-      return fmt::format("argument '{}' is required", rule.name);
-    }
-    if (t->device().type != kernel.device)
-      return fmt::format("runs on {}, argument '{}' is on {}", device_type_name(kernel.device),
-                         rule.name, t->device().str());
-    if (!rule.dtypes.empty() &&
-        std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end())
-      return fmt::format("argument '{}' must be {}, got {}", rule.name, list_dtypes(rule.dtypes),
-                         dtype_name(t->dtype()));
-    const Layout wanted_default = Layout::strided;
-    bool layout_ok = rule.layouts.empty()
-                         ? t->layout() == wanted_default
-                         : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) !=
-                               rule.layouts.end();
-    if (!layout_ok)
-      return fmt::format("argument '{}' must have layout {}, got {}", rule.name,
-                         list_layouts(rule.layouts), layout_name(t->layout()));
-  }
+  std::string why;
+  if (!rules_match(kernel, args, &why)) return why;
   if (kernel.constraint) return kernel.constraint(args);
   return {};
 }
@@ -131,7 +129,7 @@ const Kernel& KernelRegistry::select(std::string_view op,
   // The common case, every call of every op: the first kernel whose rules match and whose
   // constraint accepts, without formatting a reason for each kernel passed over.
   for (const Kernel& k : kernels_)
-    if (k.op == op && rules_match(k, args) && (!k.constraint || k.constraint(args).empty())) return k;
+    if (k.op == op && rules_match(k, args, nullptr) && (!k.constraint || k.constraint(args).empty())) return k;
   std::string rejected;
   bool any = false;
   for (const Kernel& k : kernels_) {

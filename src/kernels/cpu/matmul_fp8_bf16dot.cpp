@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
 
 namespace refit::cpu::fp8dot {
@@ -37,16 +38,6 @@ const Bf16Tables& tables() {
     return t;
   }();
   return t;
-}
-
-// Tile t (16 rows x row_bytes) of shuffled_16x16 codes in plain layout.
-void unshuffle_tile(const uint8_t* codes, int64_t t, int64_t row_bytes, uint8_t* out) {
-  const int64_t pieces = row_bytes / 32;
-  for (int64_t kt = 0; kt < pieces; ++kt)
-    for (int64_t h = 0; h < 2; ++h) {
-      const uint8_t* src = codes + (t * pieces + kt) * 512 + h * 256;
-      for (int64_t r = 0; r < 16; ++r) std::memcpy(out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
-    }
 }
 
 template <bool Shuffled>
@@ -83,7 +74,7 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = t * 16, rows = std::min<int64_t>(16, op.N - n0);
       if constexpr (Shuffled) {
-        unshuffle_tile(codes, t, op.K, plain.data());
+        unshuffle_code_tile(codes, t, op.K, plain.data());
         rows_avx512(op, plain.data(), n0, rows, nullptr);
       } else {
         // The next tile's bytes are requested while this one is multiplied.

@@ -20,6 +20,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,fma")
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+#include "kernels/cpu/avx512_lanes-inl.h"
 
 namespace refit::cpu::fp8dot {
 
@@ -42,13 +43,6 @@ inline void Decode64(const Tables& t, const uint8_t* p, __mmask64 mask, __m512i&
   hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
   first = _mm512_unpacklo_epi8(lo, hi);
   second = _mm512_unpackhi_epi8(lo, hi);
-}
-
-inline float TreeSum(__m512 acc) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
 }
 
 // Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR).
@@ -97,7 +91,7 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
       const int64_t m = m0 + i, n = n0 + j;
-      float v = TreeSum(total[i][j]);
+      float v = avx512::LaneTreeSum(total[i][j]);
       if (!grouped) v = v * op.w_scale[n];
       v = v * op.xs[m];
       op.out[m * op.ldo + n] = op.bias ? v + op.bias[n] : v;

@@ -18,6 +18,7 @@
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
 
 namespace refit::cpu::int8dot {
@@ -71,12 +72,7 @@ void tile_definition(const Operands& op, const Tile& t) {
 // [S/g, 16, g] with g = scale groups per 32-byte tile).
 void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int64_t row_bytes, int64_t S,
                     int64_t esize, int64_t g, uint8_t* codes_out, uint8_t* scales_out) {
-  const int64_t pieces = row_bytes / 32;
-  for (int64_t kt = 0; kt < pieces; ++kt)
-    for (int64_t h = 0; h < 2; ++h) {
-      const uint8_t* src = codes + (t * pieces + kt) * 512 + h * 256;
-      for (int64_t r = 0; r < kTileRows; ++r) std::memcpy(codes_out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
-    }
+  unshuffle_code_tile(codes, t, row_bytes, codes_out);
   const uint8_t* tile_scales = scales + t * kTileRows * S * esize;
   for (int64_t c = 0; c < S / g; ++c)
     for (int64_t r = 0; r < kTileRows; ++r)

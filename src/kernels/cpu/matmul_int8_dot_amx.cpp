@@ -25,6 +25,7 @@
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,f16c,fma")
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+#include "kernels/cpu/avx512_lanes-inl.h"
 
 namespace refit::cpu::int8dot {
 namespace {
@@ -51,13 +52,8 @@ void weight_scales_f32(Weights kind, const uint8_t* scales, int64_t count, float
     __m512 f;
     if (kind == Weights::q8_0) {
       f = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, scales + 2 * i));
-    } else {  // 2^(e - 127) * 0.5; e = 0: 2^-127 (subnormal), e = 255: NaN
-      const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, scales + i));
-      f = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-      f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_ps(0x1p-127f));
-      f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
-                             _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-      f = _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
+    } else {
+      f = avx512::E8m0TimesHalf(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, scales + i)));
     }
     _mm512_mask_storeu_ps(out + i, mask, f);
   }

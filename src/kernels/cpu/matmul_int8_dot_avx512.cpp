@@ -39,6 +39,7 @@
 // products into vpdpbusd (an unsigned x signed product) and the sums came out wrong (the
 // kernel-vs-definition test caught it).
 #pragma GCC optimize("fp-contract=off", "no-tree-vectorize")
+#include "kernels/cpu/avx512_lanes-inl.h"
 
 namespace refit::cpu::int8dot {
 namespace {
@@ -50,26 +51,13 @@ inline __m512i PairSums(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
-// The definition's tree: lanes i + 8, then + 4, + 2, + 1.
-inline float TreeSum(__m512 acc) {
-  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  const __m128 d = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
-}
-
 // Weight scales of 16 (or, masked, fewer) blocks as f32: f16 for Q8_0, e8m0 * 0.5 for MXFP4.
 template <Weights W>
 inline __m512 WeightScales(const void* p, __mmask16 mask) {
   if constexpr (W == Weights::q8_0) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
   } else {
-    const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, p));
-    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));  // 2^(e - 127) for e in 1..254
-    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_ps(0x1p-127f));
-    f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
-                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-    return _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
+    return avx512::E8m0TimesHalf(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, p)));
   }
 }
 
@@ -159,7 +147,7 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
       acc[j] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums)), s, acc[j], mask);
     }
   }
-  for (int j = 0; j < NR; ++j) result[j] = TreeSum(acc[j]);
+  for (int j = 0; j < NR; ++j) result[j] = avx512::LaneTreeSum(acc[j]);
 }
 
 template <Weights W>

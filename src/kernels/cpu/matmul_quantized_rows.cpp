@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace refit::cpu {
 namespace {
 
@@ -74,6 +76,15 @@ void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFa
     k.fn = row.fn;
     registry.add(std::move(k));
   }
+}
+
+void unshuffle_code_tile(const uint8_t* codes, int64_t t, int64_t row_bytes, uint8_t* out) {
+  const int64_t pieces = row_bytes / 32;
+  for (int64_t kt = 0; kt < pieces; ++kt)
+    for (int64_t h = 0; h < 2; ++h) {
+      const uint8_t* src = codes + (t * pieces + kt) * 512 + h * 256;
+      for (int64_t r = 0; r < 16; ++r) std::memcpy(out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
+    }
 }
 
 }  // namespace refit::cpu

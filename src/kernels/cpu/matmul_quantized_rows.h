@@ -5,6 +5,7 @@
 // their functions, priority and a few extra limits.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/registry.h"
@@ -26,5 +27,10 @@ struct QuantizedKernelFamily {
 };
 
 void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFamily& family);
+
+// Tile t (16 rows of row_bytes) of shuffled_16x16 codes, stored as 16-row x 32-byte tiles
+// each [2][16][16], written out in plain layout: out [16, row_bytes]. For kernels that
+// run shuffled weights through their plain path a tile at a time (same bits as plain).
+void unshuffle_code_tile(const uint8_t* codes, int64_t t, int64_t row_bytes, uint8_t* out);
 
 }  // namespace refit::cpu
