@@ -91,8 +91,14 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
       {"mxfp4-w8a8", true, 32, 576},  {"mxfp4-w8a8", false, 5, 64},
       {"mxfp4-w8a8", false, 17, 1024},
   };
+  // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
+  const bool vbmi = cpu::int8dot::vbmi_in_use();
+  for (const bool use_vbmi : {true, false})
   for (const Case& c : cases) {
-    SCOPED_TRACE(fmt::format("{} {} N {} K {}", c.scheme, c.shuffled ? "shuffled" : "plain", c.n, c.k));
+    if (!use_vbmi && (!vbmi || std::string(c.scheme) != "mxfp4-w8a8")) continue;
+    cpu::int8dot::set_vbmi_allowed(use_vbmi);
+    SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme, c.shuffled ? "shuffled" : "plain", c.n, c.k,
+                             use_vbmi ? "" : " (vpshufb path)"));
     const QuantScheme s = parse_quant_scheme(c.scheme);
     const QuantWeight w = make_quant_weight(s, c.n, c.k, c.shuffled, 11);
     const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
@@ -132,6 +138,7 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
       }
     }
   }
+  cpu::int8dot::set_vbmi_allowed(true);
 }
 
 // Q8_0 codes over the whole byte range (-128 included: ggml never writes it, a GGUF may
@@ -166,7 +173,10 @@ TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
   QuantWeight w = make_quant_weight(parse_quant_scheme("mxfp4"), n, k, false, 9);
   for (int64_t i = 0; i < n * k / 2; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 37);
   for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);  // rows 15, 31: 255
+  for (const bool use_vbmi : {true, false})  // both nibble decoders (see above)
   for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
+    cpu::int8dot::set_vbmi_allowed(use_vbmi);
+    SCOPED_TRACE(use_vbmi ? "vpermb where the CPU has VBMI" : "vpshufb");
     const Activations a = make_activations(m, k, 4);
     const Tensor out = run(a.xq, a.xd, w, Tensor());
     Tensor def = Tensor::empty({m, n}, DType::f32);
@@ -176,6 +186,7 @@ TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
     for (float v : out.to_floats()) nan += std::isnan(v);
     EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
   }
+  cpu::int8dot::set_vbmi_allowed(true);
 }
 
 TEST(Int8DotKernels, activation_quantizer_rounds_ties_to_even_and_marks_non_finite_blocks) {

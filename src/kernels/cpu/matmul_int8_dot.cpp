@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -225,6 +226,21 @@ bool avx512_vnni_usable() {
   return false;
 #endif
 }
+
+namespace {
+std::atomic<bool> g_vbmi_allowed{true};
+}  // namespace
+
+bool vbmi_in_use() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool cpu = __builtin_cpu_supports("avx512vbmi");
+  return cpu && g_vbmi_allowed.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void set_vbmi_allowed(bool allowed) { g_vbmi_allowed.store(allowed); }
 
 bool amx_usable() {
 #if defined(__x86_64__) && defined(__linux__)

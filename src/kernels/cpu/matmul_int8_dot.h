@@ -69,6 +69,11 @@ struct Prepared {
 
 // Whether the AVX-512 VNNI kernel may run: the CPU has it and REFIT_CPU_ISA allows avx3.
 bool avx512_vnni_usable();
+// MXFP4 nibbles are decoded with vpermb where the CPU has AVX-512 VBMI (Ice Lake and
+// later) and with vpshufb otherwise (Cascade Lake has VNNI without VBMI); both give the
+// same integers. Tests turn VBMI off to run the other path on a CPU that has it.
+bool vbmi_in_use();
+void set_vbmi_allowed(bool allowed);
 // Bytes of scratch Prepared needs (64-byte aligned), and filling it.
 int64_t prepared_bytes(const Operands& op);
 void prepare_activations(const Operands& op, void* scratch, Prepared& p);

@@ -33,7 +33,7 @@
 #include "kernels/cpu/matmul_int8_dot.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,f16c,fma")
 // The float steps are the definition's, one rounding each: no contraction of mul + add.
 // No auto-vectorization either: GCC 12 vectorized the scalar tail sum of int8 x int8
 // products into vpdpbusd (an unsigned x signed product) and the sums came out wrong (the
@@ -62,7 +62,7 @@ inline __m512 WeightScales(const void* p, __mmask16 mask) {
 }
 
 // Raw (offset) sums of 16 consecutive blocks starting at value k0, one lane per block.
-template <Weights W>
+template <Weights W, bool Vbmi>
 inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xperm, int64_t k0, const uint8_t* ahead) {
   __m512i t[4];
   if constexpr (W == Weights::q8_0) {
@@ -88,8 +88,16 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
       const int64_t b = k0 / 2 + 64 * p;  // packed byte offset: 4 blocks of 16 bytes
       if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
       const __m512i bytes = _mm512_loadu_si512(w + b);
-      const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
-      const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+      __m512i lo, hi;
+      if constexpr (Vbmi) {
+        // vpermb reads only index bits 0-5 and the table repeats every 16 entries, so the
+        // bits above each nibble need no masking: one shift and two lookups per 64 bytes.
+        lo = _mm512_permutexvar_epi8(bytes, table);
+        hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), table);
+      } else {
+        lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
+        hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+      }
       const int8_t* xp = xperm + k0 + 128 * p;
       __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xp));
       t[p] = _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(xp + 64));  // 4 blocks x 4 lanes
@@ -116,7 +124,7 @@ inline int32_t BlockSum(const uint8_t* w, const int8_t* x, int64_t block) {
 
 // NR weight rows (rows_bytes apart) against activation row m: NR independent streams and
 // dependency chains in flight, one activation load shared by all.
-template <Weights W, int NR>
+template <Weights W, bool Vbmi, int NR>
 void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w, int64_t row_bytes,
              const uint8_t* scales, const uint8_t* ahead, float* result) {
   const int8_t* x = op.xq + m * op.ldxq;
@@ -131,7 +139,7 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
     const __m512i c = _mm512_loadu_si512(corr + b);
     const __m512 d = _mm512_loadu_ps(xd + b);
     for (int j = 0; j < NR; ++j) {
-      const __m512i raw = BlockSums16<W>(w + j * row_bytes, x, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
+      const __m512i raw = BlockSums16<W, Vbmi>(w + j * row_bytes, x, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
       const __m512 s = _mm512_mul_ps(d, WeightScales<W>(scales + j * scale_row + b * esize, 0xFFFF));
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, c)), s, acc[j]);
     }
@@ -150,7 +158,7 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
   for (int j = 0; j < NR; ++j) result[j] = avx512::LaneTreeSum(acc[j]);
 }
 
-template <Weights W>
+template <Weights W, bool Vbmi>
 void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   const int64_t esize = W == Weights::q8_0 ? 2 : 1;
   const auto* scales = static_cast<const uint8_t*>(t.scales);
@@ -163,8 +171,8 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
       const uint8_t* w = t.codes + r * t.row_bytes;
       const uint8_t* sc = scales + r * op.S * esize;
       const uint8_t* a = m == 0 ? ahead : nullptr;
-      if (nr == 4) RowsDot<W, 4>(op, p, m, w, t.row_bytes, sc, a, v);
-      else RowsDot<W, 1>(op, p, m, w, t.row_bytes, sc, a, v);
+      if (nr == 4) RowsDot<W, Vbmi, 4>(op, p, m, w, t.row_bytes, sc, a, v);
+      else RowsDot<W, Vbmi, 1>(op, p, m, w, t.row_bytes, sc, a, v);
       for (int j = 0; j < nr; ++j) {
         const int64_t n = t.n0 + r + j;
         op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
@@ -177,8 +185,9 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
 }  // namespace
 
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile) {
-  if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0>(op, p, tile);
-  else TileImpl<Weights::mxfp4>(op, p, tile);
+  if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0, false>(op, p, tile);
+  else if (vbmi_in_use()) TileImpl<Weights::mxfp4, true>(op, p, tile);
+  else TileImpl<Weights::mxfp4, false>(op, p, tile);
 }
 
 }  // namespace refit::cpu::int8dot
