@@ -1,5 +1,6 @@
 // The one pool every CPU kernel runs on. parallel_for splits [0, n) into contiguous
-// chunks, one per thread, and returns when all are done. Nested calls run inline.
+// ranges among the threads (a thread that falls behind has the rest of its share taken
+// over) and returns when all are done. Nested calls run inline.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,9 @@ namespace refit {
 int num_threads();
 // Resize the pool (>= 1). Not thread-safe against concurrent parallel_for calls.
 void set_num_threads(int n);
-// fn(begin, end, thread_index); chunks are at least `grain` long.
+// fn(begin, end, thread_index), possibly several times per thread; each range is at least
+// `grain` long (unless n is shorter), calls with the same thread_index never overlap, and
+// where the cuts fall depends on timing, so fn's results must not depend on them.
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                   int64_t grain = 1);
 
