@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats_test_util.h"
+#include "kernels/cpu/stream_read.h"
 #include "models/demo_model.h"
 #include "models/quantize_model.h"
 #include "models/synthetic_checkpoint.h"
@@ -168,6 +169,26 @@ TEST(MemoryBandwidth, stream_and_memcpy_report_positive_rates) {
   EXPECT_GT(s.read_gbs, 0.0);
   EXPECT_EQ(s.threads, num_threads());
   EXPECT_GT(measure_memcpy_gbs(size_t{8} << 20, 2), 0.0);
+}
+
+// Both read patterns behind the read limit touch every byte: the same checksum, and a
+// change to any one byte (first, last, a stream boundary) shows in both.
+TEST(MemoryBandwidth, read_sweeps_cover_every_byte) {
+  std::vector<uint8_t> buf(size_t{1} << 20);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 131 + i / 977);
+  const uint64_t one = cpu::read_sweep(buf.data(), buf.size());
+  EXPECT_EQ(cpu::read_sweep_streams(buf.data(), buf.size()), one);
+  for (size_t at : {size_t{0}, buf.size() / 16, buf.size() / 16 - 1, buf.size() - 1}) {
+    buf[at] ^= 1;
+    EXPECT_NE(cpu::read_sweep(buf.data(), buf.size()), one) << at;
+    EXPECT_NE(cpu::read_sweep_streams(buf.data(), buf.size()), one) << at;
+    buf[at] ^= 1;
+  }
+  // A length that is not a multiple of the stream layout: the tail bytes still count.
+  const size_t odd = buf.size() - 37;
+  const uint64_t before = cpu::read_sweep_streams(buf.data(), odd);
+  buf[odd - 1] ^= 0x10;
+  EXPECT_NE(cpu::read_sweep_streams(buf.data(), odd), before);
 }
 
 TEST(MemoryBandwidth, stream_arrays_follow_streams_four_times_the_cache_rule) {

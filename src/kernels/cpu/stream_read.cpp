@@ -27,6 +27,28 @@ uint64_t ReadSweep(const uint8_t* p, size_t n) {
   return sum;
 }
 
+// The range as kStreams equal parts read side by side, one vector from each per step: the
+// pattern of a matmul walking many weight rows at once. On the 2-vCPU Sapphire Rapids VM
+// this read ~5-15% faster than one stream (more misses in flight per core).
+uint64_t ReadSweepStreams(const uint8_t* p, size_t n) {
+  constexpr size_t kStreams = 16;
+  const hn::ScalableTag<uint64_t> d;
+  const size_t L = hn::Lanes(d), vbytes = L * sizeof(uint64_t);
+  const size_t part = n / kStreams / vbytes * vbytes;
+  auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i < part; i += vbytes) {
+    for (size_t s = 0; s < kStreams; s += 4) {
+      a0 = hn::Add(a0, hn::LoadU(d, reinterpret_cast<const uint64_t*>(p + (s + 0) * part + i)));
+      a1 = hn::Add(a1, hn::LoadU(d, reinterpret_cast<const uint64_t*>(p + (s + 1) * part + i)));
+      a2 = hn::Add(a2, hn::LoadU(d, reinterpret_cast<const uint64_t*>(p + (s + 2) * part + i)));
+      a3 = hn::Add(a3, hn::LoadU(d, reinterpret_cast<const uint64_t*>(p + (s + 3) * part + i)));
+    }
+  }
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (size_t i = kStreams * part; i < n; ++i) sum += p[i];
+  return sum;
+}
+
 }  // namespace refit::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -36,10 +58,16 @@ HWY_AFTER_NAMESPACE();
 
 namespace refit::cpu {
 HWY_EXPORT(ReadSweep);
+HWY_EXPORT(ReadSweepStreams);
 
 uint64_t read_sweep(const void* p, size_t n) {
   init_cpu_isa();
   return HWY_DYNAMIC_DISPATCH(ReadSweep)(static_cast<const uint8_t*>(p), n);
+}
+
+uint64_t read_sweep_streams(const void* p, size_t n) {
+  init_cpu_isa();
+  return HWY_DYNAMIC_DISPATCH(ReadSweepStreams)(static_cast<const uint8_t*>(p), n);
 }
 
 }  // namespace refit::cpu
