@@ -90,6 +90,11 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
       {"mxfp4-w8a8", true, 48, 512},  {"mxfp4-w8a8", false, 37, 608},  // 19: three tail blocks
       {"mxfp4-w8a8", true, 32, 576},  {"mxfp4-w8a8", false, 5, 64},
       {"mxfp4-w8a8", false, 17, 1024},
+      // Rows of 1 or 2 KiB: four rows from four 4 KiB pages per pass, then the rows after
+      // them (16-row tiles; N 40 ends in an 8-row tile, by page for Q8_0 at K 2048 and row
+      // by row for MXFP4).
+      {"q8_0-w8a8", false, 40, 2048},  {"q8_0-w8a8", false, 48, 1024},
+      {"mxfp4-w8a8", false, 40, 2048}, {"mxfp4-w8a8", false, 32, 4096},
   };
   // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
   const bool vbmi = cpu::int8dot::vbmi_in_use();

@@ -48,7 +48,7 @@ inline void Decode64(const Tables& t, const uint8_t* p, __mmask64 mask, __m512i&
 // Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR).
 template <int MR, int NR>
 void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0, int64_t n0, int64_t r0,
-           const uint8_t* next) {
+           const uint8_t* next, int64_t stride = 1) {
   const int64_t chunks = op.Kp / 64;
   const bool grouped = op.S > 1;
   const int64_t per_group = grouped ? op.group / 64 : chunks;
@@ -65,8 +65,8 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
       const __mmask64 mask = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
       __m512i w[NR][2];
       for (int j = 0; j < NR; ++j) {
-        const uint8_t* row = codes + (r0 + j) * op.K;
-        if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j) * op.K + k), _MM_HINT_T1);
+        const uint8_t* row = codes + (r0 + j * stride) * op.K;
+        if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k), _MM_HINT_T1);
         Decode64(t, row + k, mask, w[j][0], w[j][1]);
       }
       for (int i = 0; i < MR; ++i) {
@@ -81,7 +81,7 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
     }
     for (int j = 0; j < NR; ++j) {
       if (grouped) {
-        const __m512 s = _mm512_set1_ps(op.w_scale[(n0 + j) * op.S + g]);
+        const __m512 s = _mm512_set1_ps(op.w_scale[(n0 + j * stride) * op.S + g]);
         for (int i = 0; i < MR; ++i) total[i][j] = _mm512_fmadd_ps(acc[i][j], s, total[i][j]);
       } else {
         for (int i = 0; i < MR; ++i) total[i][j] = acc[i][j];
@@ -90,7 +90,7 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      const int64_t m = m0 + i, n = n0 + j;
+      const int64_t m = m0 + i, n = n0 + j * stride;
       float v = avx512::LaneTreeSum(total[i][j]);
       if (!grouped) v = v * op.w_scale[n];
       v = v * op.xs[m];
@@ -107,6 +107,16 @@ void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t r
   // decoded weight vector serves four rows of x. Grouped scales keep a second set of
   // accumulators, so they stay at one activation row.
   if (op.M == 1 || op.S > 1) {
+    // Rows shorter than a 4 KiB page: four rows from four pages per pass, then the rows
+    // after them, so each page streams front to back (see matmul_int8_dot_avx512.cpp).
+    const int64_t per_page = op.K < 4096 && 4096 % op.K == 0 ? 4096 / op.K : 1;
+    if (per_page > 1 && per_page <= 4 && rows % (4 * per_page) == 0) {
+      for (int64_t g = 0; g < rows; g += 4 * per_page)
+        for (int64_t phase = 0; phase < per_page; ++phase)
+          for (int64_t m = 0; m < op.M; ++m)
+            Block<1, 4>(op, t, codes, m, n0 + g + phase, g + phase, m == 0 ? next : nullptr, per_page);
+      return;
+    }
     for (; r + 4 <= rows; r += 4)
       for (int64_t m = 0; m < op.M; ++m) Block<1, 4>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
     for (; r < rows; ++r)
