@@ -172,6 +172,23 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   // fp8-channel-w8a8 +8% (four pairs, its kernel does the same).
   const int64_t per_page = t.row_bytes < 4096 && 4096 % t.row_bytes == 0 ? 4096 / t.row_bytes : 1;
   const int64_t stride = per_page <= 4 && t.rows % (4 * per_page) == 0 ? per_page : 1;
+  // Two rows per page (Q8_0 at K = 2048): a whole tile is eight pages, read eight rows at
+  // a time (one per page), which streamed ~4% faster than four (A/B on `medium`, 4 pairs).
+  if (stride == 2 && t.rows == 16) {
+    for (int64_t phase = 0; phase < 2; ++phase) {
+      const uint8_t* ahead = t.next ? t.next + phase * t.row_bytes : nullptr;
+      for (int64_t m = 0; m < op.M; ++m) {
+        float v[8];
+        RowsDot<W, Vbmi, 8>(op, p, m, t.codes + phase * t.row_bytes, t.row_bytes, 2, scales + phase * op.S * esize,
+                            m == 0 ? ahead : nullptr, v);
+        for (int j = 0; j < 8; ++j) {
+          const int64_t n = t.n0 + phase + 2 * j;
+          op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
+        }
+      }
+    }
+    return;
+  }
   for (int64_t g = 0; g < t.rows; g += 4 * stride)
     for (int64_t phase = 0; phase < stride; ++phase)
       for (int64_t r = g + phase, end = g + 4 * stride < t.rows ? g + 4 * stride : t.rows; r < end;) {
