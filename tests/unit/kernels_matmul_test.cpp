@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/reference.h"
@@ -54,6 +55,25 @@ void check_against_reference(DType wdtype, void (*kernel)(const Tensor&, const T
 
 TEST(KernelsMatmul, f32_blas_matches_reference) {
   check_against_reference(DType::f32, &cpu::matmul_f32_blas);
+}
+
+// The thread pool cuts work by timing, and OpenBLAS sums differently for another slice
+// width (at this small shape it switches kernels: with the pool's ranges as slices this
+// test failed), so the BLAS kernel slices N itself. Same bits with 1 and 2 threads and on
+// repeated runs (a fresh load and a refit must prefill alike, law L2).
+TEST(KernelsMatmul, f32_blas_bits_do_not_depend_on_threads_or_timing) {
+  const int saved = num_threads();
+  Tensor x = random_tensor({8, 72}, 5), w = random_tensor({1700, 72}, 6), bias = random_tensor({1700}, 7);
+  set_num_threads(1);
+  Tensor one = make_out(8, 1700);
+  cpu::matmul_f32_blas(x, w, bias, one);
+  set_num_threads(2);
+  for (int run = 0; run < 20; ++run) {
+    Tensor two = make_out(8, 1700);
+    cpu::matmul_f32_blas(x, w, bias, two);
+    ASSERT_EQ(std::memcmp(one.raw_data(), two.raw_data(), static_cast<size_t>(one.nbytes())), 0) << "run " << run;
+  }
+  set_num_threads(saved);
 }
 
 TEST(KernelsMatmul, bf16_weights_match_reference_under_every_isa) {

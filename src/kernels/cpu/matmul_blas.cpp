@@ -74,11 +74,12 @@ void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tenso
   const int64_t ldx = M == 1 ? std::max<int64_t>(x.stride(0), K) : x.stride(0);
   const int64_t ldo = M == 1 ? std::max<int64_t>(out.stride(0), N) : out.stride(0);
   const int64_t ldw = N == 1 ? std::max<int64_t>(w.stride(0), K) : w.stride(0);
-  // Blocks of 64 weight rows keep sgemm's panels full; with one chunk per thread.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (N + kBlock - 1) / kBlock;
-  parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
-    const int64_t n0 = b0 * kBlock, n1 = std::min(N, b1 * kBlock);
+  // One sgemm per slice of kSlice weight rows (a multiple of 64, which keeps sgemm's panels
+  // full). The slices are fixed, not the pool's ranges: those are cut by timing, and
+  // OpenBLAS may pick another kernel (and summation order) for another N, so a result
+  // would then change from run to run. With fixed slices it is the same every run.
+  constexpr int64_t kSlice = 512;
+  auto slice = [&](int64_t n0, int64_t n1) {
     float beta = 0.0f;
     if (bp != nullptr) {
       for (int64_t m = 0; m < M; ++m) std::copy(bp + n0, bp + n1, op + m * ldo + n0);
@@ -93,6 +94,9 @@ void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tenso
                 static_cast<blasint>(n1 - n0), static_cast<blasint>(K), 1.0f, xp,
                 static_cast<blasint>(ldx), wp + n0 * ldw, static_cast<blasint>(ldw), beta,
                 op + n0, static_cast<blasint>(ldo));
+  };
+  parallel_for((N + kSlice - 1) / kSlice, [&](int64_t s0, int64_t s1, int) {
+    for (int64_t s = s0; s < s1; ++s) slice(s * kSlice, std::min(N, (s + 1) * kSlice));
   });
 }
 
