@@ -142,7 +142,7 @@ class Pool {
     workers_.clear();
   }
 
-  // Takes up to `want` units from share s of `job`: from the front (the owner) or the back
+  // Takes units [first, last) from share s of `job`: from the front (the owner) or the back
   // (a thief). False when the share is empty or belongs to another job.
   bool claim(int64_t s, uint32_t job, bool front, int64_t& first, int64_t& last) {
     uint64_t word = shares_[s].word.load(std::memory_order_acquire);

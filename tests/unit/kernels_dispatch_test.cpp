@@ -24,7 +24,7 @@ void register_fake_gpu_matmul() {
   k.name = "matmul.test_double.cuda_any";
   k.device = DeviceType::cuda;
   k.priority = 1000;  // outranks every CPU kernel: only the device can rule it out
-  k.args = {{"x", {DType::f32}}, {"w", {}}, {"bias", {DType::f32}, {}, true}, {"out", {DType::f32}}};
+  k.args = {{"x", {DType::f32}, {}}, {"w", {}, {}}, {"bias", {DType::f32}, {}, true}, {"out", {DType::f32}, {}}};
   k.fn = reinterpret_cast<const void*>(&fake_gpu_matmul);
   KernelRegistry::global().add(k);
 }
@@ -99,8 +99,8 @@ TEST(Dispatch, NoAcceptingKernelListsEveryCandidateWithItsReason) {
 TEST(Dispatch, SelectionIsAPureFunctionOfTheTensors) {
   KernelRegistry local;
   auto noop = reinterpret_cast<const void*>(&fake_gpu_matmul);
-  local.add({"op", "low", DeviceType::cpu, 1, {{"a", {DType::f32}}}, nullptr, "", noop});
-  local.add({"op", "high_div16", DeviceType::cpu, 5, {{"a", {DType::f32}}},
+  local.add({"op", "low", DeviceType::cpu, 1, {{"a", {DType::f32}, {}}}, nullptr, "", noop});
+  local.add({"op", "high_div16", DeviceType::cpu, 5, {{"a", {DType::f32}, {}}},
              [](std::span<const Tensor* const> a) -> std::string {
                return a[0]->size(-1) % 16 == 0 ? "" : "last dim must be divisible by 16";
              },

@@ -195,8 +195,9 @@ TEST(SynthVocab, spm_scores_and_bpe_merges_tokenise_alike) {
   for (const std::string& text : sample_texts()) {
     auto spm = spm_encode(v, text, id);
     EXPECT_EQ(spm, bpe_encode(v, text, id, rank)) << text;
-    if (text.find_first_of("\xC3\xE2\xF0\t") == std::string::npos)
+    if (text.find_first_of("\xC3\xE2\xF0\t") == std::string::npos) {
       for (int32_t t : spm) EXPECT_EQ(v.types[t], 1) << "byte fallback in pure ASCII: " << text;
+    }
   }
   // Real words become single pieces.
   EXPECT_EQ(spm_encode(v, "Once upon a time", id).size(), 4u);

@@ -122,8 +122,8 @@ inline int32_t BlockSum(const uint8_t* w, const int8_t* x, int64_t block) {
   return s;
 }
 
-// NR weight rows (rows_bytes apart) against activation row m: NR independent streams and
-// dependency chains in flight, one activation load shared by all.
+// NR weight rows, `stride` rows apart (rows of row_bytes), against activation row m: NR
+// independent streams and dependency chains in flight, one activation load shared by all.
 template <Weights W, bool Vbmi, int NR>
 void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w, int64_t row_bytes,
              int64_t stride, const uint8_t* scales, const uint8_t* ahead, float* result) {
