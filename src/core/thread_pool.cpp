@@ -42,6 +42,7 @@ namespace refit {
 namespace {
 
 constexpr auto kSpinTime = std::chrono::microseconds(100);
+constexpr int kMaxPoolThreads = 1024;  // one share (a cache line) per thread is preallocated
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -59,12 +60,12 @@ int threads_from_env() {
   const char* env = std::getenv("REFIT_THREADS");
   if (env == nullptr || *env == '\0') {
     unsigned hw = std::thread::hardware_concurrency();
-    return hw == 0 ? 1 : static_cast<int>(hw);
+    return hw == 0 ? 1 : std::min(static_cast<int>(hw), kMaxPoolThreads);
   }
   char* end = nullptr;
   long v = std::strtol(env, &end, 10);
-  if (end == env || *end != '\0' || v < 1 || v > 1024)
-    fail("REFIT_THREADS='{}' is not a thread count (expected an integer in 1..1024)", env);
+  if (end == env || *end != '\0' || v < 1 || v > kMaxPoolThreads)
+    fail("REFIT_THREADS='{}' is not a thread count (expected an integer in 1..{})", env, kMaxPoolThreads);
   return static_cast<int>(v);
 }
 
@@ -117,7 +118,6 @@ class Pool {
 
  private:
   static constexpr int64_t kUnitsPerThread = 32;
-  static constexpr int kMaxThreads = 1024;
   struct alignas(64) Share {
     std::atomic<uint64_t> word{0};  // (job id << 32) | (first unit << 16) | end unit
   };
@@ -209,7 +209,7 @@ class Pool {
   std::atomic<bool> stopping_{false};
   std::atomic<uint32_t> job_seq_{0};
   std::atomic<uint32_t> remaining_{0};  // units of the current job not yet finished
-  Share shares_[kMaxThreads];
+  Share shares_[kMaxPoolThreads];
   const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
   std::atomic<int64_t> n_{0}, units_{1}, participants_{0};
   std::mutex error_mutex_;
@@ -226,7 +226,8 @@ Pool& pool() {
 int num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
-  if (n < 1) fail("set_num_threads({}): need at least one thread", n);
+  if (n < 1 || n > kMaxPoolThreads)
+    fail("set_num_threads({}): need a thread count in 1..{}", n, kMaxPoolThreads);
   pool().resize(n);
 }
 

@@ -109,7 +109,15 @@ TEST(KernelsThreadPool, concurrent_callers_each_get_their_whole_range) {
   set_num_threads(saved);
 }
 
-TEST(KernelsThreadPool, refuses_zero_threads) { EXPECT_THROW(set_num_threads(0), Error); }
+TEST(KernelsThreadPool, refuses_zero_threads_and_more_than_it_has_shares_for) {
+  const int saved = num_threads();
+  EXPECT_THROW(set_num_threads(0), Error);
+  EXPECT_THROW(set_num_threads(1025), Error);
+  EXPECT_EQ(num_threads(), saved);  // refused before anything changed
+  std::atomic<int64_t> sum{0};
+  parallel_for(100, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+}
 
 }  // namespace
 }  // namespace refit
