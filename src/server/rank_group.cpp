@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <shared_mutex>
 
 #include "core/error.h"
 
@@ -120,12 +121,12 @@ RankGroup::~RankGroup() {
 
 // ---- transport ----
 
-void RankGroup::broadcast_bytes(void* data, size_t bytes) {
+void RankGroup::broadcast_bytes(void* data, size_t bytes, int root) {
   // MPI counts are int: large tensors go in pieces.
   constexpr size_t kPiece = size_t{1} << 30;
   char* p = static_cast<char*>(data);
   for (size_t done = 0; done < bytes; done += kPiece)
-    communicator_->broadcast(p + done, std::min(kPiece, bytes - done), 0);
+    communicator_->broadcast(p + done, std::min(kPiece, bytes - done), root);
 }
 
 void RankGroup::send(Command command, const std::string& payload) {
@@ -270,6 +271,56 @@ void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Ten
   });
 }
 
+std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int64_t wanted) {
+  WeightPiece mine;
+  {
+    std::shared_lock lock(engine_.weights_mutex());
+    mine = local_weight_piece(engine_, name, wanted);
+  }
+  // Header: status, split_dim, slice_start, rank of the piece, then its dims (at most 8).
+  constexpr int kMaxDims = 8;
+  std::vector<WeightPiece> pieces;
+  for (int root = 0; root < world_size(); ++root) {
+    int64_t header[4 + kMaxDims] = {};
+    if (root == rank()) {
+      const bool ok = mine.status == 200 && mine.values.dim() <= kMaxDims;
+      header[0] = ok ? 200 : mine.status == 200 ? 400 : mine.status;
+      header[1] = mine.split_dim;
+      header[2] = mine.slice_start;
+      header[3] = ok ? mine.values.dim() : 0;
+      for (int64_t d = 0; ok && d < mine.values.dim(); ++d) header[4 + d] = mine.values.size(d);
+    }
+    communicator_->broadcast(header, sizeof header, root);
+    if (header[0] != 200) {
+      if (lead()) pieces.push_back(root == 0 ? mine : WeightPiece{static_cast<int>(header[0]), "a rank could not read it"});
+      continue;
+    }
+    Shape shape(header + 4, header + 4 + header[3]);
+    Tensor values = root == rank() ? mine.values : Tensor::empty(shape, DType::f32);
+    broadcast_bytes(values.raw_data(), values.nbytes(), root);
+    if (!lead()) continue;
+    WeightPiece piece = root == 0 ? mine : WeightPiece{};
+    piece.values = values;
+    piece.split_dim = header[1];
+    piece.slice_start = header[2];
+    piece.head_rows = mine.head_rows;  // the same model everywhere: the same leading rows
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
+std::vector<WeightPiece> RankGroup::read_weight(const std::string& name, int64_t wanted) {
+  std::vector<WeightPiece> pieces;
+  on_main([&] {
+    Writer w;
+    w.str(name);
+    w.i64(wanted);
+    send(Command::read_weight, w.take());
+    pieces = exchange_pieces(name, wanted);
+  });
+  return pieces;
+}
+
 // ---- workers ----
 
 void RankGroup::worker_update_tensors(const std::string& meta) {
@@ -332,6 +383,12 @@ void RankGroup::run_worker() {
       case Command::update_tensors:
         worker_update_tensors(payload);
         break;
+      case Command::read_weight: {
+        Reader r(payload);
+        const std::string name = r.str();
+        exchange_pieces(name, r.i64());
+        break;
+      }
       default:
         fail("tensor-parallel serving: unknown command {} from the lead", static_cast<int64_t>(command));
     }

@@ -8,6 +8,8 @@
 //                   (its collectives pair up with the lead's)
 //   update_disk     a weight update from a checkpoint path (+ names)
 //   update_tensors  a weight update from tensors (names, dtypes, shapes, then the bytes)
+//   read_weight     /get_weights_by_name: each rank in turn broadcasts its piece of the
+//                   named tensor, the lead puts them together (server/weight_readback.h)
 //   exit            shutdown: the workers return
 //
 // The block tables need no translation: every rank's pool has the same block count and
@@ -35,6 +37,7 @@
 #include "dist/communicator.h"
 #include "models/batched_forward.h"
 #include "runtime/engine.h"
+#include "server/weight_readback.h"
 
 namespace refit {
 
@@ -59,6 +62,10 @@ class RankGroup {
   // Throws Error (nothing changed on any rank) when any rank refuses the update.
   void update_from_disk(const std::string& path, const std::vector<std::string>& names = {});
   void update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors);
+  // Every rank's piece of the leading rows of checkpoint tensor `name` that hold its first
+  // `wanted` values, in rank order (each read under its rank's weights lock). A failed
+  // read (no such name, tile layout) is reported in the pieces' status.
+  std::vector<WeightPiece> read_weight(const std::string& name, int64_t wanted);
 
   // The lead's main thread: runs the work other threads hand over until stop(), then
   // tells the workers to exit.
@@ -69,11 +76,13 @@ class RankGroup {
   void release_workers();
 
  private:
-  enum class Command : int64_t { exit = 0, cache = 1, forward = 2, update_disk = 3, update_tensors = 4 };
+  enum class Command : int64_t { exit = 0, cache = 1, forward = 2, update_disk = 3, update_tensors = 4, read_weight = 5 };
   void on_main(const std::function<void()>& fn);
   void send(Command command, const std::string& payload);
   std::pair<Command, std::string> receive();
-  void broadcast_bytes(void* data, size_t bytes);
+  void broadcast_bytes(void* data, size_t bytes, int root = 0);
+  // Each rank in turn broadcasts its piece; the lead keeps them all (workers: empty).
+  std::vector<WeightPiece> exchange_pieces(const std::string& name, int64_t wanted);
   // Stages on this rank, agrees with the others, commits everywhere or nowhere.
   void apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage);
   void worker_update_tensors(const std::string& meta);

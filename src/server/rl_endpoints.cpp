@@ -8,6 +8,7 @@
 
 #include "server/api_types.h"
 #include "server/rank_group.h"
+#include "server/weight_readback.h"
 
 namespace refit {
 
@@ -200,27 +201,23 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
     const std::string name = field<std::string>(body, "name", "");
     const int64_t truncate = field<int64_t>(body, "truncate_size", 100);
     if (truncate < 0) throw HttpError{400, "'truncate_size' must be >= 0", "invalid_request_error", "truncate_size", {}};
-    const ParameterSet& params = c.engine.model().parameters();
-    CheckpointTarget target = params.target(name);
-    Parameter* p = target.parameter ? target.parameter : params.find(name);
-    if (!p) throw HttpError{404, fmt::format("no parameter or checkpoint tensor named '{}'", name), "invalid_request_error", "name", {}};
-    std::shared_lock lock(c.engine.weights_mutex());
-    Tensor t = p->data();
-    for (LayoutTransform tr : p->transforms())
-      if (tr != LayoutTransform::transpose)
-        throw HttpError{400, fmt::format("'{}' is stored in a kernel tile layout; read it with a plain layout", name),
-                        "invalid_request_error", "name", {}};
-    if (p->transposed()) t = t.transpose(0, 1);
-    if (target.sub_shard) t = t.narrow(0, target.sub_shard->local_row_offset, target.sub_shard->local_rows);
-    // Only the rows that hold the first truncate_size values are converted.
-    const int64_t cols = t.dim() >= 2 ? t.numel() / std::max<int64_t>(t.size(0), 1) : 1;
-    Tensor head = t.dim() >= 1 && t.size(0) > 0
-                      ? t.narrow(0, 0, std::min<int64_t>(t.size(0), (truncate + cols - 1) / std::max<int64_t>(cols, 1)))
-                      : t;
-    std::vector<float> values = head.to_floats();
-    if (static_cast<int64_t>(values.size()) > truncate) values.resize(static_cast<size_t>(truncate));
-    reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()),
-          json{{"name", name}, {"shape", t.shape()}, {"dtype", std::string(dtype_name(t.dtype()))}, {"values", values}});
+    // Under tensor parallelism every rank reads its piece and the lead puts them together,
+    // so the reply is the whole checkpoint tensor whatever --tp is.
+    std::vector<WeightPiece> pieces;
+    if (c.ranks) {
+      pieces = c.ranks->read_weight(name, truncate);
+    } else {
+      std::shared_lock lock(c.engine.weights_mutex());
+      pieces.push_back(local_weight_piece(c.engine, name, truncate));
+    }
+    for (const WeightPiece& piece : pieces)
+      if (piece.status != 200) throw HttpError{piece.status, piece.error, "invalid_request_error", "name", {}};
+    const Tensor full = assemble_weight(pieces);
+    const float* data = full.data<const float>();
+    const std::vector<float> values(data, data + std::min<int64_t>(full.numel(), truncate));
+    json out{{"name", name}, {"shape", pieces.front().full_shape}, {"dtype", pieces.front().dtype}, {"values", values}};
+    if (!pieces.front().sharding.empty()) out["sharding"] = pieces.front().sharding;  // a fused parameter's local rows
+    reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()), out);
   }));
 
   s.Post("/pause_generation", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {

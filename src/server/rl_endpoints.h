@@ -6,6 +6,7 @@
 //                                     abort_all_requests?, weight_version?, flush_cache?}
 //        (SGLang sends pickled torch tensors there; over plain HTTP refit takes base64 bytes)
 //   POST /get_weights_by_name        {name, truncate_size?}  -> first values, flattened
+//                                    (the whole checkpoint tensor under --tp: ranks' slices gathered)
 //   POST /pause_generation           {mode: abort | retract | in_place}
 //   POST /continue_generation, /flush_cache;  GET /get_weight_version
 //

@@ -9,6 +9,7 @@ and checks again; a wrong-shaped refit is refused on every rank; SIGTERM to rank
 all ranks (mpirun exits 0).
 """
 import base64
+import math
 import json
 import os
 import re
@@ -152,6 +153,19 @@ try:
         check(status == 200 and j["success"] and j["weight_version"] == "4", f"tp {s.tp} tensor update: {status} {j}")
     a, b = tp1.greedy_all(), tp2.greedy_all()
     check(all(b[n][0] == a[n][0] and b[n][1] == "4" for n in PROMPTS), f"after a tensor update: tp2 {b} tp1 {a}")
+    # Reading weights back under tp 2 gathers every rank's slice: the whole tensor, equal to
+    # tp 1's, for row-parallel (down_proj: columns), column-parallel inside fused q/k/v and
+    # gate/up (rows), and replicated tensors; truncated reads take the same leading values.
+    for name in [down, "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+                 "model.layers.0.mlp.up_proj.weight", "model.norm.weight"]:
+        for size in (1 << 20, 7, 300):
+            s1, w1 = tp1.post("/get_weights_by_name", {"name": name, "truncate_size": size})
+            s2, w2 = tp2.post("/get_weights_by_name", {"name": name, "truncate_size": size})
+            check(s1 == 200 and s2 == 200 and w2["shape"] == w1["shape"] and w2["values"] == w1["values"]
+                  and len(w1["values"]) == min(size, math.prod(w1["shape"])),
+                  f"get_weights_by_name {name} [{size}] under tp 2: {s2} {w2.get('shape')} vs {w1.get('shape')}")
+    status, j = tp2.post("/get_weights_by_name", {"name": "model.layers.0.no_such.weight"})
+    check(status == 404 and not j["success"], f"unknown name under tp 2: {status} {j}")
     check(any(b[n][0] != reference(n)[1][:N] for n in PROMPTS), "the tensor update changed no tokens")
     for s in (tp1, tp2):
         status, j = s.post("/update_weights_from_disk", {"model_path": LLAMA})

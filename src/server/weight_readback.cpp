@@ -1,0 +1,82 @@
+#include "server/weight_readback.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "weights/layout_transform.h"
+
+namespace refit {
+
+WeightPiece local_weight_piece(const Engine& engine, const std::string& name, int64_t wanted) {
+  WeightPiece piece;
+  const ParameterSet& params = engine.model().parameters();
+  CheckpointTarget target = params.target(name);
+  Parameter* p = target.parameter ? target.parameter : params.find(name);
+  if (!p) {
+    piece.status = 404;
+    piece.error = fmt::format("no parameter or checkpoint tensor named '{}'", name);
+    return piece;
+  }
+  for (LayoutTransform tr : p->transforms())
+    if (tr != LayoutTransform::transpose) {
+      piece.status = 400;
+      piece.error = fmt::format("'{}' is stored in a kernel tile layout; read it with a plain layout", name);
+      return piece;
+    }
+  Tensor t = p->data();
+  if (p->transposed()) t = t.transpose(0, 1);
+  piece.dtype = std::string(dtype_name(t.dtype()));
+  if (target.sub_shard) {
+    const SubShard& s = *target.sub_shard;
+    t = t.narrow(0, s.local_row_offset, s.local_rows);
+    piece.full_shape = s.checkpoint_shape;
+    piece.split_dim = s.split_dim;
+    piece.slice_start = s.slice_start;
+  } else {
+    piece.full_shape = t.shape();
+    if (engine.world_size() > 1) piece.sharding = p->sharding_str();
+  }
+  // Leading rows of the full tensor holding the first `wanted` values, and this piece's share.
+  const int64_t full_rows = piece.full_shape.empty() ? 1 : piece.full_shape[0];
+  int64_t cols = 1;
+  for (size_t d = 1; d < piece.full_shape.size(); ++d) cols *= piece.full_shape[d];
+  piece.head_rows = std::min(full_rows, cols > 0 ? (std::max<int64_t>(wanted, 0) + cols - 1) / cols : full_rows);
+  if (t.dim() >= 1) {
+    const int64_t rows = piece.split_dim == 0
+                             ? std::clamp<int64_t>(piece.head_rows - piece.slice_start, 0, t.size(0))
+                             : std::min(piece.head_rows, t.size(0));
+    t = t.narrow(0, 0, rows);
+  }
+  piece.values = Tensor::empty(t.shape(), DType::f32);
+  if (t.numel() > 0) {
+    const std::vector<float> values = t.to_floats();
+    std::copy(values.begin(), values.end(), piece.values.data<float>());
+  }
+  return piece;
+}
+
+Tensor assemble_weight(const std::vector<WeightPiece>& pieces) {
+  if (pieces.empty()) fail("assemble_weight: no pieces");
+  const WeightPiece& first = pieces.front();
+  if (first.split_dim < 0) return first.values;  // replicated, or a local-only read
+  Shape head = first.full_shape;
+  head[0] = first.head_rows;
+  Tensor full = Tensor::zeros(head, DType::f32);
+  for (const WeightPiece& piece : pieces) {
+    if (piece.values.numel() == 0) continue;  // none of the leading rows are this rank's
+    const int64_t dim = piece.split_dim, start = piece.slice_start;
+    const int64_t length = piece.values.size(dim);
+    if (dim != first.split_dim || start < 0 || start + length > full.size(dim) ||
+        (dim != 0 && piece.values.size(0) != full.size(0)))
+      fail("assemble_weight: a rank's slice [{}, {}) along dim {} does not fit {}", start, start + length, dim,
+           shape_str(head));
+    Tensor dst = full.narrow(dim, start, length);
+    dst.copy_from(piece.values);
+  }
+  return full;
+}
+
+}  // namespace refit
