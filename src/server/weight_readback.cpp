@@ -43,7 +43,8 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
   const int64_t full_rows = piece.full_shape.empty() ? 1 : piece.full_shape[0];
   int64_t cols = 1;
   for (size_t d = 1; d < piece.full_shape.size(); ++d) cols *= piece.full_shape[d];
-  piece.head_rows = std::min(full_rows, cols > 0 ? (std::max<int64_t>(wanted, 0) + cols - 1) / cols : full_rows);
+  wanted = std::max<int64_t>(wanted, 0);
+  piece.head_rows = cols > 0 ? std::min(full_rows, wanted / cols + (wanted % cols != 0)) : full_rows;
   if (t.dim() >= 1) {
     const int64_t rows = piece.split_dim == 0
                              ? std::clamp<int64_t>(piece.head_rows - piece.slice_start, 0, t.size(0))

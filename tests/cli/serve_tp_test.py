@@ -158,7 +158,7 @@ try:
     # gate/up (rows), and replicated tensors; truncated reads take the same leading values.
     for name in [down, "model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.v_proj.weight",
                  "model.layers.0.mlp.up_proj.weight", "model.norm.weight"]:
-        for size in (1 << 20, 7, 300):
+        for size in (1 << 20, 7, 300, 0, (1 << 63) - 1):
             s1, w1 = tp1.post("/get_weights_by_name", {"name": name, "truncate_size": size})
             s2, w2 = tp2.post("/get_weights_by_name", {"name": name, "truncate_size": size})
             check(s1 == 200 and s2 == 200 and w2["shape"] == w1["shape"] and w2["values"] == w1["values"]
