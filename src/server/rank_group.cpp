@@ -292,7 +292,12 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
     }
     communicator_->broadcast(header, sizeof header, root);
     if (header[0] != 200) {
-      if (lead()) pieces.push_back(root == 0 ? mine : WeightPiece{static_cast<int>(header[0]), "a rank could not read it"});
+      if (lead()) {
+        WeightPiece failed = root == 0 ? mine : WeightPiece{};
+        failed.status = static_cast<int>(header[0]);
+        if (failed.error.empty()) failed.error = fmt::format("rank {} could not read the tensor", root);
+        pieces.push_back(std::move(failed));
+      }
       continue;
     }
     Shape shape(header + 4, header + 4 + header[3]);
