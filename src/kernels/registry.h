@@ -37,6 +37,13 @@ struct Kernel {
   const void* fn = nullptr;     // the op's typed function pointer (see kernels/ops.h)
 };
 
+// A kernel function as Kernel::fn stores it: kernel_fn<kernels::MatmulFn>(&f). Naming the
+// op's function type (kernels/op_fns.h) makes a function of another signature not compile.
+template <typename Fn>
+const void* kernel_fn(Fn f) {
+  return reinterpret_cast<const void*>(f);
+}
+
 class KernelRegistry {
  public:
   // The process-wide registry with every built-in kernel (CPU always; CUDA when built).

@@ -51,11 +51,7 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
                              : std::min(piece.head_rows, t.size(0));
     t = t.narrow(0, 0, rows);
   }
-  piece.values = Tensor::empty(t.shape(), DType::f32);
-  if (t.numel() > 0) {
-    const std::vector<float> values = t.to_floats();
-    std::copy(values.begin(), values.end(), piece.values.data<float>());
-  }
+  piece.values = Tensor::from_floats(t.shape(), t.to_floats());
   return piece;
 }
 

@@ -216,10 +216,6 @@ ArgRule arg(std::string name, std::vector<DType> dtypes, bool optional = false) 
   return ArgRule{std::move(name), std::move(dtypes), {Layout::strided}, optional};
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 // cuBLAS takes int sizes and leading dimensions.
 std::string matmul_fits_int(std::span<const Tensor* const> args) {
@@ -258,46 +254,46 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
                     constraint(mm, {0, 1, 3}, {2}, matmul_fits_int),
                     "x, w, out: stride 1 along K/N; bias contiguous; cuBLAS sgemm, no TF32",
-                    fn_ptr<kernels::MatmulFn>(&cuda::matmul_f32_cublas)));
+                    kernel_fn<kernels::MatmulFn>(&cuda::matmul_f32_cublas)));
   registry.add(make("matmul", "matmul.cuda.f16_bf16_warp",
                     {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
                      arg("out", {f32})},
                     constraint(mm, {0, 1, 3}, {2}, half_matmul_fits),
                     "x, w, out: stride 1 along K/N; bias contiguous; f32 accumulate",
-                    fn_ptr<kernels::MatmulFn>(&cuda::matmul_half)));
+                    kernel_fn<kernels::MatmulFn>(&cuda::matmul_half)));
   registry.add(make("rms_norm", "rms_norm.cuda.block",
                     {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
                     constraint({"x", "weight", "out"}, {0, 2}, {1}),
                     "rows of x, out dense; weight contiguous",
-                    fn_ptr<kernels::RmsNormFn>(&cuda::rms_norm)));
+                    kernel_fn<kernels::RmsNormFn>(&cuda::rms_norm)));
   registry.add(make("rope", "rope.cuda.block",
                     {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
                     constraint({"x", "positions", "cos_sin"}, {0, 2}, {1}),
                     "x, cos_sin: stride 1 in the last dimension; positions contiguous, range-checked on the host",
-                    fn_ptr<kernels::RopeFn>(&cuda::rope)));
+                    kernel_fn<kernels::RopeFn>(&cuda::rope)));
   registry.add(make("softmax", "softmax.cuda.block", {arg("x", {f32})},
                     constraint({"x"}, {}, {0}), "x contiguous",
-                    fn_ptr<kernels::SoftmaxFn>(&cuda::softmax)));
+                    kernel_fn<kernels::SoftmaxFn>(&cuda::softmax)));
   registry.add(make("silu_mul", "silu_mul.cuda.elementwise",
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
                     constraint({"gate", "up", "out"}, {}, {0, 1, 2}), "all contiguous",
-                    fn_ptr<kernels::SiluMulFn>(&cuda::silu_mul)));
+                    kernel_fn<kernels::SiluMulFn>(&cuda::silu_mul)));
   registry.add(make("embedding", "embedding.cuda.block",
                     {arg("table", {f32, f16, bf16}), arg("ids", {i32}), arg("out", {f32})},
                     constraint({"table", "ids", "out"}, {0, 2}, {1}),
                     "table, out: stride 1 along D; ids contiguous, range-checked on the host",
-                    fn_ptr<kernels::EmbeddingFn>(&cuda::embedding)));
+                    kernel_fn<kernels::EmbeddingFn>(&cuda::embedding)));
   registry.add(make("add", "add.cuda.elementwise",
                     {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     constraint({"a", "b", "out"}, {}, {0, 1, 2}), "all contiguous",
-                    fn_ptr<kernels::AddFn>(&cuda::add)));
+                    kernel_fn<kernels::AddFn>(&cuda::add)));
   registry.add(make("attention", "attention.cuda.online_softmax",
                     {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}),
                      arg("out", {f32})},
                     constraint({"q", "k_cache", "v_cache", "out"}, {0, 1, 2, 3}, {},
                                attention_fits),
                     "stride 1 along head_dim; head_dim <= 256",
-                    fn_ptr<kernels::AttentionFn>(&cuda::attention)));
+                    kernel_fn<kernels::AttentionFn>(&cuda::attention)));
 }
 
 }  // namespace refit

@@ -85,10 +85,6 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
   });
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 }  // namespace
 
@@ -131,12 +127,10 @@ void register_kernels(KernelRegistry& registry) {
               {"out", {DType::f32}, {Layout::strided}, false}};
     k.constraint = [shuffled](std::span<const Tensor* const> a) -> std::string {
       if (!usable()) return "needs AVX-512 BF16 and VBMI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
+      if (std::string why = dense_operands_reason(a); !why.empty()) return why;
       const Tensor& x = *a[0];
       const Tensor& w = *a[2];
       const Tensor& ws = *a[3];
-      if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
-      if (!w.is_contiguous() || !ws.is_contiguous()) return "w and w_scale must be contiguous";
-      if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
       // One scale per row, or per group of 128 (fp8-block): S = ceil(K / 128).
       const int64_t K = x.size(1), S = ws.size(1);
       if (S != 1 && S != (K + 127) / 128) return "scales must be per row or per 128 columns";
@@ -146,7 +140,7 @@ void register_kernels(KernelRegistry& registry) {
     };
     k.constraint_text = std::string("AVX-512 BF16 + VBMI; ") + (shuffled ? "w: 16 x 32-byte tiles; " : "") +
                         "scales per row or per 128 columns";
-    k.fn = shuffled ? fn_ptr<Fn>(&matmul_fp8_bf16dot<true>) : fn_ptr<Fn>(&matmul_fp8_bf16dot<false>);
+    k.fn = shuffled ? kernel_fn<Fn>(&matmul_fp8_bf16dot<true>) : kernel_fn<Fn>(&matmul_fp8_bf16dot<false>);
     registry.add(std::move(k));
   }
 }

@@ -192,22 +192,16 @@ void quantize_per_block_q8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   }
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, bool f4) {
   const Tensor& x = *a[0];
   const Tensor& x_scale = *a[1];
   const Tensor& w = *a[2];
-  if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
+  if (std::string why = dense_operands_reason(a); !why.empty()) return why;
   if (x.size(1) % kBlock != 0) return fmt::format("K must be a multiple of 32, got {}", x.size(1));
   if (!x_scale.defined() || x_scale.dim() != 2 || x_scale.size(1) != x.size(1) / kBlock || x_scale.stride(-1) != 1)
     return "x_scale must be [M, K / 32] with stride 1";
-  if (!w.is_contiguous() || !a[3]->is_contiguous()) return "w and w_scale must be contiguous";
   if (a[3]->size(1) != x.size(1) / kBlock) return "w_scale must hold one scale per 32 values";
-  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
   if (shuffled && (w.size(0) % kTileRows != 0 || (x.size(1) / (f4 ? 2 : 1)) % 32 != 0))
     return fmt::format("shuffled codes need N % 16 == 0 and 32-byte row tiles, got {}", shape_str(w.shape()));
   return {};
@@ -304,14 +298,14 @@ void register_kernels(KernelRegistry& registry) {
   };
   using Fn = kernels::MatmulQuantizedFn;
   const Row rows[] = {
-      {"q8_0_plain", DType::i8, DType::f16, false, fn_ptr<Fn>(&matmul_int8<false, Impl::definition>),
-       fn_ptr<Fn>(&matmul_int8<false, Impl::avx512>)},
-      {"q8_0_shuffled_16x16", DType::i8, DType::f16, true, fn_ptr<Fn>(&matmul_int8<true, Impl::definition>),
-       fn_ptr<Fn>(&matmul_int8<true, Impl::avx512>)},
-      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, false, fn_ptr<Fn>(&matmul_int8<false, Impl::definition>),
-       fn_ptr<Fn>(&matmul_int8<false, Impl::avx512>)},
-      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, true, fn_ptr<Fn>(&matmul_int8<true, Impl::definition>),
-       fn_ptr<Fn>(&matmul_int8<true, Impl::avx512>)},
+      {"q8_0_plain", DType::i8, DType::f16, false, kernel_fn<Fn>(&matmul_int8<false, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<false, Impl::avx512>)},
+      {"q8_0_shuffled_16x16", DType::i8, DType::f16, true, kernel_fn<Fn>(&matmul_int8<true, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<true, Impl::avx512>)},
+      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, false, kernel_fn<Fn>(&matmul_int8<false, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<false, Impl::avx512>)},
+      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, true, kernel_fn<Fn>(&matmul_int8<true, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<true, Impl::avx512>)},
   };
   for (const Row& row : rows)
     for (const bool simd : {false, true}) {
@@ -352,7 +346,7 @@ void register_kernels(KernelRegistry& registry) {
     return {};
   };
   q.constraint_text = "rows dense";
-  q.fn = fn_ptr<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu);
+  q.fn = kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu);
   registry.add(std::move(q));
 }
 

@@ -158,10 +158,6 @@ void quantize_per_token_fp8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   }
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 }  // namespace
 
@@ -169,12 +165,12 @@ void register_quantized_matmul_kernels(KernelRegistry& registry) {
   QuantizedKernelFamily scalar;
   scalar.name_prefix = "matmul_quantized.cpu.";
   scalar.priority = 10;
-  scalar.f8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, false>);
-  scalar.f8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, true>);
-  scalar.f4_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f4, false>);
-  scalar.f4_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f4, true>);
-  scalar.i8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::i8, false>);
-  scalar.i8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::i8, true>);
+  scalar.f8_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, false>);
+  scalar.f8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, true>);
+  scalar.f4_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f4, false>);
+  scalar.f4_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f4, true>);
+  scalar.i8_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::i8, false>);
+  scalar.i8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::i8, true>);
   register_quantized_family(registry, scalar);
   Kernel q;
   q.op = "quantize_per_token_fp8";
@@ -190,7 +186,7 @@ void register_quantized_matmul_kernels(KernelRegistry& registry) {
     return {};
   };
   q.constraint_text = "x rows dense; xq, x_scale contiguous";
-  q.fn = fn_ptr<kernels::QuantizePerTokenFn>(&quantize_per_token_fp8_cpu);
+  q.fn = kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_token_fp8_cpu);
   registry.add(std::move(q));
 }
 

@@ -571,10 +571,6 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   });
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 }  // namespace
 
@@ -584,12 +580,12 @@ void register_quantized_matmul_hwy_kernels(KernelRegistry& registry) {
   simd.priority = 20;  // above the scalar kernels (10), which take what these refuse
   simd.f4_needs_k_multiple_of_32 = true;
   simd.constraint_suffix = "; SIMD, batch-invariant";
-  simd.f8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, false>);
-  simd.f8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, true>);
-  simd.f4_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, false>);
-  simd.f4_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, true>);
-  simd.i8_plain = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, false>);
-  simd.i8_shuffled = fn_ptr<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, true>);
+  simd.f8_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, false>);
+  simd.f8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f8, true>);
+  simd.f4_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, false>);
+  simd.f4_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::f4, true>);
+  simd.i8_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, false>);
+  simd.i8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_hwy<Code::i8, true>);
   register_quantized_family(registry, simd);
 }
 

@@ -10,11 +10,7 @@ namespace {
 std::string dense_args(std::span<const Tensor* const> a, bool f4_needs_k32, bool f4) {
   const Tensor& x = *a[0];
   const Tensor& x_scale = *a[1];
-  const Tensor& w = *a[2];
-  const Tensor& w_scale = *a[3];
-  if (x.stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
-  if (!w.is_contiguous() || !w_scale.is_contiguous()) return "w and w_scale must be contiguous";
-  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
+  if (std::string why = dense_operands_reason(a); !why.empty()) return why;
   if (x.dtype() == DType::f8_e4m3fn) {
     if (!x_scale.defined()) return "f8 activations need x_scale (per token)";
     if (!x.is_contiguous()) return "f8 activations must be contiguous";
@@ -27,6 +23,13 @@ std::string dense_args(std::span<const Tensor* const> a, bool f4_needs_k32, bool
 }
 
 }  // namespace
+
+std::string dense_operands_reason(std::span<const Tensor* const> a) {
+  if (a[0]->stride(-1) != 1 || a[5]->stride(-1) != 1) return "x and out need stride 1 along K/N";
+  if (!a[2]->is_contiguous() || !a[3]->is_contiguous()) return "w and w_scale must be contiguous";
+  if (a[4]->defined() && !a[4]->is_contiguous()) return "bias must be contiguous";
+  return {};
+}
 
 void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFamily& family) {
   struct Row {

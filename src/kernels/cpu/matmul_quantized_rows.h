@@ -28,6 +28,10 @@ struct QuantizedKernelFamily {
 
 void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFamily& family);
 
+// The memory-layout rules every CPU matmul_quantized kernel shares, for its arguments
+// (x, x_scale, w, w_scale, bias, out): "" when met, else which one is not.
+std::string dense_operands_reason(std::span<const Tensor* const> a);
+
 // Tile t (16 rows of row_bytes) of shuffled_16x16 codes, stored as 16-row x 32-byte tiles
 // each [2][16][16], written out in plain layout: out [16, row_bytes]. For kernels that
 // run shuffled weights through their plain path a tile at a time (same bits as plain).

@@ -75,10 +75,6 @@ Kernel make(std::string op, std::string name, int priority, std::vector<ArgRule>
   return k;
 }
 
-template <typename Fn>
-const void* fn_ptr(Fn f) {
-  return reinterpret_cast<const void*>(f);
-}
 
 }  // namespace
 
@@ -91,7 +87,7 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
                     {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                     "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
-                    fn_ptr<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
+                    kernel_fn<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
   // Decode shapes: sgemm with one row runs at a fraction of memory bandwidth, the Highway
   // dot-product kernel streams the weights at full speed (bench/RESULTS.md).
   // Priority between OpenBLAS and the batch-invariant f32 kernel (serve_kernels.cpp).
@@ -100,7 +96,7 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
                             arg("out", {f32})},
                            {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                            "M <= 4; x, w, out: stride 1 along K/N; bias contiguous",
-                           fn_ptr<kernels::MatmulFn>(&cpu::matmul_hwy));
+                           kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy));
   auto dense = f32_decode.constraint;
   f32_decode.constraint = [dense](std::span<const Tensor* const> args) -> std::string {
     if (args.size() > 0 && args[0] != nullptr && args[0]->defined() && args[0]->dim() == 2 &&
@@ -114,33 +110,33 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
                      arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                     "x, w, out: stride 1 along K/N; bias contiguous; batch-invariant",
-                    fn_ptr<kernels::MatmulFn>(&cpu::matmul_hwy)));
+                    kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy)));
   registry.add(make("rms_norm", "rms_norm.cpu.hwy", 10,
                     {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
                     {{0, rows}, {1, all}, {2, rows}}, "rows of x, out dense; weight contiguous",
-                    fn_ptr<kernels::RmsNormFn>(&cpu::rms_norm_hwy)));
+                    kernel_fn<kernels::RmsNormFn>(&cpu::rms_norm_hwy)));
   registry.add(make("rope", "rope.cpu.hwy", 10,
                     {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
                     {{0, rows}, {2, rows}}, "x, cos_sin: stride 1 in the last dimension",
-                    fn_ptr<kernels::RopeFn>(&cpu::rope_hwy)));
+                    kernel_fn<kernels::RopeFn>(&cpu::rope_hwy)));
   registry.add(make("softmax", "softmax.cpu.hwy", 10, {arg("x", {f32})}, {{0, all}},
-                    "x contiguous", fn_ptr<kernels::SoftmaxFn>(&cpu::softmax_hwy)));
+                    "x contiguous", kernel_fn<kernels::SoftmaxFn>(&cpu::softmax_hwy)));
   registry.add(make("silu_mul", "silu_mul.cpu.hwy", 10,
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}, {2, all}}, "all contiguous",
-                    fn_ptr<kernels::SiluMulFn>(&cpu::silu_mul_hwy)));
+                    kernel_fn<kernels::SiluMulFn>(&cpu::silu_mul_hwy)));
   registry.add(make("embedding", "embedding.cpu.hwy", 10,
                     {arg("table", {f32, f16, bf16}), arg("ids", {i32}), arg("out", {f32})},
                     {{0, rows}, {2, rows}}, "table, out: stride 1 along D",
-                    fn_ptr<kernels::EmbeddingFn>(&cpu::embedding_hwy)));
+                    kernel_fn<kernels::EmbeddingFn>(&cpu::embedding_hwy)));
   registry.add(make("add", "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}, {2, all}}, "all contiguous",
-                    fn_ptr<kernels::AddFn>(&cpu::add_hwy)));
+                    kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
   registry.add(make("attention", "attention.cpu.hwy", 10,
                     {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
                     "stride 1 along head_dim for q, k_cache, v_cache, out",
-                    fn_ptr<kernels::AttentionFn>(&cpu::attention_hwy)));
+                    kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
 }
 
 void register_cpu_kernels(KernelRegistry& registry) {
