@@ -166,6 +166,8 @@ try:
                   f"get_weights_by_name {name} [{size}] under tp 2: {s2} {w2.get('shape')} vs {w1.get('shape')}")
     status, j = tp2.post("/get_weights_by_name", {"name": "model.layers.0.no_such.weight"})
     check(status == 404 and not j["success"], f"unknown name under tp 2: {status} {j}")
+    status, j = tp2.post("/get_weights_by_name", {"name": down, "truncate_size": -1})
+    check(status == 400 and "truncate_size" in j["message"], f"negative truncate_size under tp 2: {status} {j}")
     check(any(b[n][0] != reference(n)[1][:N] for n in PROMPTS), "the tensor update changed no tokens")
     for s in (tp1, tp2):
         status, j = s.post("/update_weights_from_disk", {"model_path": LLAMA})
