@@ -10,7 +10,13 @@
 namespace refit::ops {
 namespace {
 
-void need(bool ok, const char* op, const std::string& what) {
+// `what` is a callable that builds the message: the checks run on every decode step, and
+// formatting a message that is not needed cost more than the checks themselves.
+template <typename What>
+void need(bool ok, const char* op, What&& what) {
+  if (!ok) fail("{}: {}", op, std::string(what()));
+}
+void need(bool ok, const char* op, const char* what) {
   if (!ok) fail("{}: {}", op, what);
 }
 
@@ -22,54 +28,76 @@ Fn dispatch(const char* op, const std::array<const Tensor*, N>& args) {
 
 }  // namespace
 
-void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale, int64_t group,
-                      const Tensor& bias, Tensor& out) {
+void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                      const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
   constexpr const char* op = "matmul_quantized";
-  need(x.defined() && x.dim() == 2, op, fmt::format("'x' must be 2-D [M, K], got {}", x.defined() ? x.str() : "undefined"));
-  need(w.defined() && w.dim() == 2, op, fmt::format("'w' must be 2-D [N, K] codes, got {}", w.defined() ? w.str() : "undefined"));
+  need(x.defined() && x.dim() == 2, op, [&] {
+    return fmt::format("'x' must be 2-D [M, K], got {}", x.defined() ? x.str() : "undefined");
+  });
+  need(w.defined() && w.dim() == 2, op, [&] {
+    return fmt::format("'w' must be 2-D [N, K] codes, got {}", w.defined() ? w.str() : "undefined");
+  });
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  need(w.size(1) == K, op, fmt::format("'w' must be [N, K] with K = {} to match x {}, got {}", K, x.str(), w.str()));
-  need(group > 0, op, fmt::format("group must be positive, got {}", group));
+  need(w.size(1) == K, op, [&] {
+    return fmt::format("'w' must be [N, K] with K = {} to match x {}, got {}", K, x.str(), w.str());
+  });
+  need(group > 0, op, [&] { return fmt::format("group must be positive, got {}", group); });
   const int64_t S = (K + group - 1) / group;
-  need(w_scale.defined() && w_scale.shape() == Shape{N, S}, op,
-       fmt::format("'w_scale' must be [N, ceil(K / {})] = [{}, {}], got {}", group, N, S,
-                   w_scale.defined() ? w_scale.str() : "undefined"));
+  need(w_scale.defined() && w_scale.shape() == Shape{N, S}, op, [&] {
+    return fmt::format("'w_scale' must be [N, ceil(K / {})] = [{}, {}], got {}", group, N, S,
+                       w_scale.defined() ? w_scale.str() : "undefined");
+  });
   if (x.dtype() == DType::i8) {
-    need(K % 32 == 0 && group == 32, op,
-         fmt::format("int8 activations need K % 32 == 0 and weight groups of 32, got K {} group {}", K, group));
-    need(x_scale.defined() && x_scale.shape() == Shape{M, K / 32}, op,
-         fmt::format("'x_scale' must be [M, K / 32] = [{}, {}] for int8 activations, got {}", M, K / 32,
-                     x_scale.defined() ? x_scale.str() : "undefined"));
+    need(K % 32 == 0 && group == 32, op, [&] {
+      return fmt::format(
+          "int8 activations need K % 32 == 0 and weight groups of 32, got K {} group {}", K, group);
+    });
+    need(x_scale.defined() && x_scale.shape() == Shape{M, K / 32}, op, [&] {
+      return fmt::format("'x_scale' must be [M, K / 32] = [{}, {}] for int8 activations, got {}", M,
+                         K / 32, x_scale.defined() ? x_scale.str() : "undefined");
+    });
   } else if (x_scale.defined()) {
-    need(x_scale.shape() == Shape{M}, op, fmt::format("'x_scale' must be [M] = [{}], got {}", M, x_scale.str()));
+    need(x_scale.shape() == Shape{M}, op,
+         [&] { return fmt::format("'x_scale' must be [M] = [{}], got {}", M, x_scale.str()); });
   }
-  if (bias.defined()) need(bias.shape() == Shape{N}, op, fmt::format("'bias' must be [{}], got {}", N, bias.str()));
-  need(out.defined() && out.shape() == Shape{M, N}, op,
-       fmt::format("'out' must be [{}, {}], got {}", M, N, out.defined() ? out.str() : "undefined"));
+  if (bias.defined())
+    need(bias.shape() == Shape{N}, op,
+         [&] { return fmt::format("'bias' must be [{}], got {}", N, bias.str()); });
+  need(out.defined() && out.shape() == Shape{M, N}, op, [&] {
+    return fmt::format("'out' must be [{}, {}], got {}", M, N,
+                       out.defined() ? out.str() : "undefined");
+  });
   need(!out.read_only(), op, "output 'out' is read-only");
-  auto fn = dispatch<kernels::MatmulQuantizedFn>(op, std::array<const Tensor*, 6>{&x, &x_scale, &w, &w_scale, &bias, &out});
+  auto fn = dispatch<kernels::MatmulQuantizedFn>(
+      op, std::array<const Tensor*, 6>{&x, &x_scale, &w, &w_scale, &bias, &out});
   fn(x, x_scale, w, w_scale, group, bias, out);
 }
 
 void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   constexpr const char* op = "quantize_per_token_fp8";
   need(x.defined() && x.dim() == 2, op, "'x' must be 2-D [M, K]");
-  need(xq.defined() && xq.shape() == x.shape(), op, fmt::format("'xq' must be {}", shape_str(x.shape())));
+  need(xq.defined() && xq.shape() == x.shape(), op,
+       [&] { return fmt::format("'xq' must be {}", shape_str(x.shape())); });
   need(x_scale.defined() && x_scale.shape() == Shape{x.size(0)}, op, "'x_scale' must be [M]");
   need(!xq.read_only() && !x_scale.read_only(), op, "outputs are read-only");
-  auto fn = dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
+  auto fn =
+      dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
   fn(x, xq, x_scale);
 }
 
 void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   constexpr const char* op = "quantize_per_block_q8";
-  need(x.defined() && x.dim() == 2 && x.size(1) % 32 == 0, op,
-       fmt::format("'x' must be 2-D [M, K] with K % 32 == 0, got {}", x.defined() ? x.str() : "undefined"));
-  need(xq.defined() && xq.shape() == x.shape(), op, fmt::format("'xq' must be {}", shape_str(x.shape())));
+  need(x.defined() && x.dim() == 2 && x.size(1) % 32 == 0, op, [&] {
+    return fmt::format("'x' must be 2-D [M, K] with K % 32 == 0, got {}",
+                       x.defined() ? x.str() : "undefined");
+  });
+  need(xq.defined() && xq.shape() == x.shape(), op,
+       [&] { return fmt::format("'xq' must be {}", shape_str(x.shape())); });
   need(x_scale.defined() && x_scale.shape() == Shape{x.size(0), x.size(1) / 32}, op,
-       fmt::format("'x_scale' must be [{}, {}]", x.size(0), x.size(1) / 32));
+       [&] { return fmt::format("'x_scale' must be [{}, {}]", x.size(0), x.size(1) / 32); });
   need(!xq.read_only() && !x_scale.read_only(), op, "outputs are read-only");
-  auto fn = dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
+  auto fn =
+      dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
   fn(x, xq, x_scale);
 }
 

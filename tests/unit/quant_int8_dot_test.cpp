@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <random>
 
 #include <fmt/format.h>
@@ -268,6 +269,42 @@ TEST(Int8DotKernels, bad_activation_scales_are_refused_with_the_expected_shape) 
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("[M, K / 32] = [2, 2]"), std::string::npos) << e.what();
   }
+}
+
+// The AVX-512 activation quantizer against the definition (what dispatch picks below
+// avx3): the same codes and scales on random rows, exact ties (x / d = n + 0.5 at d = 1),
+// tiny and huge magnitudes, zero blocks and blocks holding inf or NaN.
+TEST(Int8DotKernels, avx512_activation_quantizer_matches_the_definition_bit_for_bit) {
+  if (!cpu::int8dot::avx512_vnni_usable()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  const int64_t M = 5, K = 32 * 24;
+  Tensor x = Tensor::empty({M, K}, DType::f32);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  float* v = x.data<float>();
+  for (int64_t i = 0; i < M * K; ++i) v[i] = normal(rng);
+  for (int64_t k = 0; k < 32; ++k) v[k] = k == 0 ? 127.0f : (k % 2 ? 0.5f : -1.5f) + float(k);  // block 0: ties
+  for (int64_t k = 32; k < 64; ++k) v[k] = 0.0f;                                                // block 1: zeros
+  v[64 + 3] = INFINITY;                                                                            // block 2
+  v[96 + 7] = NAN;                                                                                 // block 3
+  for (int64_t k = 128; k < 160; ++k) v[k] *= 1e-38f;                                              // block 4: denormals
+  for (int64_t k = 160; k < 192; ++k) v[k] *= 1e37f;                                               // block 5: huge
+  auto quantize = [&](const char* expect_kernel) {
+    Tensor xq = Tensor::empty({M, K}, DType::i8), xd = Tensor::empty({M, K / 32}, DType::f32);
+    const std::array<const Tensor*, 3> args{&x, &xq, &xd};
+    EXPECT_EQ(KernelRegistry::global().select("quantize_per_block_q8", args).name, expect_kernel);
+    ops::quantize_per_block_q8(x, xq, xd);
+    return std::make_pair(xq, xd);
+  };
+  const auto [simd_q, simd_d] = quantize("quantize_per_block_q8.cpu.avx512");
+  cpu::set_cpu_isa("avx2");
+  const auto [def_q, def_d] = quantize("quantize_per_block_q8.cpu");
+  const char* env = std::getenv("REFIT_CPU_ISA");
+  cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
+  EXPECT_EQ(0, std::memcmp(simd_q.raw_data(), def_q.raw_data(), M * K)) << "codes differ";
+  EXPECT_EQ(bits(simd_d), bits(def_d)) << "scales differ";
+  EXPECT_TRUE(std::isnan(def_d.data<float>()[2]) && std::isnan(def_d.data<float>()[3]));
+  EXPECT_EQ(def_d.data<float>()[1], 0.0f);
+  EXPECT_EQ(def_q.data<int8_t>()[1], 2) << "1.5 rounds to even";
 }
 
 }  // namespace

@@ -100,7 +100,9 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   const auto* codes = static_cast<const uint8_t*>(w.raw_data());
   const auto* scales = static_cast<const uint8_t*>(w_scale.raw_data());
   Prepared prepared{};
-  std::vector<uint8_t> scratch;
+  // Kept per thread between calls: decode runs ~90 of these per token, and a fresh vector
+  // cost an allocation and a zero fill of what prepare_activations overwrites anyway.
+  thread_local std::vector<uint8_t> scratch;
   // Prefill-sized batches on AMX (the same bits: see matmul_int8_dot_amx.cpp), with the
   // activations re-laid for it once per call.
   const bool amx = I == Impl::avx512 && op.M >= kAmxMinRows && amx_usable();
@@ -112,7 +114,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
     xdt.resize(static_cast<size_t>(Mpad * op.S));
     prepare_amx_activations(op, Mpad, xv.data(), xdt.data());
   } else if constexpr (I == Impl::avx512) {
-    scratch.resize(static_cast<size_t>(prepared_bytes(op) + 64));
+    const auto need = static_cast<size_t>(prepared_bytes(op) + 64);
+    if (scratch.size() < need) scratch.resize(need);
     void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     prepare_activations(op, aligned, prepared);
   }
@@ -159,39 +162,41 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
 // nearest, ties to even (llama.cpp's SIMD quantize_row_q8_0 rounds so; its scalar
 // reference rounds ties away, and stores d in f16 where this keeps f32). A block of
 // zeros gets d = 0; a block holding inf or NaN gets d = NaN, so its outputs are NaN.
-// Written for the auto-vectorizer: amax as the largest |x| bit pattern (ordered like the
-// values for non-negative floats; NaN and inf above every finite one), no branches per value.
-void quantize_per_block_q8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
-  const int64_t M = x.size(0), K = x.size(1), S = K / kBlock;
-  auto* q = static_cast<int8_t*>(xq.raw_data());
-  float* d = x_scale.data<float>();
-  for (int64_t m = 0; m < M; ++m) {
-    const float* row = x.data<const float>() + m * x.stride(0);
-    for (int64_t b = 0; b < S; ++b) {
-      const float* v = row + b * kBlock;
-      uint32_t top = 0;
-      for (int64_t k = 0; k < kBlock; ++k) {
-        uint32_t u;
-        std::memcpy(&u, v + k, 4);
-        top = std::max(top, u & 0x7FFFFFFFu);
-      }
-      int8_t* out = q + m * xq.stride(0) + b * kBlock;
-      if (top >= 0x7F800000u) {  // inf or NaN
-        d[m * x_scale.stride(0) + b] = NAN;
-        std::memset(out, 0, kBlock);
-        continue;
-      }
-      float amax;
-      std::memcpy(&amax, &top, 4);
-      const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      d[m * x_scale.stride(0) + b] = scale;
-      // Adding and subtracting 1.5 * 2^23 rounds |v| < 2^22 to an integer, ties to even.
-      constexpr float kRound = 12582912.0f;
-      for (int64_t k = 0; k < kBlock; ++k) out[k] = static_cast<int8_t>(static_cast<int32_t>((v[k] * inv + kRound) - kRound));
+// This is the definition; quantize_row_avx512 takes the same steps 16 values at a time.
+// amax as the largest |x| bit pattern (ordered like the values for non-negative floats;
+// NaN and inf above every finite one), no branches per value.
+void quantize_row_definition(const float* row, int64_t S, int8_t* q, float* d) {
+  for (int64_t b = 0; b < S; ++b) {
+    const float* v = row + b * kBlock;
+    uint32_t top = 0;
+    for (int64_t k = 0; k < kBlock; ++k) {
+      uint32_t u;
+      std::memcpy(&u, v + k, 4);
+      top = std::max(top, u & 0x7FFFFFFFu);
     }
+    int8_t* out = q + b * kBlock;
+    if (top >= 0x7F800000u) {  // inf or NaN
+      d[b] = NAN;
+      std::memset(out, 0, kBlock);
+      continue;
+    }
+    float amax;
+    std::memcpy(&amax, &top, 4);
+    const float scale = amax / 127.0f, inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    d[b] = scale;
+    // Adding and subtracting 1.5 * 2^23 rounds |v| < 2^22 to an integer, ties to even.
+    constexpr float kRound = 12582912.0f;
+    for (int64_t k = 0; k < kBlock; ++k) out[k] = static_cast<int8_t>(static_cast<int32_t>((v[k] * inv + kRound) - kRound));
   }
 }
 
+template <void (*Row)(const float*, int64_t, int8_t*, float*)>
+void quantize_per_block_q8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
+  const int64_t M = x.size(0), S = x.size(1) / kBlock;
+  for (int64_t m = 0; m < M; ++m)
+    Row(x.data<const float>() + m * x.stride(0), S, static_cast<int8_t*>(xq.raw_data()) + m * xq.stride(0),
+        x_scale.data<float>() + m * x_scale.stride(0));
+}
 
 std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, bool f4) {
   const Tensor& x = *a[0];
@@ -332,22 +337,27 @@ void register_kernels(KernelRegistry& registry) {
       k.fn = simd ? row.avx512 : row.definition;
       registry.add(std::move(k));
     }
-  Kernel q;
-  q.op = "quantize_per_block_q8";
-  q.name = "quantize_per_block_q8.cpu";
-  q.device = DeviceType::cpu;
-  q.priority = 10;
-  q.args = {{"x", {DType::f32}, {Layout::strided}},
-            {"xq", {DType::i8}, {Layout::strided}},
-            {"x_scale", {DType::f32}, {Layout::strided}}};
-  q.constraint = [](std::span<const Tensor* const> a) -> std::string {
-    if (a[0]->stride(-1) != 1 || a[1]->stride(-1) != 1 || a[2]->stride(-1) != 1)
-      return "x, xq and x_scale need stride 1 along their last dimension";
-    return {};
-  };
-  q.constraint_text = "rows dense";
-  q.fn = kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu);
-  registry.add(std::move(q));
+  for (const bool simd : {false, true}) {
+    Kernel q;
+    q.op = "quantize_per_block_q8";
+    q.name = simd ? "quantize_per_block_q8.cpu.avx512" : "quantize_per_block_q8.cpu";
+    q.device = DeviceType::cpu;
+    q.priority = simd ? 30 : 10;
+    q.args = {{"x", {DType::f32}, {Layout::strided}},
+              {"xq", {DType::i8}, {Layout::strided}},
+              {"x_scale", {DType::f32}, {Layout::strided}}};
+    q.constraint = [simd](std::span<const Tensor* const> a) -> std::string {
+      if (simd && !avx512_vnni_usable())
+        return "needs AVX-512 VNNI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
+      if (a[0]->stride(-1) != 1 || a[1]->stride(-1) != 1 || a[2]->stride(-1) != 1)
+        return "x, xq and x_scale need stride 1 along their last dimension";
+      return {};
+    };
+    q.constraint_text = simd ? "AVX-512 VNNI; rows dense" : "exact definition (scalar); rows dense";
+    q.fn = simd ? kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu<&quantize_row_avx512>)
+                : kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu<&quantize_row_definition>);
+    registry.add(std::move(q));
+  }
 }
 
 }  // namespace refit::cpu::int8dot

@@ -77,6 +77,9 @@ void set_vbmi_allowed(bool allowed);
 // Bytes of scratch Prepared needs (64-byte aligned), and filling it.
 int64_t prepared_bytes(const Operands& op);
 void prepare_activations(const Operands& op, void* scratch, Prepared& p);
+// Q8_0-style quantization of one activation row of S blocks (see quantize_row_definition
+// in matmul_int8_dot.cpp): the same codes and scales, bit for bit.
+void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d);
 // out[:, tile rows] for every row of x.
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile);
 
