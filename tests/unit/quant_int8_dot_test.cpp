@@ -96,6 +96,11 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
       // by row for MXFP4).
       {"q8_0-w8a8", false, 40, 2048},  {"q8_0-w8a8", false, 48, 1024},
       {"mxfp4-w8a8", false, 40, 2048}, {"mxfp4-w8a8", false, 32, 4096},
+      // Shuffled tiles read in place, several tiles (with bytes requested ahead): 64 blocks,
+      // and 66 (two past a group of 16, and two past a group of 4 for MXFP4's re-ordered
+      // activations).
+      {"q8_0-w8a8", true, 64, 2048},   {"q8_0-w8a8", true, 48, 2112},
+      {"mxfp4-w8a8", true, 64, 2048},  {"mxfp4-w8a8", true, 48, 2112},
   };
   // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
   const bool vbmi = cpu::int8dot::vbmi_in_use();

@@ -127,11 +127,20 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       amx_scratch.resize(static_cast<size_t>(amx_scratch_bytes(op)));
       dw_plain.resize(static_cast<size_t>(kTileRows * op.S));
     }
-    if constexpr (Shuffled) {
+    // Shuffled tiles go to the AVX-512 kernel as stored; the definition and AMX read a
+    // tile un-shuffled into a buffer.
+    constexpr bool in_place = Shuffled && I == Impl::avx512;
+    if (Shuffled && !(in_place && !amx)) {
       codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
       scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
     }
     for (int64_t t = t0; t < t1; ++t) {
+      if (in_place && !amx) {
+        cpu::int8dot::shuffled_tile_avx512(op, prepared, codes + t * kTileRows * row_bytes,
+                                           scales + t * kTileRows * op.S * esize, t * kTileRows,
+                                           codes + op.N * row_bytes);
+        continue;
+      }
       Tile tile{};
       tile.n0 = t * kTileRows;
       tile.rows = std::min(kTileRows, op.N - tile.n0);

@@ -80,6 +80,11 @@ void prepare_activations(const Operands& op, void* scratch, Prepared& p);
 // Q8_0-style quantization of one activation row of S blocks (see quantize_row_definition
 // in matmul_int8_dot.cpp): the same codes and scales, bit for bit.
 void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d);
+// out[:, n0 .. n0 + 16) for every row of x from a tile stored shuffled (codes: its 16 x
+// row_bytes bytes, scales: its 16 x S scales), read in place; weight bytes up to
+// prefetch_end may be requested ahead.
+void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes, const void* scales, int64_t n0,
+                          const uint8_t* prefetch_end);
 // out[:, tile rows] for every row of x.
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile);
 

@@ -211,6 +211,90 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
       }
 }
 
+// One activation row against a 16-row tile stored shuffled (16 x 32-byte pieces, each
+// [2][16 rows][16 bytes]; scales [pieces][16 rows][blocks per piece]), read in place.
+// A 64-byte load holds 16 bytes of four rows, so one vpdpbusd pair against the block's
+// activations broadcast to the four 128-bit lanes leaves four partial sums per row; two
+// rounds of pair sums turn four such vectors into one block's sums for the 16 rows, in row
+// order (3 pair sums per block and tile, where the plain kernel needs 7 per 16 blocks and
+// row). The float steps are the definition's with rows in the lanes: accumulator l holds
+// lane l (blocks l, l + 16, ...) of every row, and the lane tree sum of the definition is
+// the same additions done across the 16 accumulators.
+template <Weights W, bool Vbmi>
+void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_t* codes, const uint8_t* scales,
+                  const uint8_t* prefetch_end, float* result) {
+  const int8_t* x = op.xq + m * op.ldxq;
+  const int8_t* xperm = p.xperm ? p.xperm + m * op.K : nullptr;
+  const float* xd = op.xd + m * op.ldxd;
+  const int32_t* corr = p.xcorr + m * p.S16;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = _mm512_setzero_ps();
+  // The weights stream front to back; bytes 4 KiB ahead are requested (first row only).
+  constexpr int64_t kAhead = 4096;
+  for (int64_t b0 = 0; b0 < op.S; b0 += kLanes) {
+#pragma GCC unroll 16
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t b = b0 + l;
+      if (b >= op.S) break;
+      // Block b's bytes of rows 4i..4i+3 sit at half + 64 i.
+      const uint8_t* half = W == Weights::q8_0 ? codes + b * 512 : codes + (b / 2) * 512 + (b % 2) * 256;
+      if (prefetch_end && (W == Weights::q8_0 || b % 2 == 0) && half + kAhead + 512 <= prefetch_end)
+        for (int c = 0; c < 512; c += 64) _mm_prefetch(reinterpret_cast<const char*>(half + kAhead + c), _MM_HINT_T1);
+      __m512i v[4];
+      if constexpr (W == Weights::q8_0) {
+        const __m512i x0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock)));
+        const __m512i x1 =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock + 16)));
+        for (int i = 0; i < 4; ++i) {
+          const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(half + 64 * i), flip);
+          const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(half + 256 + 64 * i), flip);
+          v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, x0), w1, x1);
+        }
+      } else {
+        // Evens and odds of block b: from the re-ordered activations (see Prepared), which
+        // hold whole groups of 4 blocks; the last S % 4 blocks are split here.
+        alignas(16) int8_t split[32];
+        const int8_t* even = xperm + (b / 4) * 128 + (b % 4) * 16;
+        const int8_t* odd = even + 64;
+        if (b >= op.S / 4 * 4) {
+          for (int k = 0; k < 16; ++k) split[k] = x[b * kBlock + 2 * k], split[16 + k] = x[b * kBlock + 2 * k + 1];
+          even = split, odd = split + 16;
+        }
+        const __m512i xe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even)));
+        const __m512i xo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(odd)));
+        for (int i = 0; i < 4; ++i) {
+          const __m512i bytes = _mm512_loadu_si512(half + 64 * i);
+          __m512i lo, hi;
+          if constexpr (Vbmi) {
+            lo = _mm512_permutexvar_epi8(bytes, table);
+            hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), table);
+          } else {
+            lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
+            hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+          }
+          v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+        }
+      }
+      const __m512i raw = PairSums(PairSums(v[0], v[1]), PairSums(v[2], v[3]));  // block b, rows 0..15
+      __m512 ws;
+      if constexpr (W == Weights::q8_0) {
+        ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 32)));
+      } else {
+        const __m512i pair = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + (b / 2) * 32)));
+        ws = avx512::E8m0TimesHalf(b % 2 ? _mm512_srli_epi32(pair, 8) : _mm512_and_si512(pair, _mm512_set1_epi32(0xFF)));
+      }
+      const __m512 s = _mm512_mul_ps(_mm512_set1_ps(xd[b]), ws);
+      acc[l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, _mm512_set1_epi32(corr[b]))), s, acc[l]);
+    }
+  }
+  for (int h = kLanes / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) acc[l] = _mm512_add_ps(acc[l], acc[l + h]);
+  _mm512_storeu_ps(result, acc[0]);
+}
+
 }  // namespace
 
 // The definition's steps on 16 values at a time: the largest |x| bit pattern of the block,
@@ -239,6 +323,19 @@ void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d) {
     const __m512 rh = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vinv), round), round);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rl)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rh)));
+  }
+}
+
+void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes, const void* scales, int64_t n0,
+                          const uint8_t* prefetch_end) {
+  const auto* sc = static_cast<const uint8_t*>(scales);
+  for (int64_t m = 0; m < op.M; ++m) {
+    alignas(64) float v[kTileRows];
+    const uint8_t* ahead = m == 0 ? prefetch_end : nullptr;
+    if (op.kind == Weights::q8_0) ShuffledTile<Weights::q8_0, false>(op, p, m, codes, sc, ahead, v);
+    else if (vbmi_in_use()) ShuffledTile<Weights::mxfp4, true>(op, p, m, codes, sc, ahead, v);
+    else ShuffledTile<Weights::mxfp4, false>(op, p, m, codes, sc, ahead, v);
+    for (int64_t r = 0; r < kTileRows; ++r) op.out[m * op.ldo + n0 + r] = op.bias ? v[r] + op.bias[n0 + r] : v[r];
   }
 }
 
