@@ -7,6 +7,7 @@
 // shapes with every other SIMD kernel in quant_kernels_hwy_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -14,6 +15,8 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/matmul_quantized.h"
+#include "quant_test_util.h"
+#include "weights/quant_scheme.h"
 
 namespace refit {
 namespace {
@@ -123,6 +126,37 @@ TEST(Fp8Bf16Dot, below_avx3_the_highway_kernel_takes_fp8_w8a8) {
   cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
   if (cpu::fp8dot::usable()) {
     EXPECT_NE(selected(x, xs, w, ws, out).name.find("avx512bf16"), std::string::npos);
+  }
+}
+
+// A shuffled_16x16 weight is read in place (its 16-byte pieces re-assembled in registers)
+// and gives the plain layout's bits: per-channel and 128-block scales, K with a last
+// 64-code vector of one 32-byte piece (K % 64 == 32), several tiles, batches of 1-17 rows.
+TEST(Fp8Bf16Dot, shuffled_weights_give_the_plain_layouts_bits) {
+  if (!cpu::fp8dot::usable()) GTEST_SKIP() << "no AVX-512 BF16 + VBMI here";
+  struct Case {
+    const char* scheme;
+    int64_t n, k;
+  };
+  for (const Case c : {Case{"fp8-channel-w8a8", 32, 288}, Case{"fp8-channel-w8a8", 64, 2048},
+                       Case{"fp8-block-w8a8", 48, 640}, Case{"fp8-block-w8a8", 32, 2048}}) {
+    const QuantScheme s = parse_quant_scheme(c.scheme);
+    const testing::QuantWeight plain = testing::make_quant_weight(s, c.n, c.k, false, 5);
+    const testing::QuantWeight shuffled = testing::make_quant_weight(s, c.n, c.k, true, 5);
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{17}}) {
+      Tensor x = Tensor::empty({m, c.k}, DType::f32);
+      for (int64_t i = 0; i < m * c.k; ++i) x.data<float>()[i] = std::sin(0.71f * float(i)) * float(1 + i % 13);
+      Tensor xq = Tensor::empty({m, c.k}, DType::f8_e4m3fn), xs = Tensor::empty({m}, DType::f32);
+      ops::quantize_per_token_fp8(x, xq, xs);
+      Tensor a = Tensor::empty({m, c.n}, DType::f32), b = Tensor::empty({m, c.n}, DType::f32);
+      ASSERT_NE(selected(xq, xs, shuffled.codes, shuffled.scales, b).name.find("avx512bf16"), std::string::npos);
+      ops::matmul_quantized(xq, xs, plain.codes, plain.scales, s.group(c.k), Tensor(), a);
+      ops::matmul_quantized(xq, xs, shuffled.codes, shuffled.scales, s.group(c.k), Tensor(), b);
+      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << c.scheme << " N " << c.n << " K " << c.k << " M " << m;
+      float mag = 0;
+      for (float v : a.to_floats()) mag = std::max(mag, std::fabs(v));
+      EXPECT_GT(mag, 0.0f) << "an all-zero output would prove nothing";
+    }
   }
 }
 

@@ -70,12 +70,12 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
   const auto* codes = static_cast<const uint8_t*>(w.raw_data());
   const int64_t tiles = (op.N + 15) / 16;
   parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
-    std::vector<uint8_t> plain(Shuffled ? static_cast<size_t>(16 * op.K) : 0);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = t * 16, rows = std::min<int64_t>(16, op.N - n0);
       if constexpr (Shuffled) {
-        unshuffle_code_tile(codes, t, op.K, plain.data());
-        rows_avx512(op, plain.data(), n0, rows, nullptr);
+        // Tiles are 16 x K bytes, one after the other (N % 16 == 0 for this layout).
+        const uint8_t* tile = codes + n0 * op.K;
+        shuffled_tile_avx512(op, tile, n0, n0 + 32 <= op.N ? tile + 16 * op.K : nullptr);
       } else {
         // The next tile's bytes are requested while this one is multiplied.
         const uint8_t* next = n0 + 32 <= op.N ? codes + (n0 + 16) * op.K : nullptr;

@@ -35,9 +35,8 @@ inline Tables LoadTables(const Operands& op) {
           _mm512_loadu_si512(op.bf16_high + 64)};
 }
 
-// 64 codes (fewer under `mask`: the rest read as code 0, value 0) to two bf16 vectors.
-inline void Decode64(const Tables& t, const uint8_t* p, __mmask64 mask, __m512i& first, __m512i& second) {
-  const __m512i c = _mm512_maskz_loadu_epi8(mask, p);
+// 64 codes to two bf16 vectors.
+inline void Decode64(const Tables& t, __m512i c, __m512i& first, __m512i& second) {
   const __m512i lo = _mm512_permutex2var_epi8(t.lo_a, c, t.lo_b);
   __m512i hi = _mm512_permutex2var_epi8(t.hi_a, c, t.hi_b);
   hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
@@ -45,10 +44,33 @@ inline void Decode64(const Tables& t, const uint8_t* p, __mmask64 mask, __m512i&
   second = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR).
-template <int MR, int NR>
+// Codes k..k+63 of four rows (rows 4g..4g+3 of a 16-row tile stored shuffled: 32-byte
+// pieces of [2][16 rows][16 bytes]) in row order, one vector per row: the four 64-byte
+// loads hold 16 codes of each row (pieces k/32 and k/32 + 1, both halves), and a 4 x 4
+// transpose of their 128-bit lanes puts each row's 64 codes side by side, the same vector
+// a plain row's load gives (so the same bits follow). Past the last piece (K % 64 == 32)
+// the codes read as 0, as the plain load's mask makes them.
+inline void ShuffledCodes4(const uint8_t* tile, int64_t k, int64_t pieces, int g, __m512i c[4]) {
+  const int64_t p0 = k / 32;
+  const uint8_t* a = tile + p0 * 512 + 64 * g;
+  const __m512i A = _mm512_loadu_si512(a), B = _mm512_loadu_si512(a + 256);
+  const bool second = p0 + 1 < pieces;
+  const __m512i C = second ? _mm512_loadu_si512(a + 512) : _mm512_setzero_si512();
+  const __m512i D = second ? _mm512_loadu_si512(a + 768) : _mm512_setzero_si512();
+  const __m512i t0 = _mm512_shuffle_i64x2(A, B, 0x44), t1 = _mm512_shuffle_i64x2(A, B, 0xEE);
+  const __m512i t2 = _mm512_shuffle_i64x2(C, D, 0x44), t3 = _mm512_shuffle_i64x2(C, D, 0xEE);
+  c[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+  c[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+  c[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+  c[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+}
+
+// Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR). Shuffled: `codes` is
+// the 16-row tile, rows r0 .. r0 + NR of it (multiples of 4).
+template <int MR, int NR, bool Shuffled = false>
 void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0, int64_t n0, int64_t r0,
            const uint8_t* next, int64_t stride = 1) {
+  static_assert(!Shuffled || NR % 4 == 0);
   const int64_t chunks = op.Kp / 64;
   const bool grouped = op.S > 1;
   const int64_t per_group = grouped ? op.group / 64 : chunks;
@@ -63,19 +85,46 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t k = c * 64, left = op.K - k;
       const __mmask64 mask = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-      __m512i w[NR][2];
-      for (int j = 0; j < NR; ++j) {
-        const uint8_t* row = codes + (r0 + j * stride) * op.K;
-        if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k), _MM_HINT_T1);
-        Decode64(t, row + k, mask, w[j][0], w[j][1]);
-      }
-      for (int i = 0; i < MR; ++i) {
-        const uint16_t* x = op.xb + (m0 + i) * op.Kp + k;
-        const __m512bh x0 = (__m512bh)_mm512_loadu_si512(x);
-        const __m512bh x1 = (__m512bh)_mm512_loadu_si512(x + 32);
+      if constexpr (Shuffled) {
+        // Four rows at a time: their codes re-assembled, decoded and multiplied.
+        __m512bh x0[MR], x1[MR];
+        for (int i = 0; i < MR; ++i) {
+          const uint16_t* x = op.xb + (m0 + i) * op.Kp + k;
+          x0[i] = (__m512bh)_mm512_loadu_si512(x);
+          x1[i] = (__m512bh)_mm512_loadu_si512(x + 32);
+        }
+        for (int q = 0; q < NR / 4; ++q) {
+          const int group4 = static_cast<int>(r0 / 4) + q;
+          // The next tile's lines at the same places (over all row groups: all of it).
+          if (next)
+            for (int64_t b = 0; b < 1024 && k / 32 * 512 + b < 16 * op.K; b += 256)
+              _mm_prefetch(reinterpret_cast<const char*>(next + k / 32 * 512 + b + 64 * group4), _MM_HINT_T1);
+          __m512i cv[4];
+          ShuffledCodes4(codes, k, op.K / 32, group4, cv);
+          for (int jj = 0; jj < 4; ++jj) {
+            __m512i w0, w1;
+            Decode64(t, cv[jj], w0, w1);
+            for (int i = 0; i < MR; ++i) {
+              acc[i][4 * q + jj] = _mm512_dpbf16_ps(acc[i][4 * q + jj], (__m512bh)w0, x0[i]);
+              acc[i][4 * q + jj] = _mm512_dpbf16_ps(acc[i][4 * q + jj], (__m512bh)w1, x1[i]);
+            }
+          }
+        }
+      } else {
+        __m512i w[NR][2];
         for (int j = 0; j < NR; ++j) {
-          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][0], x0);
-          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][1], x1);
+          const uint8_t* row = codes + (r0 + j * stride) * op.K;
+          if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k), _MM_HINT_T1);
+          Decode64(t, _mm512_maskz_loadu_epi8(mask, row + k), w[j][0], w[j][1]);
+        }
+        for (int i = 0; i < MR; ++i) {
+          const uint16_t* x = op.xb + (m0 + i) * op.Kp + k;
+          const __m512bh x0 = (__m512bh)_mm512_loadu_si512(x);
+          const __m512bh x1 = (__m512bh)_mm512_loadu_si512(x + 32);
+          for (int j = 0; j < NR; ++j) {
+            acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][0], x0);
+            acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[j][1], x1);
+          }
         }
       }
     }
@@ -99,6 +148,19 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
 }
 
 }  // namespace
+
+void shuffled_tile_avx512(const Operands& op, const uint8_t* tile, int64_t n0, const uint8_t* next) {
+  const Tables t = LoadTables(op);
+  // One scale per row: all 16 rows in one pass over the tile (16 accumulators). Grouped
+  // scales keep a second set of accumulators, so there four rows per pass.
+  for (int64_t m = 0; m < op.M; ++m) {
+    if (op.S == 1) {
+      Block<1, 16, true>(op, t, tile, m, n0, 0, m == 0 ? next : nullptr);
+    } else {
+      for (int64_t g = 0; g < 4; ++g) Block<1, 4, true>(op, t, tile, m, n0 + 4 * g, 4 * g, m == 0 ? next : nullptr);
+    }
+  }
+}
 
 void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows, const uint8_t* next) {
   const Tables t = LoadTables(op);
