@@ -196,13 +196,15 @@ void expect_plain_bits(int64_t N, int64_t K, uint32_t seed, const std::function<
     }
 }
 
-// AITER's shuffled_16x16 layout.
+// AITER's shuffled_16x16 layout (decode reads it in place on AVX-512, prefill un-shuffles
+// a tile at a time): a few tiles, and many tiles of long rows.
 TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
-  expect_plain_bits(48, 96, 700, [](const Tensor& w) {
-    Tensor shuffled = shuffle_16x16(w);
-    EXPECT_EQ(shuffled.layout(), Layout::shuffled_16x16);
-    return shuffled;
-  });
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{48, 96}, std::pair<int64_t, int64_t>{80, 2048}})
+    expect_plain_bits(n, k, 700, [](const Tensor& w) {
+      Tensor shuffled = shuffle_16x16(w);
+      EXPECT_EQ(shuffled.layout(), Layout::shuffled_16x16);
+      return shuffled;
+    });
 }
 
 // A transposed weight view ([N, K] over [K, N] storage), ragged N included; for f32 too

@@ -23,6 +23,9 @@ void prepare_openblas();
 void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // f16/bf16 (and f32) weights, f32 activations, Highway; batch-invariant (matmul_cpu.cpp).
 void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// Decode (M <= 4) with a shuffled_16x16 f32/f16/bf16 weight read in place, the plain
+// layout's bits; false (nothing done) where this CPU target or the shape cannot.
+bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 
 void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
 void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);

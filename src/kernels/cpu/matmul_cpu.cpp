@@ -243,6 +243,99 @@ void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int6
   }
 }
 
+// Decode against 16-row tiles stored shuffled_16x16 (tile (n/16, k/32) holds its 16 x 32
+// elements as [pieces][16 rows][16 bytes], tiles of a row group one after the other),
+// read in place on 512-bit x86 targets: the 64-byte loads of four pieces hold 16 bytes of
+// four rows each, and a 4 x 4 transpose of their 128-bit blocks gives each row's next 64
+// bytes in order, so every output takes DotTile's steps (one accumulator, k in steps of
+// the vector width, SumOfLanes, bias) and the plain layout's bits. Elsewhere this returns
+// false and the caller un-shuffles a tile at a time.
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+HWY_INLINE void TransposeBlocks4(const uint8_t* p, int64_t piece_stride, __m512i r[4]) {
+  const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + piece_stride);
+  const __m512i c = _mm512_loadu_si512(p + 2 * piece_stride), d = _mm512_loadu_si512(p + 3 * piece_stride);
+  const __m512i t0 = _mm512_shuffle_i64x2(a, b, 0x44), t1 = _mm512_shuffle_i64x2(a, b, 0xEE);
+  const __m512i t2 = _mm512_shuffle_i64x2(c, d, 0x44), t3 = _mm512_shuffle_i64x2(c, d, 0xEE);
+  r[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+  r[1] = _mm512_shuffle_i64x2(t0, t2, 0xDD);
+  r[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+  r[3] = _mm512_shuffle_i64x2(t1, t3, 0xDD);
+}
+
+template <WeightType W>
+void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* tiles, int64_t t0, int64_t t1,
+                        int64_t n_tiles, int64_t K, const float* bias, float* out, int64_t ldo) {
+  using T = typename WeightTraits<W>::T;
+  const DF df;
+  constexpr int64_t kElemBytes = sizeof(T);
+  constexpr int64_t kChunk = 512 * kElemBytes;  // one (16 rows x 32 elements) piece group
+  const int64_t tile_bytes = 16 * K * kElemBytes;
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* tile = tiles + t * tile_bytes;
+    const uint8_t* next = t + 1 < n_tiles ? tile + tile_bytes : nullptr;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * ldx;
+      VF acc[16];
+      for (int j = 0; j < 16; ++j) acc[j] = hn::Zero(df);
+      for (int64_t c = 0; c < K / 32; ++c) {
+        const uint8_t* chunk = tile + c * kChunk;
+        // The next tile is requested while this one streams (first activation row only).
+        if (m == 0 && next)
+          for (int64_t b = 0; b < kChunk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + c * kChunk + b), _MM_HINT_T1);
+        const VF x0 = hn::LoadU(df, xr + 32 * c), x1 = hn::LoadU(df, xr + 32 * c + 16);
+        for (int g = 0; g < 4; ++g) {
+          if constexpr (W == WeightType::f32) {
+            // Eight pieces of 4 floats: elements 0-15 of each row, then 16-31.
+            __m512i lo[4], hi[4];
+            TransposeBlocks4(chunk + 64 * g, 256, lo);
+            TransposeBlocks4(chunk + 1024 + 64 * g, 256, hi);
+            for (int j = 0; j < 4; ++j) {
+              acc[4 * g + j] = hn::MulAdd(x0, VF{_mm512_castsi512_ps(lo[j])}, acc[4 * g + j]);
+              acc[4 * g + j] = hn::MulAdd(x1, VF{_mm512_castsi512_ps(hi[j])}, acc[4 * g + j]);
+            }
+          } else {
+            // Four pieces of 8 halves: each row's 32 elements in one vector.
+            const hn::Repartition<T, DF> dh2;
+            const hn::Half<decltype(dh2)> dh;
+            __m512i rows[4];
+            TransposeBlocks4(chunk + 64 * g, 256, rows);
+            for (int j = 0; j < 4; ++j) {
+              const auto w = hn::BitCast(dh2, hn::Vec512<uint16_t>{rows[j]});
+              acc[4 * g + j] = hn::MulAdd(x0, hn::PromoteTo(df, hn::LowerHalf(dh, w)), acc[4 * g + j]);
+              acc[4 * g + j] = hn::MulAdd(x1, hn::PromoteTo(df, hn::UpperHalf(dh, w)), acc[4 * g + j]);
+            }
+          }
+        }
+      }
+      for (int j = 0; j < 16; ++j) {
+        const int64_t n = t * 16 + j;
+        const float v = hn::GetLane(hn::SumOfLanes(df, acc[j]));
+        out[m * ldo + n] = bias ? v + bias[n] : v;
+      }
+    }
+  }
+}
+#endif
+
+bool MatmulShuffledDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* tiles, int64_t t0,
+                          int64_t t1, int64_t n_tiles, int64_t K, const float* bias, float* out, int64_t ldo) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const auto* p = static_cast<const uint8_t*>(tiles);
+  switch (static_cast<WeightType>(weight_type)) {
+    case WeightType::f32: ShuffledDecodeImpl<WeightType::f32>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
+    case WeightType::f16: ShuffledDecodeImpl<WeightType::f16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
+    case WeightType::bf16: ShuffledDecodeImpl<WeightType::bf16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
+  }
+  return true;
+#else
+  (void)weight_type, (void)x, (void)ldx, (void)M, (void)tiles, (void)t0, (void)t1, (void)n_tiles, (void)K, (void)bias;
+  (void)out, (void)ldo;
+  return false;
+#endif
+}
+
+bool ShuffledDecodeInPlace() { return HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86; }
+
 void MatmulDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
                   int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
                   int64_t ldo) {
@@ -277,6 +370,8 @@ HWY_AFTER_NAMESPACE();
 namespace refit::cpu {
 HWY_EXPORT(MatmulDecode);
 HWY_EXPORT(MatmulPrefill);
+HWY_EXPORT(MatmulShuffledDecode);
+HWY_EXPORT(ShuffledDecodeInPlace);
 
 using matmul_detail::WeightType;
 
@@ -328,6 +423,24 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
       HWY_DYNAMIC_DISPATCH(MatmulPrefill)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo, buf);
     }
   });
+}
+
+bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  init_cpu_isa();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  if (M > matmul_detail::kDecodeMaxRows || N % 16 != 0 || K % 32 != 0 || !HWY_DYNAMIC_DISPATCH(ShuffledDecodeInPlace)())
+    return false;
+  if (M == 0 || N == 0) return true;
+  const int wt = static_cast<int>(weight_type_of(w));
+  const float* xp = x.data<const float>();
+  const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
+  float* op = out.data<float>();
+  const int64_t ldx = x.stride(0), ldo = out.stride(0), n_tiles = N / 16;
+  const void* tiles = w.raw_data();
+  parallel_for(n_tiles, [&](int64_t t0, int64_t t1, int) {
+    HWY_DYNAMIC_DISPATCH(MatmulShuffledDecode)(wt, xp, ldx, M, tiles, t0, t1, n_tiles, K, bp, op, ldo);
+  });
+  return true;
 }
 
 }  // namespace refit::cpu

@@ -84,6 +84,7 @@ void matmul_transposed(const Tensor& x, const Tensor& w, const Tensor& bias, Ten
 // A shuffled [N, K] weight: tile (n/16, k/32) holds 512 elements as [32/KP][16][KP], KP the
 // elements of a 16-byte piece.
 void matmul_shuffled(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  if (matmul_shuffled_decode_hwy(x, w, bias, out)) return;  // decode on AVX-512: in place
   const int64_t K = x.size(1), N = w.size(0);
   const int64_t kp = 128 / dtype_bits(w.dtype());  // elements per 16-byte piece
   const int64_t esize = dtype_bits(w.dtype()) / 8;
