@@ -209,12 +209,15 @@ TEST(KernelsMatmul, shuffled_16x16_weights_give_the_plain_layouts_bits) {
 
 // A transposed weight view ([N, K] over [K, N] storage), ragged N included; for f32 too
 // (no BLAS call whose blocking would depend on M).
+// Decode streams the storage's rows in slices of columns (whole vectors, then a ragged
+// rest): N 100 at K 2048 takes several slices and a column tail.
 TEST(KernelsMatmul, transposed_weight_views_give_the_plain_layouts_bits) {
-  expect_plain_bits(37, 70, 800, [](const Tensor& w) {
-    Tensor transposed = w.transpose(0, 1).clone().transpose(0, 1);  // [K, N] storage
-    EXPECT_EQ(transposed.stride(0), 1);
-    return transposed;
-  });
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{37, 70}, std::pair<int64_t, int64_t>{100, 2048}})
+    expect_plain_bits(n, k, 800, [](const Tensor& w) {
+      Tensor transposed = w.transpose(0, 1).clone().transpose(0, 1);  // [K, N] storage
+      EXPECT_EQ(transposed.stride(0), 1);
+      return transposed;
+    });
 }
 
 TEST(KernelsMatmul, refuses_mismatched_shapes_with_both_shapes_named) {

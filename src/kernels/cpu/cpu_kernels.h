@@ -26,6 +26,9 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
 // Decode (M <= 4) with a shuffled_16x16 f32/f16/bf16 weight read in place, the plain
 // layout's bits; false (nothing done) where this CPU target or the shape cannot.
 bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// Decode (M <= 4) with a transposed weight view (stride(0) == 1: [K, N] storage), rows of
+// the storage streamed, the plain layout's bits; false (nothing done) for other shapes.
+bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 
 void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
 void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);

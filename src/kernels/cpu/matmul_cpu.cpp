@@ -243,6 +243,69 @@ void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int6
   }
 }
 
+// Decode against a weight stored [K, N] (the [N, K] view w has stride(0) == 1), columns
+// [c0, c1), in DotTile's steps: column n's lane l accumulates x[k] * w[n, k] for k = l,
+// l + L, ... in order, by the same fused multiply-add, the L lanes are summed by SumOfLanes,
+// the k tail in scalar fused multiply-adds, then the bias; so the plain layout's bits.
+// Here the lanes of one column sit in L accumulators over columns (acc[m][l][block]),
+// updated row by row of the storage, which streams each row's slice of columns instead of
+// reading one element per row and column; the accumulators (M x L x blocks vectors) stay
+// in L1. At the end each column's L lane values are gathered into one vector.
+template <WeightType W>
+void TransposedDecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldk, int64_t c0,
+                          int64_t c1, int64_t K, const float* bias, float* out, int64_t ldo, float* acc) {
+  using Tr = WeightTraits<W>;
+  const auto* w = static_cast<const typename Tr::T*>(w_raw);
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df)), K_main = K / L * L;
+  const int64_t blocks = (c1 - c0) / L;  // whole vectors of columns; the rest below
+  for (int64_t i = 0; i < M * L * blocks * L; i += L) hn::StoreU(hn::Zero(df), df, acc + i);
+  for (int64_t k = 0; k < K_main; ++k) {
+    const typename Tr::T* row = w + k * ldk + c0;
+    // Rows further on are requested while this one is used.
+    if (k + 8 < K_main)
+      for (int64_t b = 0; b < blocks * L * static_cast<int64_t>(sizeof(typename Tr::T)); b += 64)
+        __builtin_prefetch(reinterpret_cast<const uint8_t*>(w + (k + 8) * ldk + c0) + b, 0, 3);
+    const int64_t l = k % L;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const VF wv = Tr::load(df, row + b * L);
+      for (int64_t m = 0; m < M; ++m) {
+        float* a = acc + ((m * L + l) * blocks + b) * L;
+        hn::StoreU(hn::MulAdd(hn::Set(df, x[m * ldx + k]), wv, hn::LoadU(df, a)), df, a);
+      }
+    }
+  }
+  HWY_ALIGN float lanes[hn::MaxLanes(df)];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = c0; n < c1; ++n) {
+      const int64_t j = n - c0;
+      if (j < blocks * L) {
+        for (int64_t l = 0; l < L; ++l) lanes[l] = acc[((m * L + l) * blocks + j / L) * L + j % L];
+      } else {  // a column past the last whole vector: its lanes directly
+        for (int64_t l = 0; l < L; ++l) {
+          float s = 0.0f;
+          for (int64_t k = l; k < K_main; k += L) s = std::fma(x[m * ldx + k], Tr::scalar(w + k * ldk + n), s);
+          lanes[l] = s;
+        }
+      }
+      float s = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lanes)));
+      for (int64_t k = K_main; k < K; ++k) s = std::fma(x[m * ldx + k], Tr::scalar(w + k * ldk + n), s);
+      out[m * ldo + n] = bias ? s + bias[n] : s;
+    }
+}
+
+void MatmulTransposedDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w, int64_t ldk,
+                            int64_t c0, int64_t c1, int64_t K, const float* bias, float* out, int64_t ldo,
+                            float* acc) {
+  switch (static_cast<WeightType>(weight_type)) {
+    case WeightType::f32: return TransposedDecodeImpl<WeightType::f32>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
+    case WeightType::f16: return TransposedDecodeImpl<WeightType::f16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
+    case WeightType::bf16: return TransposedDecodeImpl<WeightType::bf16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
+  }
+}
+
+size_t VectorLanes() { return hn::Lanes(DF()); }
+
 // Decode against 16-row tiles stored shuffled_16x16 (tile (n/16, k/32) holds its 16 x 32
 // elements as [pieces][16 rows][16 bytes], tiles of a row group one after the other),
 // read in place on 512-bit x86 targets: the 64-byte loads of four pieces hold 16 bytes of
@@ -362,6 +425,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <hwy/aligned_allocator.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -372,6 +438,8 @@ HWY_EXPORT(MatmulDecode);
 HWY_EXPORT(MatmulPrefill);
 HWY_EXPORT(MatmulShuffledDecode);
 HWY_EXPORT(ShuffledDecodeInPlace);
+HWY_EXPORT(MatmulTransposedDecode);
+HWY_EXPORT(VectorLanes);
 
 using matmul_detail::WeightType;
 
@@ -439,6 +507,33 @@ bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& 
   const void* tiles = w.raw_data();
   parallel_for(n_tiles, [&](int64_t t0, int64_t t1, int) {
     HWY_DYNAMIC_DISPATCH(MatmulShuffledDecode)(wt, xp, ldx, M, tiles, t0, t1, n_tiles, K, bp, op, ldo);
+  });
+  return true;
+}
+
+bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  init_cpu_isa();
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  if (M > matmul_detail::kDecodeMaxRows || w.stride(0) != 1) return false;
+  if (M == 0 || N == 0) return true;
+  const int wt = static_cast<int>(weight_type_of(w));
+  const int64_t L = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(VectorLanes)());
+  // Column slices of `width` columns per unit of work: long enough that each storage row
+  // is read in runs of several cache lines, short enough that both threads get several
+  // and that the accumulators (M x L x width floats) stay within 32 KiB of L1.
+  const int64_t most = std::max<int64_t>(L, 32 * 1024 / 4 / (M * L) / L * L);
+  const int64_t width = std::clamp<int64_t>(N / (4 * num_threads()) / L * L, std::min<int64_t>(4 * L, most), most);
+  const float* xp = x.data<const float>();
+  const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
+  float* op = out.data<float>();
+  const void* wp = w.raw_data();
+  const int64_t ldx = x.stride(0), ldk = w.stride(1), ldo = out.stride(0);
+  parallel_for((N + width - 1) / width, [&](int64_t s0, int64_t s1, int) {
+    thread_local std::vector<float> acc;
+    if (acc.size() < static_cast<size_t>(M * L * width)) acc.resize(static_cast<size_t>(M * L * width));
+    for (int64_t s = s0; s < s1; ++s)
+      HWY_DYNAMIC_DISPATCH(MatmulTransposedDecode)(wt, xp, ldx, M, wp, ldk, s * width, std::min(N, (s + 1) * width), K,
+                                                   bp, op, ldo, acc.data());
   });
   return true;
 }

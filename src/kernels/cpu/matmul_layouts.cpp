@@ -53,9 +53,10 @@ void add_bias(const Tensor& bias, Tensor& out) {
 // w: [N, K] view with stride(0) == 1, i.e. [K, N] row-major storage. Blocks of 16 output
 // rows are transposed into a row-major buffer and multiplied by the plain SIMD kernel: the
 // result is bitwise the plain layout's (so batch-invariant, unlike a BLAS call whose
-// blocking depends on M), and f16/bf16 weights get SIMD instead of a scalar loop. Still
-// slow for decode: each block reads K strided pieces of the [K, N] storage.
+// blocking depends on M), and f16/bf16 weights get SIMD instead of a scalar loop. Decode
+// (M <= 4) takes matmul_transposed_decode_hwy instead, which streams the storage's rows.
 void matmul_transposed(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  if (matmul_transposed_decode_hwy(x, w, bias, out)) return;  // decode: storage rows streamed
   const int64_t K = x.size(1), N = w.size(0), ldw = w.stride(1);
   const int64_t esize = dtype_bits(w.dtype()) / 8;
   const uint8_t* base = static_cast<const uint8_t*>(w.raw_data());
