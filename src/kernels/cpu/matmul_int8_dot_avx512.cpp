@@ -230,19 +230,24 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   const __m512i low = _mm512_set1_epi8(0x0F);
+  // Lane l of every row takes blocks l, l + 16, l + 32, ... in that order, and the lanes
+  // are independent until the final sum, so the lanes run one after the other: each pass
+  // then visits blocks 16 apart, which lie in different 4 KiB pages of the tile (4 for
+  // K = 2048), read side by side as separate ascending streams that the L2 streamer
+  // follows; block by block, a tile was one stream (MXFP4 shuffled read ~25% slower than
+  // plain). The next tile's bytes at the same places are requested as these stream.
   __m512 acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = _mm512_setzero_ps();
-  // The weights stream front to back; bytes 4 KiB ahead are requested (first row only).
-  constexpr int64_t kAhead = 4096;
-  for (int64_t b0 = 0; b0 < op.S; b0 += kLanes) {
-#pragma GCC unroll 16
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t b = b0 + l;
-      if (b >= op.S) break;
+  const int64_t tile_bytes = op.S * 16 * (W == Weights::q8_0 ? kBlock : kBlock / 2);
+  const uint8_t* next = prefetch_end && codes + 2 * tile_bytes <= prefetch_end ? codes + tile_bytes : nullptr;
+  for (int l = 0; l < kLanes; ++l) {
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t b = l; b < op.S; b += kLanes) {
       // Block b's bytes of rows 4i..4i+3 sit at half + 64 i.
-      const uint8_t* half = W == Weights::q8_0 ? codes + b * 512 : codes + (b / 2) * 512 + (b % 2) * 256;
-      if (prefetch_end && (W == Weights::q8_0 || b % 2 == 0) && half + kAhead + 512 <= prefetch_end)
-        for (int c = 0; c < 512; c += 64) _mm_prefetch(reinterpret_cast<const char*>(half + kAhead + c), _MM_HINT_T1);
+      const int64_t offset = W == Weights::q8_0 ? b * 512 : (b / 2) * 512 + (b % 2) * 256;
+      const uint8_t* half = codes + offset;
+      if (next)
+        for (int c = 0; c < (W == Weights::q8_0 ? 512 : 256); c += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next + offset + c), _MM_HINT_T1);
       __m512i v[4];
       if constexpr (W == Weights::q8_0) {
         const __m512i x0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock)));
@@ -287,8 +292,9 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
         ws = avx512::E8m0TimesHalf(b % 2 ? _mm512_srli_epi32(pair, 8) : _mm512_and_si512(pair, _mm512_set1_epi32(0xFF)));
       }
       const __m512 s = _mm512_mul_ps(_mm512_set1_ps(xd[b]), ws);
-      acc[l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, _mm512_set1_epi32(corr[b]))), s, acc[l]);
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, _mm512_set1_epi32(corr[b]))), s, a);
     }
+    acc[l] = a;
   }
   for (int h = kLanes / 2; h >= 1; h /= 2)
     for (int l = 0; l < h; ++l) acc[l] = _mm512_add_ps(acc[l], acc[l + h]);
