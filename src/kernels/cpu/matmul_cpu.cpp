@@ -314,6 +314,9 @@ size_t VectorLanes() { return hn::Lanes(DF()); }
 // the vector width, SumOfLanes, bias) and the plain layout's bits. Elsewhere this returns
 // false and the caller un-shuffles a tile at a time.
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+// Row r of the result: block r of each of the four loads, in load order. (The FP8 W8A8
+// kernel does the same for e4m3 codes in ShuffledCodes4; the two files are compiled for
+// different targets and share no code.)
 HWY_INLINE void TransposeBlocks4(const uint8_t* p, int64_t piece_stride, __m512i r[4]) {
   const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + piece_stride);
   const __m512i c = _mm512_loadu_si512(p + 2 * piece_stride), d = _mm512_loadu_si512(p + 3 * piece_stride);

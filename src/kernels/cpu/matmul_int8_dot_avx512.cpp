@@ -19,6 +19,9 @@
 // mod 16: exactly the definition's float steps. Remaining blocks (K / 32 not a multiple of
 // 16) are summed in scalar code and enter the same accumulator under a mask.
 //
+// Shuffled weights (16-row tiles of [2][16 rows][16 bytes] pieces) are read in place by
+// ShuffledTile, rows in the vector lanes instead of blocks (see there).
+//
 // Compiled for AVX-512 VNNI only inside the pragma region below: nothing here may call
 // templates shared with code for other ISAs (no std::), as their one compiled copy could
 // then carry AVX-512 instructions. Callers check avx512_vnni_usable() first.
@@ -51,6 +54,23 @@ inline __m512i PairSums(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
+// MXFP4 bytes to the unsigned dot-product operands of their low and high nibbles: 2v + 12
+// for the 16 e2m1 codes (v: 0, .5, 1, 1.5, 2, 3, 4, 6, then negated).
+template <bool Vbmi>
+inline void F4Nibbles(__m512i bytes, __m512i& lo, __m512i& hi) {
+  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  if constexpr (Vbmi) {
+    // vpermb reads only index bits 0-5 and the table repeats every 16 entries, so the bits
+    // above each nibble need no masking: one shift and two lookups per 64 bytes.
+    lo = _mm512_permutexvar_epi8(bytes, table);
+    hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), table);
+  } else {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
+    hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+  }
+}
+
 // Weight scales of 16 (or, masked, fewer) blocks as f32: f16 for Q8_0, e8m0 * 0.5 for MXFP4.
 template <Weights W>
 inline __m512 WeightScales(const void* p, __mmask16 mask) {
@@ -80,24 +100,11 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
       t[p] = PairSums(v0, v1);  // 4 blocks x 4 lanes
     }
   } else {
-    // 2v + 12 for the 16 e2m1 codes (v: 0, .5, 1, 1.5, 2, 3, 4, 6, then negated).
-    const __m512i table = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    const __m512i low = _mm512_set1_epi8(0x0F);
     for (int p = 0; p < 4; ++p) {
       const int64_t b = k0 / 2 + 64 * p;  // packed byte offset: 4 blocks of 16 bytes
       if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
-      const __m512i bytes = _mm512_loadu_si512(w + b);
       __m512i lo, hi;
-      if constexpr (Vbmi) {
-        // vpermb reads only index bits 0-5 and the table repeats every 16 entries, so the
-        // bits above each nibble need no masking: one shift and two lookups per 64 bytes.
-        lo = _mm512_permutexvar_epi8(bytes, table);
-        hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), table);
-      } else {
-        lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
-        hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
-      }
+      F4Nibbles<Vbmi>(_mm512_loadu_si512(w + b), lo, hi);
       const int8_t* xp = xperm + k0 + 128 * p;
       __m512i v = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xp));
       t[p] = _mm512_dpbusd_epi32(v, hi, _mm512_loadu_si512(xp + 64));  // 4 blocks x 4 lanes
@@ -228,8 +235,6 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
   const float* xd = op.xd + m * op.ldxd;
   const int32_t* corr = p.xcorr + m * p.S16;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-  const __m512i low = _mm512_set1_epi8(0x0F);
   // Lane l of every row takes blocks l, l + 16, l + 32, ... in that order, and the lanes
   // are independent until the final sum, so the lanes run one after the other: each pass
   // then visits blocks 16 apart, which lie in different 4 KiB pages of the tile (4 for
@@ -271,15 +276,8 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
         const __m512i xe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even)));
         const __m512i xo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(odd)));
         for (int i = 0; i < 4; ++i) {
-          const __m512i bytes = _mm512_loadu_si512(half + 64 * i);
           __m512i lo, hi;
-          if constexpr (Vbmi) {
-            lo = _mm512_permutexvar_epi8(bytes, table);
-            hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(bytes, 4), table);
-          } else {
-            lo = _mm512_shuffle_epi8(table, _mm512_and_si512(bytes, low));
-            hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
-          }
+          F4Nibbles<Vbmi>(_mm512_loadu_si512(half + 64 * i), lo, hi);
           v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
         }
       }
