@@ -281,11 +281,15 @@ void TransposedDecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_
       const int64_t j = n - c0;
       if (j < blocks * L) {
         for (int64_t l = 0; l < L; ++l) lanes[l] = acc[((m * L + l) * blocks + j / L) * L + j % L];
-      } else {  // a column past the last whole vector: its lanes directly
+      } else {  // a column past the last whole vector: its lanes one at a time
+        // With MulAdd on one-lane vectors: fused or not exactly as the target's vector
+        // MulAdd is (SSE4 has no FMA), which std::fma would not match.
+        const hn::CappedTag<float, 1> d1;
         for (int64_t l = 0; l < L; ++l) {
-          float s = 0.0f;
-          for (int64_t k = l; k < K_main; k += L) s = std::fma(x[m * ldx + k], Tr::scalar(w + k * ldk + n), s);
-          lanes[l] = s;
+          auto s1 = hn::Zero(d1);
+          for (int64_t k = l; k < K_main; k += L)
+            s1 = hn::MulAdd(hn::Set(d1, x[m * ldx + k]), hn::Set(d1, Tr::scalar(w + k * ldk + n)), s1);
+          lanes[l] = hn::GetLane(s1);
         }
       }
       float s = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lanes)));
