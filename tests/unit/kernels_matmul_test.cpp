@@ -2,8 +2,10 @@
 // weights, odd shapes, every SIMD target, batch invariance, dispatch and refusals.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 
 #include "core/error.h"
@@ -181,10 +183,14 @@ TEST(KernelsMatmul, dispatch_sends_f32_decode_shapes_to_highway) {
 // For every float dtype and several batch sizes: `lay_out` turns a plain [N, K] weight
 // into another layout of the same values, and dispatch (by that tensor's layout and
 // strides) must give the plain layout's result bit for bit.
+// At every instruction set this CPU has (the vector width and whether MulAdd is fused
+// change the plain bits; each layout's kernel must follow them).
 void expect_plain_bits(int64_t N, int64_t K, uint32_t seed, const std::function<Tensor(const Tensor&)>& lay_out) {
+  for (const std::string& isa : cpu::cpu_isas_available())
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (int64_t M : {1, 3, 5, 17}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " M=" << M);
+      cpu::set_cpu_isa(isa);
+      SCOPED_TRACE(::testing::Message() << isa << " " << dtype_name(dt) << " M=" << M);
       Tensor x = random_tensor({M, K}, seed++);
       Tensor w = random_tensor({N, K}, seed++).to(dt);
       Tensor bias = random_tensor({N}, seed++);
@@ -194,6 +200,8 @@ void expect_plain_bits(int64_t N, int64_t K, uint32_t seed, const std::function<
       ops::matmul(x, other, bias, other_out);
       EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), other_out.data<float>(), M * N * sizeof(float)));
     }
+  const char* env = std::getenv("REFIT_CPU_ISA");
+  cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
 }
 
 // AITER's shuffled_16x16 layout (decode reads it in place on AVX-512, prefill un-shuffles
