@@ -1,9 +1,11 @@
 // Matmul kernels for weights stored in a kernel layout (law L3: registered for that
 // layout and chosen by dispatch from the weight tensor itself):
-//   * transposed: the weight arrives as a [N, K] view of [K, N] storage (stride(0) == 1),
-//     transposed block by block into the plain SIMD kernel (so it gives the plain bits);
-//   * shuffled_16x16: AITER's tile shuffle, un-shuffled tile by tile into the plain SIMD
-//     kernel (so it gives the plain layout's bits);
+//   * transposed: the weight arrives as a [N, K] view of [K, N] storage (stride(0) == 1);
+//     decode streams the storage's rows (matmul_cpu.cpp), batches transpose it block by
+//     block into the plain SIMD kernel; both give the plain layout's bits;
+//   * shuffled_16x16: AITER's tile shuffle; decode reads the tiles in place on AVX-512
+//     (matmul_cpu.cpp), otherwise they are un-shuffled tile by tile into the plain SIMD
+//     kernel; both give the plain layout's bits;
 //   * a plain strided fallback for any other float weight view.
 // Each output element sums over K in increasing k, like the reference.
 #include <algorithm>
@@ -93,7 +95,8 @@ void matmul_shuffled(const Tensor& x, const Tensor& w, const Tensor& bias, Tenso
   // One 16-row tile at a time: its 16 x K values are contiguous in the shuffled buffer.
   // Its 16-byte pieces are put back in row order (a copy, no conversion) and multiplied
   // by the plain-layout SIMD kernel, so results are bitwise those of the same weights in
-  // the plain layout, batch-invariant, at the plain kernel's speed.
+  // the plain layout and batch-invariant (decode on AVX-512 took the in-place path above:
+  // this copy left DRAM idle while the copied tile was multiplied).
   // Row stride of the buffer: K plus one cache line, so that the 16 rows (written 16 bytes
   // at a time, row after row) do not all map to the same L1 sets when K is a power of two.
   const int64_t ld = K + 64 / esize;
