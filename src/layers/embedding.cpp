@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
+#include "layers/linear.h"
 #include "weights/quant_scheme.h"
 
 namespace refit {
@@ -94,11 +94,9 @@ ParallelLmHead::ParallelLmHead(ParameterSet& params, const std::string& name, in
 Tensor ParallelLmHead::forward(const Tensor& x) const {
   const int64_t T = x.size(0), local = weight_->local_shape()[0];
   Tensor local_logits = Tensor::empty({T, local}, DType::f32);
-  if (weight_->quantized())  // a quantized checkpoint's own output projection
-    ops::matmul_quantized(x, Tensor(), weight_->data(), weight_->scale(), weight_->scale_group(), Tensor(),
-                          local_logits);
-  else
-    ops::matmul(x, weight_->matmul_view(), Tensor(), local_logits);
+  // A quantized head (a quantized checkpoint's own output projection) computes as its
+  // scheme says, W8A8 included, exactly as a Linear layer with the same weight would.
+  matmul_weight(x, *weight_, Tensor(), local_logits);
   const int world = communicator_->world_size();
   if (world == 1) return local_logits;
   // Gather [world][T][local] then interleave into [T][vocab], dropping the padding.

@@ -60,29 +60,33 @@ Linear Linear::row(ParameterSet& params, const std::string& name, const std::str
   return l;
 }
 
+void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias, Tensor& out) {
+  if (!weight.quantized()) {
+    ops::matmul(x, weight.matmul_view(), bias, out);
+    return;
+  }
+  // Quantized weights: codes + scales; W8A8 quantizes the activations first: FP8 per
+  // token to e4m3, Q8_0 and MXFP4 per block of 32 to int8 (integer dot products).
+  Tensor activations = x, activation_scale;
+  const QuantScheme& scheme = weight.quantization();
+  if (scheme.w8a8 && scheme.int8_activations()) {
+    activations = Tensor::empty(x.shape(), DType::i8);
+    activation_scale = Tensor::empty({x.size(0), x.size(1) / 32}, DType::f32);
+    ops::quantize_per_block_q8(x, activations, activation_scale);
+  } else if (scheme.w8a8) {
+    activations = Tensor::empty(x.shape(), DType::f8_e4m3fn);
+    activation_scale = Tensor::empty({x.size(0)}, DType::f32);
+    ops::quantize_per_token_fp8(x, activations, activation_scale);
+  }
+  ops::matmul_quantized(activations, activation_scale, weight.data(), weight.scale(), weight.scale_group(), bias,
+                        out);
+}
+
 Tensor Linear::forward(const Tensor& x) const {
   Tensor out = Tensor::empty({x.size(0), local_out_}, DType::f32);
   const bool reduce = style_ == ParallelStyle::row && communicator_->world_size() > 1;
   const Tensor bias = reduce || !bias_ ? Tensor() : bias_->data();
-  if (weight_->quantized()) {
-    // Quantized weights: codes + scales; W8A8 quantizes the activations first: FP8 per
-    // token to e4m3, Q8_0 and MXFP4 per block of 32 to int8 (integer dot products).
-    Tensor activations = x, activation_scale;
-    const QuantScheme& scheme = weight_->quantization();
-    if (scheme.w8a8 && scheme.int8_activations()) {
-      activations = Tensor::empty(x.shape(), DType::i8);
-      activation_scale = Tensor::empty({x.size(0), x.size(1) / 32}, DType::f32);
-      ops::quantize_per_block_q8(x, activations, activation_scale);
-    } else if (scheme.w8a8) {
-      activations = Tensor::empty(x.shape(), DType::f8_e4m3fn);
-      activation_scale = Tensor::empty({x.size(0)}, DType::f32);
-      ops::quantize_per_token_fp8(x, activations, activation_scale);
-    }
-    ops::matmul_quantized(activations, activation_scale, weight_->data(), weight_->scale(), weight_->scale_group(),
-                          bias, out);
-  } else {
-    ops::matmul(x, weight_->matmul_view(), bias, out);
-  }
+  matmul_weight(x, *weight_, bias, out);
   if (reduce) {
     communicator_->all_reduce_sum(out.data<float>(), static_cast<size_t>(out.numel()));
     if (bias_) {

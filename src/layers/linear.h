@@ -9,7 +9,8 @@
 //                      then the bias added once
 //
 // The matmul kernel is chosen by dispatch from the weight's dtype and layout (law L3);
-// a quantized weight (Parameter::quantization) runs ops::matmul_quantized with its scales.
+// a quantized weight (Parameter::quantization) runs ops::matmul_quantized with its scales
+// (matmul_weight below).
 #pragma once
 
 #include <string>
@@ -19,6 +20,13 @@
 #include "weights/parameter_set.h"
 
 namespace refit {
+
+// out = x · W^T (+ bias) for a weight as it is stored: a float weight through ops::matmul
+// on its matmul view; a quantized one through ops::matmul_quantized with its scales, the
+// activations quantized first where its scheme is W8A8 (FP8 per token; Q8_0 and MXFP4 per
+// block of 32, for the integer-dot kernels). Linear layers and the LM head both run it, so
+// a scheme computes the same arithmetic wherever its weight sits.
+void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias, Tensor& out);
 
 enum class ParallelStyle : uint8_t { replicated, column, row };
 
