@@ -171,9 +171,10 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   const int64_t esize = W == Weights::q8_0 ? 2 : 1;
   const auto* scales = static_cast<const uint8_t*>(t.scales);
   // The next tile's scales (one contiguous run right after these, 2 KiB for Q8_0 at
-  // K = 2048) are requested now, as its codes are below; the quantized matmul
-  // with f32 activations (matmul_quantized_hwy.cpp) does the same. Interleaved A/B on `medium` (tg64, AMD
-  // Zen 5): q8_0-w8a8 +4% on average (7 of 9 pairs faster), mxfp4-w8a8 within noise.
+  // K = 2048) are requested now, as its codes are below; the quantized matmul with f32
+  // activations (matmul_quantized_hwy.cpp) does the same. Interleaved A/B on `medium`
+  // (tg64, AMD Zen 5): q8_0-w8a8 +4% on average (7 of 9 pairs faster), mxfp4-w8a8 within
+  // noise.
   if (t.next)
     for (int64_t b = 0; b < t.rows * op.S * esize; b += 64)
       _mm_prefetch(reinterpret_cast<const char*>(scales + t.rows * op.S * esize + b), _MM_HINT_T1);
