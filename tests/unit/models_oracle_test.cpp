@@ -124,6 +124,8 @@ struct LlamaCppCase {
   bool exact_tokens;     // F32: every generated id must match
   double max_abs, mean_abs;  // teacher-forced tolerance from llamacpp/README.md
 };
+// How gtest shows a case (instead of its bytes).
+void PrintTo(const LlamaCppCase& c, std::ostream* os) { *os << c.folder; }
 
 class LlamaCppOracle : public ::testing::TestWithParam<LlamaCppCase> {};
 

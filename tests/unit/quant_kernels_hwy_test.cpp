@@ -77,6 +77,10 @@ struct Case {
   bool shuffled;
   int64_t n, k;
 };
+// How gtest shows a case (instead of its bytes).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.scheme << (c.shuffled ? " shuffled" : " plain") << ", N " << c.n << ", K " << c.k;
+}
 
 std::vector<Case> cases() {
   std::vector<Case> out;

@@ -29,6 +29,10 @@ struct KernelCase {
   bool shuffled;
   int64_t n, k;
 };
+// How gtest shows a case (instead of its bytes).
+void PrintTo(const KernelCase& c, std::ostream* os) {
+  *os << c.scheme << (c.shuffled ? " shuffled" : " plain") << ", N " << c.n << ", K " << c.k;
+}
 
 class QuantKernel : public ::testing::TestWithParam<KernelCase> {};
 

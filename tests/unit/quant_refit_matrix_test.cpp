@@ -34,6 +34,8 @@ struct QuantCase {
   std::string quant, layout;
   int tp;
 };
+// How gtest shows a case (instead of its bytes).
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.quant << ", " << c.layout << ", TP " << c.tp; }
 
 class QuantRefitMatrix : public ::testing::TestWithParam<QuantCase> {};
 

@@ -33,6 +33,8 @@ struct MatrixCase {
   std::string family, layout;
   int tp;
 };
+// How gtest shows a case (instead of its bytes).
+void PrintTo(const MatrixCase& c, std::ostream* os) { *os << c.family << ", " << c.layout << ", TP " << c.tp; }
 
 class RefitMatrix : public ::testing::TestWithParam<MatrixCase> {};
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "models/batched_forward.h"
+#include "gtest_printers.h"
 #include "serve_test_model.h"
 
 namespace refit {

@@ -12,6 +12,7 @@
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
 #include "formats_test_util.h"
+#include "gtest_printers.h"
 #include "models/synthetic_checkpoint.h"
 #include "models/synthetic_model.h"
 #include "models/tensor_names.h"
