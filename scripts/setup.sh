@@ -36,6 +36,9 @@ if [ ! -d tests/e2e/node_modules/openai ]; then
   (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error >&2)
 fi
 
+# ccache hashes paths relative to the checkout, so a clone at another path (a CI runner's
+# workspace, a second worktree) reuses what was compiled before instead of building cold.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 BUILD_DIR=${REFIT_BUILD_DIR:-build}
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
