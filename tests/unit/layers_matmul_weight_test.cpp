@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
-#include <vector>
 
 #include "kernels/matmul_quantized.h"
+#include "kernels_test_util.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"
 #include "weights/quant_scheme.h"
@@ -15,22 +14,14 @@
 namespace refit {
 namespace {
 
-Tensor random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  for (float& f : v) f = dist(rng);
-  return Tensor::from_floats({rows, cols}, v);
-}
-
 bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 TEST(MatmulWeight, lm_head_and_linear_with_the_same_quantized_weight_give_the_same_bits) {
   constexpr int64_t kVocab = 128, kDim = 256, kTokens = 3;
-  const Tensor w = random_matrix(kVocab, kDim, 1);
-  const Tensor x = random_matrix(kTokens, kDim, 2);
+  const Tensor w = testing::random_tensor({kVocab, kDim}, 1);
+  const Tensor x = testing::random_tensor({kTokens, kDim}, 2);
   const TensorParallel tp;
   for (const char* name : {"q8_0-w8a8", "mxfp4-w8a8", "fp8-channel-w8a8", "fp8-block-w8a8", "q8_0", "mxfp4",
                            "fp8-channel", "none"}) {

@@ -72,18 +72,10 @@ kernels::MatmulQuantizedFn scalar_kernel(const std::string& simd_name) {
   return nullptr;
 }
 
-struct Case {
-  std::string scheme;
-  bool shuffled;
-  int64_t n, k;
-};
-// How gtest shows a case (instead of its bytes).
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.scheme << (c.shuffled ? " shuffled" : " plain") << ", N " << c.n << ", K " << c.k;
-}
+using testing::KernelCase;
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<KernelCase> cases() {
+  std::vector<KernelCase> out;
   for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8", "fp8-block-w8a8", "mxfp4", "q8_0"})
     for (bool shuffled : {false, true}) {
       out.push_back({scheme, shuffled, 48, 256});
@@ -103,10 +95,10 @@ std::vector<Case> cases() {
   return out;
 }
 
-class QuantKernelHwy : public ::testing::TestWithParam<Case> {};
+class QuantKernelHwy : public ::testing::TestWithParam<KernelCase> {};
 
 TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invariant_under_every_isa) {
-  const Case c = GetParam();
+  const KernelCase c = GetParam();
   const QuantScheme s = parse_quant_scheme(c.scheme);
   const QuantWeight w = make_weight(s, c.n, c.k, c.shuffled, 7);
   const int64_t group = s.group(c.k);

@@ -24,15 +24,7 @@ QuantWeight make_weight(const QuantScheme& s, int64_t n, int64_t k, bool shuffle
   return testing::make_quant_weight(s, n, k, shuffled, seed, 7);
 }
 
-struct KernelCase {
-  std::string scheme;
-  bool shuffled;
-  int64_t n, k;
-};
-// How gtest shows a case (instead of its bytes).
-void PrintTo(const KernelCase& c, std::ostream* os) {
-  *os << c.scheme << (c.shuffled ? " shuffled" : " plain") << ", N " << c.n << ", K " << c.k;
-}
+using testing::KernelCase;
 
 class QuantKernel : public ::testing::TestWithParam<KernelCase> {};
 

@@ -3,7 +3,9 @@
 // (16, 16) tile layout, with the f32 values the codes stand for.
 #pragma once
 
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -11,6 +13,17 @@
 #include "weights/quant_scheme.h"
 
 namespace refit::testing {
+
+// One case of the parameterized quantized-kernel tests: a scheme, a layout, a shape.
+struct KernelCase {
+  std::string scheme;
+  bool shuffled;
+  int64_t n, k;
+};
+// How gtest shows a case (instead of its bytes).
+inline void PrintTo(const KernelCase& c, std::ostream* os) {
+  *os << c.scheme << (c.shuffled ? " shuffled" : " plain") << ", N " << c.n << ", K " << c.k;
+}
 
 struct QuantWeight {
   Tensor codes, scales;            // as a Parameter stores them
