@@ -68,12 +68,15 @@ int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
   auto measure_bandwidth = [&] {
     if (a.no_bandwidth) return;
     note(a, "STREAM-style bandwidth");
-    const StreamResult s = measure_stream();
+    StreamResult s = measure_stream();
+    note(a, "read-only pass over the weights");
+    s.weights_read_gbs = measure_read_gbs(decode_read_regions(engine.model()), s.reps);
     if (!stream) {
       stream = s;
     } else {
       stream->copy_gbs = std::max(stream->copy_gbs, s.copy_gbs);
       stream->read_gbs = std::max(stream->read_gbs, s.read_gbs);
+      stream->weights_read_gbs = std::max(stream->weights_read_gbs, s.weights_read_gbs);
       stream->reps += s.reps;
     }
   };

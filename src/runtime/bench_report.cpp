@@ -93,10 +93,16 @@ nlohmann::ordered_json token_bench_json(const TokenBenchResult& r, const BenchMo
   if (stream) {
     j["refit_stream_copy_gbs"] = stream->copy_gbs;
     j["refit_stream_read_gbs"] = stream->read_gbs;
+    if (stream->weights_read_gbs > 0) j["refit_weights_read_gbs"] = stream->weights_read_gbs;
     if (r.n_gen > 0 && r.n_prompt == 0) {
       const double limit = decode_limit_ts(stream->copy_gbs, model.decode_bytes_per_token);
       j["refit_decode_limit_ts"] = limit;
       j["refit_decode_fraction"] = limit > 0 ? r.avg_ts() / limit : 0.0;
+      if (stream->weights_read_gbs > 0) {
+        const double own = decode_limit_ts(stream->weights_read_gbs, model.decode_bytes_per_token);
+        j["refit_decode_limit_weights_read_ts"] = own;
+        j["refit_decode_fraction_weights_read"] = own > 0 ? r.avg_ts() / own : 0.0;
+      }
     }
   }
   return j;
@@ -137,8 +143,13 @@ std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& mode
       s.threads, s.array_bytes >> 20, s.reps, s.copy_gbs, s.read_gbs);
   const double limit_copy = decode_limit_ts(s.copy_gbs, model.decode_bytes_per_token);
   const double limit_read = decode_limit_ts(s.read_gbs, model.decode_bytes_per_token);
-  out += fmt::format("decode limit = bandwidth / weight bytes per token ({:.3f} GB): {:.2f} t/s (copy), {:.2f} t/s (read)\n",
-                     double(model.decode_bytes_per_token) * 1e-9, limit_copy, limit_read);
+  const double limit_own = decode_limit_ts(s.weights_read_gbs, model.decode_bytes_per_token);
+  if (limit_own > 0)
+    out += fmt::format("the weights themselves, read-only in place (the pages decode reads, best of {} passes): {:.2f} GB/s\n",
+                       s.reps, s.weights_read_gbs);
+  out += fmt::format("decode limit = bandwidth / weight bytes per token ({:.3f} GB): {:.2f} t/s (copy), {:.2f} t/s (read){}\n",
+                     double(model.decode_bytes_per_token) * 1e-9, limit_copy, limit_read,
+                     limit_own > 0 ? fmt::format(", {:.2f} t/s (weights read)", limit_own) : std::string());
   std::string shares;
   for (const TokenBenchResult& r : results)
     shares += fmt::format("{}{} {:.0f}%", shares.empty() ? "" : ", ", r.name(), 100.0 * r.cpu_share());
@@ -147,8 +158,10 @@ std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& mode
                        "were ours): {}\n", shares);
   for (const TokenBenchResult& r : results)
     if (r.n_gen > 0 && r.n_prompt == 0 && limit_copy > 0)
-      out += fmt::format("{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit\n", r.name(),
-                         r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read);
+      out += fmt::format("{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit{}\n", r.name(),
+                         r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read,
+                         limit_own > 0 ? fmt::format(", {:.0f}% of the weights-read limit", 100.0 * r.avg_ts() / limit_own)
+                                       : std::string());
   return out;
 }
 

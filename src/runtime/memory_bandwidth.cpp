@@ -154,6 +154,44 @@ StreamResult measure_stream(int64_t array_bytes, int reps) {
   return r;
 }
 
+double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
+  uint64_t total = 0;
+  for (const ByteRegion& r : regions) total += r.bytes;
+  if (total == 0) return 0;
+  const int64_t shares = std::max(num_threads(), 1);
+  // Reads global bytes [s, e) of the regions laid end to end.
+  auto read_range = [&](uint64_t s, uint64_t e, bool streams) {
+    uint64_t sum = 0, offset = 0;
+    for (const ByteRegion& r : regions) {
+      const uint64_t lo = std::max(s, offset), hi = std::min(e, offset + r.bytes);
+      if (lo < hi) {
+        const auto* p = static_cast<const uint8_t*>(r.data) + (lo - offset);
+        sum += streams ? cpu::read_sweep_streams(p, hi - lo) : cpu::read_sweep(p, hi - lo);
+      }
+      offset += r.bytes;
+      if (offset >= e) break;
+    }
+    return sum;
+  };
+  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8, 0);  // a cache line per thread
+  double best = 1e300;
+  for (const bool streams : {false, true})
+    for (int i = 0; i <= std::max(reps, 1); ++i) {  // pass 0 is untimed
+      const auto start = std::chrono::steady_clock::now();
+      parallel_for(shares, [&](int64_t p0, int64_t p1, int idx) {
+        for (int64_t p = p0; p < p1; ++p)
+          sink[static_cast<size_t>(idx) * 8] +=
+              read_range(total * uint64_t(p) / uint64_t(shares), total * uint64_t(p + 1) / uint64_t(shares), streams);
+      });
+      const double t = seconds_since(start);
+      if (i > 0) best = std::min(best, t);
+    }
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink) keep = keep + v;
+  (void)keep;
+  return static_cast<double>(total) / best * 1e-9;
+}
+
 double measure_memcpy_gbs(size_t bytes, int reps) {
   AlignedBuffer src(bytes), dst(bytes);
   parallel_fill(src, 3);

@@ -11,12 +11,16 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace refit {
 
 struct StreamResult {
   double copy_gbs = 0;   // STREAM "Copy" a[i] = b[i], counted as read + write bytes
   double read_gbs = 0;   // read-only pass (a sum), the access pattern of decode's weights
+  // The same read-only pass over the bytes a decode step reads, in place (measure_read_gbs
+  // on the weights); 0 where not measured. See there for why it is measured too.
+  double weights_read_gbs = 0;
   int threads = 0;       // refit pool threads used
   int64_t array_bytes = 0;  // bytes of each array
   int reps = 0;
@@ -29,6 +33,22 @@ StreamResult measure_stream(int64_t array_bytes = 0, int reps = 5);
 // STREAM's rule: each array at least 4x the last-level cache (read from sysfs; at least
 // 256 MiB, at most 2 GiB). Large L3s are real: a Sapphire Rapids VM reports 300 MiB.
 int64_t stream_array_bytes();
+
+// A span of bytes to read (a weight's codes, its scales).
+struct ByteRegion {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// The read-only rate of measure_stream over the given bytes in place: all regions as one
+// sequence cut into one contiguous share per thread, read as one stream and as 16 side by
+// side, the best timed pass of the faster pattern after an untimed one. Over a model's
+// weights it bounds decode on the very pages decode reads: on a VM, buffers allocated one
+// after another read at rates up to ~30% apart (AMD Zen 5 VM: 42-55 GB/s for three 512 MiB
+// buffers in one process, each steady within 2% when read again), so a limit measured on
+// the STREAM arrays alone moves with where they, and the weights, happened to land.
+// Returns 0 for no bytes.
+double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps = 5);
 
 // One plain std::memcpy of `bytes` between two preallocated, touched buffers on the calling
 // thread: the baseline a single-threaded weight update compares against. Best of `reps`.

@@ -57,7 +57,23 @@ std::string ftype_name(DType t) {
   }
 }
 
+// A decode step reads every parameter in full except the embedding table when the LM head
+// is untied: a lookup reads one row of it.
+bool lookup_only(const LlamaModel& model, const Parameter& p) {
+  return !model.config().tied_embeddings && p.name() == "model.embed_tokens.weight";
+}
+
 }  // namespace
+
+std::vector<ByteRegion> decode_read_regions(const LlamaModel& model) {
+  std::vector<ByteRegion> regions;
+  for (const auto& p : model.parameters().all()) {
+    if (lookup_only(model, *p) || p->data().device().type != DeviceType::cpu) continue;
+    regions.push_back({p->data().raw_data(), p->data().nbytes()});
+    if (p->quantized()) regions.push_back({p->scale().raw_data(), p->scale().nbytes()});
+  }
+  return regions;
+}
 
 BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename) {
   BenchModelInfo info;
@@ -71,8 +87,7 @@ BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& file
     if (p->quantized() && quant.empty()) quant = p->quantization().name();
     info.size_bytes += bytes;
     info.n_params += static_cast<uint64_t>(p->data().numel());
-    const bool lookup_only = !c.tied_embeddings && p->name() == "model.embed_tokens.weight";
-    info.decode_bytes_per_token += lookup_only ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
+    info.decode_bytes_per_token += lookup_only(model, *p) ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
                                                : bytes;
   }
   // Quantized at load: the scheme in llama.cpp's spelling ("Q8_0", "MXFP4", "FP8-TENSOR").

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "models/llama_model.h"
+#include "runtime/memory_bandwidth.h"
 
 namespace refit {
 
@@ -30,6 +31,10 @@ struct BenchModelInfo {
   DType weight_dtype = DType::f32;
 };
 BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename);
+// The bytes of decode_bytes_per_token that a step reads in full (every parameter's codes and
+// scales, without an untied embedding table), in place: what measure_read_gbs reads to
+// bound decode on its own pages.
+std::vector<ByteRegion> decode_read_regions(const LlamaModel& model);
 
 struct TokenBenchResult {
   int n_prompt = 0;

@@ -161,6 +161,20 @@ TEST(BenchReport, markdown_row_and_json_fields) {
   EXPECT_DOUBLE_EQ(j["refit_decode_fraction"].get<double>(), 0.8);
   const std::string lines = bandwidth_markdown(s, info, {r});
   EXPECT_NE(lines.find("tg128: 8.00 t/s = 80% of the copy limit"), std::string::npos) << lines;
+  EXPECT_EQ(lines.find("weights"), std::string::npos) << lines;  // not measured: not reported
+  EXPECT_FALSE(j.contains("refit_decode_fraction_weights_read"));
+
+  // With the weights' own read rate: its limit and each decode's fraction of it.
+  s.weights_read_gbs = 32.0;
+  const nlohmann::ordered_json own = token_bench_json(r, info, s);
+  EXPECT_DOUBLE_EQ(own["refit_weights_read_gbs"].get<double>(), 32.0);
+  EXPECT_DOUBLE_EQ(own["refit_decode_limit_weights_read_ts"].get<double>(), 16.0);  // 32 GB/s / 2 GB
+  EXPECT_DOUBLE_EQ(own["refit_decode_fraction_weights_read"].get<double>(), 0.5);
+  const std::string own_lines = bandwidth_markdown(s, info, {r});
+  EXPECT_NE(own_lines.find("16.00 t/s (weights read)"), std::string::npos) << own_lines;
+  EXPECT_NE(own_lines.find("80% of the copy limit, 64% of the read limit, 50% of the weights-read limit"),
+            std::string::npos)
+      << own_lines;
 }
 
 TEST(MemoryBandwidth, stream_and_memcpy_report_positive_rates) {
@@ -189,6 +203,29 @@ TEST(MemoryBandwidth, read_sweeps_cover_every_byte) {
   const uint64_t before = cpu::read_sweep_streams(buf.data(), odd);
   buf[odd - 1] ^= 0x10;
   EXPECT_NE(cpu::read_sweep_streams(buf.data(), odd), before);
+}
+
+// The weights' read pass covers exactly the bytes decode reads in full: every parameter's
+// codes and scales, without an untied embedding table (of which decode reads one row).
+TEST(MemoryBandwidth, decode_read_regions_are_the_decode_bytes_read_in_full) {
+  ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+  config.tied_embeddings = false;
+  LlamaModel model(config, DType::bf16);
+  quantize_linear_weights(model, parse_quant_scheme("q8_0"));
+  const BenchModelInfo info = bench_model_info(model, "q8_0");
+  const std::vector<ByteRegion> regions = decode_read_regions(model);
+  uint64_t bytes = 0;
+  for (const ByteRegion& r : regions) bytes += r.bytes;
+  const uint64_t embed = model.parameters().get("model.embed_tokens.weight").data().nbytes();
+  EXPECT_EQ(bytes, info.decode_bytes_per_token - embed / uint64_t(config.vocab_size));
+  const Parameter& q = model.parameters().get("model.layers.0.self_attn.o_proj.weight");
+  ASSERT_TRUE(q.quantized());
+  int found = 0;
+  for (const ByteRegion& r : regions) found += (r.data == q.data().raw_data()) + (r.data == q.scale().raw_data());
+  EXPECT_EQ(found, 2);  // read in place: its codes and its scales
+
+  EXPECT_GT(measure_read_gbs(regions, 1), 0.0);
+  EXPECT_EQ(measure_read_gbs({}, 1), 0.0);
 }
 
 TEST(MemoryBandwidth, stream_arrays_follow_streams_four_times_the_cache_rule) {
