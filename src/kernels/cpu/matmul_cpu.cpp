@@ -27,7 +27,6 @@
 #include <cstring>
 
 #include "core/float_formats.h"
-#include "kernels/cpu/prefetch_next.h"
 
 #ifndef REFIT_MATMUL_CPU_ONCE
 #define REFIT_MATMUL_CPU_ONCE
@@ -352,7 +351,7 @@ void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* t
         const uint8_t* chunk = tile + c * kChunk;
         // The next tile is requested while this one streams (first activation row only).
         if (m == 0 && next)
-          for (int64_t b = 0; b < kChunk; b += 64) prefetch_next(next + c * kChunk + b);
+          for (int64_t b = 0; b < kChunk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + c * kChunk + b), _MM_HINT_T1);
         const VF x0 = hn::LoadU(df, xr + 32 * c), x1 = hn::LoadU(df, xr + 32 * c + 16);
         for (int g = 0; g < 4; ++g) {
           if constexpr (W == WeightType::f32) {

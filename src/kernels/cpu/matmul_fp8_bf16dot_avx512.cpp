@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
-#include "kernels/cpu/prefetch_next.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,fma")
@@ -99,7 +98,7 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
           // The next tile's lines at the same places (over all row groups: all of it).
           if (next)
             for (int64_t b = 0; b < 1024 && k / 32 * 512 + b < 16 * op.K; b += 256)
-              prefetch_next(next + k / 32 * 512 + b + 64 * group4);
+              _mm_prefetch(reinterpret_cast<const char*>(next + k / 32 * 512 + b + 64 * group4), _MM_HINT_T1);
           __m512i cv[4];
           ShuffledCodes4(codes, k, op.K / 32, group4, cv);
           for (int jj = 0; jj < 4; ++jj) {
@@ -115,7 +114,7 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
         __m512i w[NR][2];
         for (int j = 0; j < NR; ++j) {
           const uint8_t* row = codes + (r0 + j * stride) * op.K;
-          if (next) prefetch_next(next + (r0 + j * stride) * op.K + k);
+          if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k), _MM_HINT_T1);
           Decode64(t, _mm512_maskz_loadu_epi8(mask, row + k), w[j][0], w[j][1]);
         }
         for (int i = 0; i < MR; ++i) {

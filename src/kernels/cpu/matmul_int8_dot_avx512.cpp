@@ -34,7 +34,6 @@
 #include <cstdint>
 
 #include "kernels/cpu/matmul_int8_dot.h"
-#include "kernels/cpu/prefetch_next.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,f16c,fma")
@@ -93,8 +92,8 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
     for (int p = 0; p < 4; ++p) {
       const int64_t k = k0 + 128 * p;
       if (ahead) {
-        prefetch_next(ahead + k);
-        prefetch_next(ahead + k + 64);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k + 64), _MM_HINT_T1);
       }
       const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + k), flip);
       const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip);
@@ -105,7 +104,7 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
   } else {
     for (int p = 0; p < 4; ++p) {
       const int64_t b = k0 / 2 + 64 * p;  // packed byte offset: 4 blocks of 16 bytes
-      if (ahead) prefetch_next(ahead + b);
+      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T1);
       __m512i lo, hi;
       F4Nibbles<Vbmi>(_mm512_loadu_si512(w + b), lo, hi);
       const int8_t* xp = xperm + k0 + 128 * p;
@@ -177,7 +176,7 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   // K = 2048) are requested now, as its codes are below; the quantized matmul with f32
   // activations (matmul_quantized_hwy.cpp) does the same. Interleaved A/B on `medium`
   // (tg64, AMD Zen 5): q8_0-w8a8 +4% on average (7 of 9 pairs faster), mxfp4-w8a8 within
-  // noise. Once each, unlike the codes (prefetch_next): twice lost here.
+  // noise.
   if (t.next)
     for (int64_t b = 0; b < t.rows * op.S * esize; b += 64)
       _mm_prefetch(reinterpret_cast<const char*>(scales + t.rows * op.S * esize + b), _MM_HINT_T1);
@@ -263,7 +262,7 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
       const uint8_t* half = codes + offset;
       if (next)
         for (int c = 0; c < (W == Weights::q8_0 ? 512 : 256); c += 64)
-          prefetch_next(next + offset + c);
+          _mm_prefetch(reinterpret_cast<const char*>(next + offset + c), _MM_HINT_T1);
       __m512i v[4];
       if constexpr (W == Weights::q8_0) {
         const __m512i x0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock)));
