@@ -125,32 +125,10 @@ StreamResult measure_stream(int64_t array_bytes, int reps) {
   r.copy_gbs = 2.0 * static_cast<double>(array_bytes) / best_copy * 1e-9;
 
   // Read-only: full-width vector loads into independent sums, the way decode streams its
-  // weights, as one stream per thread (cpu::read_sweep) and as 16 side by side
-  // (read_sweep_streams); the limit is the faster pattern's best pass, so that no decode
-  // kernel can read faster than the "limit" by reading in a pattern it did not try. Each
-  // thread's sum lands in its own cache line.
-  std::vector<uint64_t> sink(static_cast<size_t>(std::max(num_threads(), 1)) * 8, 0);
-  double best_read = 1e300;
-  for (const bool streams : {false, true})
-    for (int i = 0; i <= r.reps; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      parallel_for(shares, [&](int64_t p0, int64_t p1, int idx) {
-        for (int64_t p = p0; p < p1; ++p) {
-          int64_t s = 0, e = 0;
-          share(p, s, e);
-          const auto* base = a.data.get() + s;
-          const auto bytes = static_cast<size_t>(e - s);
-          sink[static_cast<size_t>(idx) * 8] += streams ? cpu::read_sweep_streams(base, bytes) : cpu::read_sweep(base, bytes);
-        }
-      });
-      const double t = seconds_since(start);
-      if (i > 0) best_read = std::min(best_read, t);
-    }
-  r.read_gbs = static_cast<double>(array_bytes) / best_read * 1e-9;
-  // Keep the sums observable.
-  volatile uint64_t keep = 0;
-  for (uint64_t v : sink) keep = keep + v;
-  (void)keep;
+  // weights (measure_read_gbs: one stream per thread and 16 side by side, the faster
+  // pattern's best pass, so that no decode kernel can read faster than the "limit" by
+  // reading in a pattern it did not try).
+  r.read_gbs = measure_read_gbs({{a.data.get(), n}}, r.reps);
   return r;
 }
 
@@ -159,6 +137,8 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
   for (const ByteRegion& r : regions) total += r.bytes;
   if (total == 0) return 0;
   const int64_t shares = std::max(num_threads(), 1);
+  // Share p: bytes [cut(p), cut(p + 1)) of the regions laid end to end, cut at cache lines.
+  auto cut = [&](int64_t p) { return p == shares ? total : total * uint64_t(p) / uint64_t(shares) / 64 * 64; };
   // Reads global bytes [s, e) of the regions laid end to end.
   auto read_range = [&](uint64_t s, uint64_t e, bool streams) {
     uint64_t sum = 0, offset = 0;
@@ -173,7 +153,7 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
     }
     return sum;
   };
-  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8, 0);  // a cache line per thread
+  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8, 0);  // each thread's sum on its own line
   double best = 1e300;
   for (const bool streams : {false, true})
     for (int i = 0; i <= std::max(reps, 1); ++i) {  // pass 0 is untimed
@@ -181,7 +161,7 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
       parallel_for(shares, [&](int64_t p0, int64_t p1, int idx) {
         for (int64_t p = p0; p < p1; ++p)
           sink[static_cast<size_t>(idx) * 8] +=
-              read_range(total * uint64_t(p) / uint64_t(shares), total * uint64_t(p + 1) / uint64_t(shares), streams);
+              read_range(cut(p), cut(p + 1), streams);
       });
       const double t = seconds_since(start);
       if (i > 0) best = std::min(best, t);

@@ -40,9 +40,10 @@ struct ByteRegion {
   size_t bytes = 0;
 };
 
-// The read-only rate of measure_stream over the given bytes in place: all regions as one
-// sequence cut into one contiguous share per thread, read as one stream and as 16 side by
-// side, the best timed pass of the faster pattern after an untimed one. Over a model's
+// Read-only rate (GB/s) of the given bytes in place, on the pool: all regions as one
+// sequence cut into one contiguous share per thread, read with full-width loads as one
+// stream and as 16 side by side, the best timed pass of the faster pattern after an
+// untimed one (measure_stream's read figure is this over its array). Over a model's
 // weights it bounds decode on the very pages decode reads: on a VM, buffers allocated one
 // after another read at rates up to ~30% apart (AMD Zen 5 VM: 42-55 GB/s for three 512 MiB
 // buffers in one process, each steady within 2% when read again), so a limit measured on
