@@ -50,6 +50,12 @@ struct AlignedBuffer {
   size_t bytes;
 };
 
+// Where thread p's contiguous share of `total` bytes begins (p = shares: the end), at a
+// cache line, so that no line is read or written by two threads.
+uint64_t share_start(uint64_t total, int64_t shares, int64_t p) {
+  return p >= shares ? total : total * uint64_t(p) / uint64_t(shares) / 64 * 64;
+}
+
 void parallel_fill(AlignedBuffer& b, uint8_t value) {
   parallel_for(static_cast<int64_t>(b.bytes), [&](int64_t s, int64_t e, int) {
     std::memset(b.data.get() + s, value, static_cast<size_t>(e - s));
@@ -104,19 +110,14 @@ StreamResult measure_stream(int64_t array_bytes, int reps) {
   // above a size threshold, so the copy figure would move with the cut (it fell from ~40
   // to ~28 GB/s). Whole shares keep the fastest copy, the strictest limit.
   const int64_t shares = std::max(num_threads(), 1);
-  auto share = [&](int64_t p, int64_t& s, int64_t& e) {
-    s = array_bytes * p / shares / 64 * 64;
-    e = p + 1 == shares ? array_bytes : array_bytes * (p + 1) / shares / 64 * 64;
-  };
 
   double best_copy = 1e300;
   for (int i = 0; i <= r.reps; ++i) {  // pass 0 is untimed, as in STREAM
     const auto start = std::chrono::steady_clock::now();
     parallel_for(shares, [&](int64_t p0, int64_t p1, int) {
       for (int64_t p = p0; p < p1; ++p) {
-        int64_t s = 0, e = 0;
-        share(p, s, e);
-        std::memcpy(a.data.get() + s, b.data.get() + s, static_cast<size_t>(e - s));
+        const uint64_t s = share_start(n, shares, p), e = share_start(n, shares, p + 1);
+        std::memcpy(a.data.get() + s, b.data.get() + s, e - s);
       }
     });
     const double t = seconds_since(start);
@@ -137,8 +138,6 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
   for (const ByteRegion& r : regions) total += r.bytes;
   if (total == 0) return 0;
   const int64_t shares = std::max(num_threads(), 1);
-  // Share p: bytes [cut(p), cut(p + 1)) of the regions laid end to end, cut at cache lines.
-  auto cut = [&](int64_t p) { return p == shares ? total : total * uint64_t(p) / uint64_t(shares) / 64 * 64; };
   // Reads global bytes [s, e) of the regions laid end to end.
   auto read_range = [&](uint64_t s, uint64_t e, bool streams) {
     uint64_t sum = 0, offset = 0;
@@ -159,9 +158,10 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
     for (int i = 0; i <= std::max(reps, 1); ++i) {  // pass 0 is untimed
       const auto start = std::chrono::steady_clock::now();
       parallel_for(shares, [&](int64_t p0, int64_t p1, int idx) {
-        for (int64_t p = p0; p < p1; ++p)
-          sink[static_cast<size_t>(idx) * 8] +=
-              read_range(cut(p), cut(p + 1), streams);
+        for (int64_t p = p0; p < p1; ++p) {
+          const uint64_t s = share_start(total, shares, p), e = share_start(total, shares, p + 1);
+          sink[static_cast<size_t>(idx) * 8] += read_range(s, e, streams);
+        }
       });
       const double t = seconds_since(start);
       if (i > 0) best = std::min(best, t);
