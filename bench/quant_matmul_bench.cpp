@@ -4,7 +4,8 @@
 // enough weight copies to exceed the L3 cache (REFIT_BENCH_MIB, default 1024 MiB in all),
 // so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
 // (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
-// which time-sharing on a loaded machine inflates far less. The w8a8 rows quantize the
+// which time-sharing on a loaded machine inflates far less. The `BM_read` rows read the same
+// copies with no arithmetic: the ceiling for the kernels' wGB/s, on the same pages. The w8a8 rows quantize the
 // activations each iteration (int8 blocks for q8_0/mxfp4, e4m3 per token for fp8) and run
 // the integer-dot and bf16-dot kernels.
 #include <benchmark/benchmark.h>
@@ -18,6 +19,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/stream_read.h"
 #include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
@@ -115,6 +117,39 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   state.SetLabel(cpu::cpu_isa_name());
 }
 
+// The same weight copies read and nothing else, one contiguous share per thread through the
+// same pool (read_sweep: independent full-width loads): the ceiling each kernel's wGB/s is
+// measured against, taken in the same run on the same pages.
+void BM_read(benchmark::State& state, std::string scheme) {
+  const int64_t K = env_or("REFIT_BENCH_K", 2048), N = env_or("REFIT_BENCH_N", 5632);
+  const Weights w = make_weights(scheme, N, K);
+  const int64_t shares = num_threads();
+  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8, 0);
+  size_t next = 0;
+  for (auto _ : state) {
+    const Tensor& c = w.codes[next];
+    const Tensor* s = w.scales.empty() ? nullptr : &w.scales[next];
+    parallel_for(shares, [&](int64_t p0, int64_t p1, int idx) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const size_t cb = c.nbytes(), c0 = cb * p / shares, c1 = cb * (p + 1) / shares;
+        uint64_t sum = cpu::read_sweep(static_cast<const uint8_t*>(c.raw_data()) + c0, c1 - c0);
+        if (s) {
+          const size_t sb = s->nbytes(), s0 = sb * p / shares, s1 = sb * (p + 1) / shares;
+          sum += cpu::read_sweep(static_cast<const uint8_t*>(s->raw_data()) + s0, s1 - s0);
+        }
+        sink[static_cast<size_t>(idx) * 8] += sum;
+      }
+    });
+    next = (next + 1) % w.codes.size();
+  }
+  benchmark::DoNotOptimize(sink.data());
+  const double bytes = double(w.bytes_each) * double(state.iterations());
+  state.counters["wGB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["threads"] = num_threads();
+}
+
+BENCHMARK_CAPTURE(BM_read, bf16, std::string("bf16"))->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_read, q8_0, std::string("q8_0"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, bf16, std::string("bf16"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);

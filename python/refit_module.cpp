@@ -44,8 +44,8 @@ class PyParameter : public PyTensor {
 };
 
 // The checkpoint tensor `sub` as this rank stores it, in checkpoint orientation: a view
-// of the engine's memory for the plain and transposed layouts, an unshuffled copy for
-// the tile-shuffled one.
+// of the engine's memory for the plain and transposed layouts, a plain-order copy for the
+// tile-shuffled and the interleaved ones.
 Tensor checkpoint_view(const Parameter& p, const SubShard& sub) {
   Tensor logical = p.data();
   bool copied = false;
@@ -54,6 +54,10 @@ Tensor checkpoint_view(const Parameter& p, const SubShard& sub) {
       case LayoutTransform::transpose: logical = logical.transpose(0, 1); break;
       case LayoutTransform::shuffle_16x16:
         logical = unshuffle_16x16(logical);
+        copied = true;
+        break;
+      case LayoutTransform::interleave_4x16:
+        logical = deinterleave_4x16(logical);
         copied = true;
         break;
     }
@@ -329,7 +333,7 @@ void bind_engine(py::module_& m) {
            py::arg("quant") = py::none(), py::arg("threads") = py::none(), py::arg("tokenizer") = py::none(),
            py::arg("layout") = py::none(),
            "model_path: a GGUF file, a Hugging Face folder or a llama2.c .bin (None: the built-in demo model). "
-           "tokenizer: a tokenizer file for formats without one. layout: None, 'transpose' or 'shuffle16x16'.")
+           "tokenizer: a tokenizer file for formats without one. layout: None or 'auto' (the fastest kernel's layout per weight), 'plain', 'transpose', 'shuffle16x16' or 'interleave4x16'.")
       .def("generate", &generate, py::arg("prompt"), py::arg("max_tokens") = 128, py::arg("temperature") = 0.0f,
            py::arg("seed") = py::none(), py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f,
            py::arg("repetition_penalty") = 1.0f, py::arg("repeat_last_n") = 64, py::arg("stop") = py::none(),
@@ -364,7 +368,7 @@ void bind_engine(py::module_& m) {
       .def("state_dict", &state_dict, py::kw_only(), py::arg("copy") = false, py::arg("format") = "auto",
            "{checkpoint name: tensor} in checkpoint shape and orientation, what update_weights_from_tensors "
            "takes back. Zero-copy views of the engine's memory (read-only by contract) for the plain and "
-           "transposed layouts; unshuffled copies for shuffle16x16; copy=True always copies.")
+           "transposed layouts; plain-order copies for shuffle16x16 and interleave4x16; copy=True always copies.")
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("world_size", &Engine::world_size)
       .def_property_readonly("weight_version", &Engine::weight_version)

@@ -30,7 +30,7 @@ struct BenchArgs {
   int n_gen = 128;
   int threads = 0;
   std::string quant;   // EngineOptions::quant: quantize weights at load
-  std::string layout;  // EngineOptions::layout: plain, transpose, shuffle16x16
+  std::string layout;  // EngineOptions::layout: auto, plain, transpose, shuffle16x16, interleave4x16
   int reps = 5;
   std::string output = "md";
   bool no_bandwidth = false;
@@ -145,7 +145,7 @@ CommandRegistrar registrar{
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
        sub.add_option("--quant", args->quant,
                       "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
-       sub.add_option("--layout", args->layout, "Weight layout transform: plain, transpose, shuffle16x16");
+       sub.add_option("--layout", args->layout, "Weight layout transform: auto (default: the fastest kernel's layout per weight), plain, transpose, shuffle16x16, interleave4x16");
        sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")->capture_default_str();
        sub.add_option("-o,--output", args->output, "Output format")
            ->check(CLI::IsMember({"md", "json"}))

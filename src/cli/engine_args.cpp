@@ -14,7 +14,7 @@ void add_engine_args(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--tp", a.tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
   sub.add_option("--quant", a.quant,
                  "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
-  sub.add_option("--layout", a.layout, "Weight layout transform: plain, transpose, shuffle16x16");
+  sub.add_option("--layout", a.layout, "Weight layout transform: auto (default: the fastest kernel's layout per weight), plain, transpose, shuffle16x16, interleave4x16");
 }
 
 EngineOptions engine_options(const EngineArgs& a, const std::string& command) {

@@ -16,6 +16,7 @@ const char* layout_name(Layout l) {
   switch (l) {
     case Layout::strided: return "strided";
     case Layout::shuffled_16x16: return "shuffled_16x16";
+    case Layout::interleaved_4x16: return "interleaved_4x16";
   }
   return "?";
 }

@@ -51,9 +51,11 @@ class CheckpointWeights {
 std::unique_ptr<LlamaModel> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
 std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options = {});
 
-// Applies a kernel layout ("plain", "transpose", "shuffle16x16") to every matmul weight
-// whose shape allows it (not the embedding table), recording it on each parameter so
-// every later load re-applies it. Like vLLM's process_weights_after_loading, run once.
+// Applies a kernel layout ("auto" or "", "plain", "transpose", "shuffle16x16",
+// "interleave4x16") to every matmul weight whose shape and scheme allow it (not the
+// embedding table), recording it on each parameter so every later load re-applies it.
+// "auto" picks per weight the layout of the fastest kernel this CPU has for it. Like
+// vLLM's process_weights_after_loading, run once.
 void apply_weight_layout(LlamaModel& model, const std::string& layout);
 
 // Loads every parameter of `model` from `checkpoint` (all must be present).

@@ -29,7 +29,7 @@ struct EngineOptions {
   std::string tokenizer_path;  // for formats without a tokenizer (llama2.c)
   int tp = 1;               // tensor-parallel size (needs a communicator of that size)
   std::string quant;        // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
-  std::string layout;       // "" (plain), "transpose", "shuffle16x16": kernel layout transforms
+  std::string layout;       // "" or "auto", "plain", "transpose", "shuffle16x16", "interleave4x16"
   int threads = 0;          // 0: all cores
   std::shared_ptr<Communicator> communicator;  // null: single process (tp must be 1)
   std::function<void(size_t, size_t)> progress;  // (tensors loaded, total) while loading

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/interleave_4x16.h"
 
 namespace refit {
 
@@ -10,6 +11,7 @@ const char* layout_transform_name(LayoutTransform t) {
   switch (t) {
     case LayoutTransform::transpose: return "transpose";
     case LayoutTransform::shuffle_16x16: return "shuffle_16x16";
+    case LayoutTransform::interleave_4x16: return "interleave_4x16";
   }
   return "?";
 }
@@ -54,5 +56,25 @@ Tensor unshuffle_16x16(const Tensor& w) {
   Tensor out = tiled_view(plain, false).contiguous().view(w.shape());
   return out;
 }
+
+namespace {
+Tensor permuted_rows(const Tensor& w, bool forward) {
+  const char* what = forward ? "interleave_4x16" : "deinterleave_4x16";
+  if (w.dim() != 2 || dtype_bits(w.dtype()) != 8) fail("{}: expected a 2-d tensor of 1-byte codes, got {}", what, w.str());
+  if (w.layout() != (forward ? Layout::strided : Layout::interleaved_4x16))
+    fail("{}: {} is in layout {}", what, w.str(), layout_name(w.layout()));
+  Tensor in = w.contiguous();
+  Tensor out = Tensor::empty(w.shape(), w.dtype());
+  const auto* src = static_cast<const uint8_t*>(in.raw_data());
+  auto* dst = static_cast<uint8_t*>(out.raw_data());
+  if (forward) interleave_4x16_rows(src, dst, w.size(0), w.size(1));
+  else deinterleave_4x16_rows(src, dst, w.size(0), w.size(1));
+  out.set_layout(forward ? Layout::interleaved_4x16 : Layout::strided);
+  return out;
+}
+}  // namespace
+
+Tensor interleave_4x16(const Tensor& w) { return permuted_rows(w, true); }
+Tensor deinterleave_4x16(const Tensor& w) { return permuted_rows(w, false); }
 
 }  // namespace refit

@@ -13,6 +13,7 @@ namespace refit {
 enum class LayoutTransform : uint8_t {
   transpose,       // [N, K] stored as [K, N]; the parameter's row (sharding) dim becomes dim 1
   shuffle_16x16,   // AITER shuffle_weight(w, (16, 16)); same shape and dtype, tiles reordered
+  interleave_4x16,  // Q8_0 codes for the integer-dot W8A8 kernel (core/interleave_4x16.h)
 };
 const char* layout_transform_name(LayoutTransform t);
 
@@ -26,5 +27,10 @@ Tensor shuffle_16x16(const Tensor& w);
 Tensor unshuffle_16x16(const Tensor& w);
 // "" when `rows` x `cols` of `dtype` can be shuffled, else the reason.
 std::string shuffle_16x16_unsupported_reason(int64_t rows, int64_t cols, DType dtype);
+
+// Layout::interleaved_4x16 for a row-major [N, K] tensor of 1-byte elements (Q8_0 codes),
+// and the inverse. The input must be plain (strided): interleaving twice is refused.
+Tensor interleave_4x16(const Tensor& w);
+Tensor deinterleave_4x16(const Tensor& w);
 
 }  // namespace refit

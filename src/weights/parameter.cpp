@@ -92,6 +92,7 @@ Tensor Parameter::transformed(const Tensor& rows) const {
     switch (tr) {
       case LayoutTransform::transpose: t = t.transpose(0, 1).contiguous(); break;
       case LayoutTransform::shuffle_16x16: t = shuffle_16x16(t); break;
+      case LayoutTransform::interleave_4x16: t = interleave_4x16(t); break;  // quantized only
     }
   }
   return t;
@@ -145,7 +146,16 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
   if (quant_.enabled()) {
     if (t == LayoutTransform::transpose) return "quantized weights keep their [N, K] code layout";
     if (std::find(transforms_.begin(), transforms_.end(), t) != transforms_.end())
-      return "already shuffled (the shuffle is not idempotent)";
+      return fmt::format("already {} (the transform is not idempotent)", layout_name(data_.layout()));
+    if (!transforms_.empty())
+      return fmt::format("already in kernel layout {}; one kernel layout per weight", layout_name(data_.layout()));
+    if (t == LayoutTransform::interleave_4x16) {
+      // Only the integer-dot W8A8 kernel reads this layout (the f32-activation Q8_0
+      // kernels would find no kernel for it).
+      if (quant_.method != QuantMethod::q8_0 || !quant_.w8a8)
+        return fmt::format("interleave_4x16 is read by the q8_0-w8a8 kernel only; this weight is {}", quant_.name());
+      return {};
+    }
     const int64_t row_bytes = code_row_bytes(quant_, local_shape_[1]);
     if (local_shape_[0] % 16 != 0) return fmt::format("N = {} is not a multiple of 16", local_shape_[0]);
     if (row_bytes % 32 != 0) return fmt::format("rows of {} code bytes do not tile into 32-byte tiles", row_bytes);
@@ -171,6 +181,8 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
                              s.checkpoint_name, s.local_row_offset, s.local_row_offset + s.local_rows);
       return {};
     }
+    case LayoutTransform::interleave_4x16:
+      return "interleave_4x16 is a layout of Q8_0 codes: quantize the weight with q8_0-w8a8 first";
   }
   return "unknown transform";
 }
@@ -179,7 +191,7 @@ void Parameter::apply_transform(LayoutTransform t) {
   std::string why = transform_unsupported_reason(t);
   if (!why.empty()) fail("parameter '{}': cannot apply {}: {}", name_, layout_transform_name(t), why);
   if (quant_.enabled()) {
-    shuffle_quantized();
+    relayout_quantized(t);
     transforms_.push_back(t);
     return;
   }
@@ -188,6 +200,7 @@ void Parameter::apply_transform(LayoutTransform t) {
   switch (t) {
     case LayoutTransform::transpose: result = current.transpose(0, 1).contiguous(); break;
     case LayoutTransform::shuffle_16x16: result = shuffle_16x16(current); break;
+    case LayoutTransform::interleave_4x16: result = interleave_4x16(current); break;  // refused above
   }
   // Same storage, new view: the address never changes.
   void* before = data_.storage()->data();
@@ -226,20 +239,27 @@ void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
   const int64_t k = local_shape_[1];
   const int64_t row_bytes = code_row_bytes(quant_, k), s = scale_.size(1);
   const size_t scale_size = dtype_nbytes(scale_.dtype(), 1);
-  // A sub-shard's rows are one contiguous byte range in both layouts (tiles never cross
-  // a 16-row boundary, and shuffled sub-shards start on one), for codes and scales, so
-  // the quantizer writes them in place, already shuffled when the parameter is
-  // (shuffle_16x16 is the only transform a quantized weight takes).
+  // A sub-shard's rows are one contiguous byte range in every layout (tiles never cross
+  // a 16-row boundary, and shuffled sub-shards start on one; the interleave stays within
+  // each row), for codes and scales, so the quantizer writes them in place, already in
+  // the parameter's kernel layout (its one transform, if any: shuffle or interleave).
   auto* code_base = static_cast<uint8_t*>(data_.storage()->data());
   auto* scale_base = static_cast<uint8_t*>(scale_.storage()->data());
   quantize_tensor(quant_, rows, code_base + sub.local_row_offset * row_bytes,
-                  scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, !transforms_.empty());
+                  scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, data_.layout());
 }
 
-void Parameter::shuffle_quantized() {
+void Parameter::relayout_quantized(LayoutTransform t) {
   const int64_t n = local_shape_[0], row_bytes = code_row_bytes(quant_, local_shape_[1]);
   void* before = data_.storage()->data();
   Tensor bytes = Tensor::from_storage(data_.storage(), DType::u8, {n, row_bytes}).clone();
+  if (t == LayoutTransform::interleave_4x16) {  // codes only: the scales keep their places
+    Tensor interleaved = interleave_4x16(bytes);
+    std::memcpy(before, interleaved.raw_data(), interleaved.nbytes());
+    data_.set_layout(Layout::interleaved_4x16);
+    REFIT_ASSERT(data_.storage()->data() == before);
+    return;
+  }
   Tensor shuffled = shuffle_16x16(bytes);
   std::memcpy(before, shuffled.raw_data(), shuffled.nbytes());
   data_.set_layout(Layout::shuffled_16x16);

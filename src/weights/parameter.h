@@ -97,9 +97,10 @@ class Parameter {
   // `rows` (already sliced and converted, plain layout [n, K]) in the stored form.
   Tensor transformed(const Tensor& rows) const;
   Tensor writable() const;
-  // Quantized load of one sub-shard's rows (f32 [n, K]) and in-place shuffle.
+  // Quantized load of one sub-shard's rows (f32 [n, K]), and a kernel layout (shuffle or
+  // interleave) applied in place to the codes (and, for the shuffle, scales) already held.
   void load_quantized(const SubShard& sub_shard, const Tensor& rows);
-  void shuffle_quantized();
+  void relayout_quantized(LayoutTransform t);
 
   std::string name_;
   Shape logical_shape_;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/float_convert.h"
+#include "core/interleave_4x16.h"
 #include "core/storage.h"
 #include "core/thread_pool.h"
 #include "weights/quant_reference.h"
@@ -89,7 +90,7 @@ void scatter_scale_tile(const uint8_t* tile, int64_t s, int64_t g, size_t elem, 
 
 }  // namespace
 
-void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_v, void* scales_v, bool shuffled) {
+void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_v, void* scales_v, Layout layout) {
   if (!scheme.enabled()) fail("quantize: no quantization scheme");
   if (rows.dim() != 2) fail("quantize: expected [rows, K] weights, got {}", rows.str());
   if (rows.device().type != DeviceType::cpu) fail("quantize: {} is not on the cpu", rows.str());
@@ -99,7 +100,9 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   if (n == 0 || k == 0) return;
   const int64_t row_bytes = code_row_bytes(scheme, k), s = scheme.scale_cols(k), g = scheme.group(k);
   const size_t scale_size = dtype_nbytes(scheme.scale_dtype(), 1);
+  const bool shuffled = layout == Layout::shuffled_16x16, interleaved = layout == Layout::interleaved_4x16;
   const bool tiled_scales = shuffled && scales_follow_tiles(scheme);
+  REFIT_ASSERT(!interleaved || scheme.method == QuantMethod::q8_0);
   REFIT_ASSERT(!shuffled || (n % 16 == 0 && row_bytes % 32 == 0));
   auto* codes = static_cast<uint8_t*>(codes_v);
   auto* scales = static_cast<uint8_t*>(scales_v);
@@ -150,8 +153,12 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   if (!shuffled) {
     parallel_for(n, [&](int64_t r0, int64_t r1, int) {
       Scratch t = make_scratch();
-      for (int64_t r = r0; r < r1; ++r)
-        quantize_row(r, codes + r * row_bytes, scales + static_cast<size_t>(r * s) * scale_size, t);
+      std::vector<uint8_t> plain(interleaved ? static_cast<size_t>(row_bytes) : 0);
+      for (int64_t r = r0; r < r1; ++r) {
+        uint8_t* row_codes = codes + r * row_bytes;
+        quantize_row(r, interleaved ? plain.data() : row_codes, scales + static_cast<size_t>(r * s) * scale_size, t);
+        if (interleaved) interleave_4x16_rows(plain.data(), row_codes, 1, row_bytes);
+      }
     }, grain_rows);
     return;
   }
@@ -180,7 +187,7 @@ void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int6
   // A view over the caller's rows (never freed by it): the fast path reads them in place.
   auto storage = Storage::wrap(const_cast<float*>(rows), static_cast<size_t>(n * k) * sizeof(float), Device::cpu(),
                                [] {}, /*writable=*/false);
-  quantize_tensor(scheme, Tensor::from_storage(storage, DType::f32, {n, k}), codes, scales, false);
+  quantize_tensor(scheme, Tensor::from_storage(storage, DType::f32, {n, k}), codes, scales, Layout::strided);
 }
 
 }  // namespace refit

@@ -2,9 +2,10 @@
 // rows on the thread pool, reading the source tensor in its own dtype (f16/bf16 rows are
 // widened to f32 one row at a time, in cache, instead of through an f32 copy of the
 // whole tensor) and writing codes and scales straight to their final place, in the plain
-// or the shuffled_16x16 layout. The bytes are those of quantize_rows_reference
-// (quant_reference.h) followed, when shuffled, by shuffle_16x16 on the codes and
-// shuffle_scales_16 on the scales: the same for every thread count and every ISA.
+// or a kernel layout (shuffled_16x16, interleaved_4x16). The bytes are those of
+// quantize_rows_reference (quant_reference.h) followed, when shuffled, by shuffle_16x16 on
+// the codes and shuffle_scales_16 on the scales, when interleaved by interleave_4x16 on the
+// codes: the same for every thread count and every ISA.
 #pragma once
 
 #include "core/tensor.h"
@@ -14,9 +15,9 @@ namespace refit {
 
 // rows: [n, k] of f32, f16, bf16 or f64, on the CPU, any strides. codes: n *
 // code_row_bytes(scheme, k) bytes; scales: [n, scale_cols(k)] of scheme.scale_dtype().
-// `shuffled` needs n % 16 == 0 and code rows of a multiple of 32 bytes (the parameter
-// checked both when it took the transform). Runs parallel_for itself (inline when
-// already inside one).
-void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes, void* scales, bool shuffled);
+// `layout`: strided (plain), shuffled_16x16 (needs n % 16 == 0 and code rows of a multiple
+// of 32 bytes) or interleaved_4x16 (1-byte codes: Q8_0); the parameter checked these when
+// it took the transform. Runs parallel_for itself (inline when already inside one).
+void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes, void* scales, Layout layout);
 
 }  // namespace refit

@@ -341,11 +341,43 @@ TEST(QuantFastPaths, tensor_sources_and_shuffled_output_match_reference_then_shu
         }
         for_each_isa([&] {
           Quantized got = allocate(s, n, k);
-          quantize_tensor(s, src.rows, got.codes.data(), got.scales.data(), shuffled);
+          quantize_tensor(s, src.rows, got.codes.data(), got.scales.data(),
+                          shuffled ? Layout::shuffled_16x16 : Layout::strided);
           expect_same(s, x, k, expected, got, shuffled ? "shuffled" : "plain");
         });
       }
     }
+  }
+}
+
+// The interleaved layout (Q8_0 codes for the integer-dot kernel): the reference codes
+// permuted within each row by interleave_4x16, the scales untouched; K = 1056 is two whole
+// runs of 16 blocks and one tail block, which stays in place.
+TEST(QuantFastPaths, interleaved_output_is_the_reference_then_interleave) {
+  const int64_t n = 19, k = 1056;
+  const Tensor rows = Tensor::from_floats({n, k}, normal_values(n * k, 0.3f, 4)).to(DType::bf16);
+  const std::vector<float> x = rows.to_floats();
+  for (const char* name : {"q8_0", "q8_0-w8a8"}) {
+    SCOPED_TRACE(name);
+    const QuantScheme s = parse_quant_scheme(name);
+    const Quantized want = reference(s, x, n, k);
+    Tensor bytes = Tensor::empty({n, k}, DType::u8);
+    std::memcpy(bytes.raw_data(), want.codes.data(), want.codes.size());
+    const Tensor mixed = interleave_4x16(bytes);
+    EXPECT_EQ(mixed.layout(), Layout::interleaved_4x16);
+    Quantized expected = want;
+    std::memcpy(expected.codes.data(), mixed.raw_data(), expected.codes.size());
+    // A byte of the first run moved, the tail block did not.
+    EXPECT_EQ(expected.codes[64 * 1 + 4 * 2], want.codes[32 * 2 + 4 * 1]);
+    EXPECT_EQ(std::vector<uint8_t>(expected.codes.begin() + 1024, expected.codes.begin() + 1056),
+              std::vector<uint8_t>(want.codes.begin() + 1024, want.codes.begin() + 1056));
+    for_each_isa([&] {
+      Quantized got = allocate(s, n, k);
+      quantize_tensor(s, rows, got.codes.data(), got.scales.data(), Layout::interleaved_4x16);
+      expect_same(s, x, k, expected, got, "interleaved");
+    });
+    // And back.
+    EXPECT_EQ(std::memcmp(deinterleave_4x16(mixed).raw_data(), want.codes.data(), want.codes.size()), 0);
   }
 }
 

@@ -1,5 +1,5 @@
 // The integer-dot W8A8 kernels (q8_0-w8a8, mxfp4-w8a8; kernels/cpu/matmul_int8_dot.h):
-// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit (plain and shuffled
+// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit (plain, shuffled and interleaved
 // weights, odd shapes, every code incl. Q8_0's -128, every e8m0 scale incl. NaN); both
 // agree with a dequantize-then-matmul of the quantized activations in double to 1e-4; each
 // output row is bitwise the same whatever M is, and whatever the layout; the activation
@@ -20,6 +20,7 @@
 #include "kernels/cpu/matmul_int8_dot.h"
 #include "kernels/matmul_quantized.h"
 #include "quant_test_util.h"
+#include "weights/layout_transform.h"
 
 namespace refit {
 namespace {
@@ -80,6 +81,16 @@ struct Case {
   int64_t n, k;
 };
 
+// The same Q8_0 weight with its codes in Layout::interleaved_4x16 (scales as they are).
+QuantWeight interleaved(const QuantWeight& plain) {
+  QuantWeight w = plain;
+  Tensor bytes = Tensor::from_storage(plain.codes.storage(), DType::u8, plain.codes.shape());
+  const Tensor mixed = interleave_4x16(bytes);
+  w.codes = Tensor::from_storage(mixed.storage(), DType::i8, plain.codes.shape());
+  w.codes.set_layout(Layout::interleaved_4x16);
+  return w;
+}
+
 TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_to_1e4) {
   const bool simd = cpu::int8dot::avx512_vnni_usable();
   if (!simd) std::printf("note: no AVX-512 VNNI here; only the definition kernel runs\n");
@@ -105,14 +116,18 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
   // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
   const bool vbmi = cpu::int8dot::vbmi_in_use();
   for (const bool use_vbmi : {true, false})
-  for (const Case& c : cases) {
+  for (const Case& c : cases)
+  // Every plain Q8_0 case once more with the codes interleaved (runs of 16 blocks read in
+  // place, the tail blocks plain).
+  for (const bool il : {false, true}) {
     if (!use_vbmi && (!vbmi || std::string(c.scheme) != "mxfp4-w8a8")) continue;
+    if (il && (c.shuffled || std::string(c.scheme) != "q8_0-w8a8")) continue;
     cpu::int8dot::set_vbmi_allowed(use_vbmi);
-    SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme, c.shuffled ? "shuffled" : "plain", c.n, c.k,
-                             use_vbmi ? "" : " (vpshufb path)"));
+    SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme, il ? "interleaved" : c.shuffled ? "shuffled" : "plain",
+                             c.n, c.k, use_vbmi ? "" : " (vpshufb path)"));
     const QuantScheme s = parse_quant_scheme(c.scheme);
-    const QuantWeight w = make_quant_weight(s, c.n, c.k, c.shuffled, 11);
     const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
+    const QuantWeight w = il ? interleaved(plain) : make_quant_weight(s, c.n, c.k, c.shuffled, 11);
     Tensor bias = Tensor::empty({c.n}, DType::f32);
     for (int64_t i = 0; i < c.n; ++i) bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
     // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
@@ -121,13 +136,14 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
       Tensor out = Tensor::empty({m, c.n}, DType::f32);
       const Kernel& k = selected(a.xq, a.xd, w, bias, out);
       EXPECT_EQ(k.name.find("avx512vnni_") != std::string::npos, simd) << k.name;
+      EXPECT_EQ(k.name.find("interleaved_4x16") != std::string::npos, il) << k.name;
       out = run(a.xq, a.xd, w, bias);
       // The definition, bit for bit.
       Tensor def = Tensor::empty({m, c.n}, DType::f32);
       definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
       EXPECT_EQ(bits(out), bits(def));
       // The plain layout's bits.
-      if (c.shuffled) {
+      if (c.shuffled || il) {
         EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
       }
       // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
@@ -165,6 +181,7 @@ TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
   Tensor def = Tensor::empty({2, n}, DType::f32);
   definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32, Tensor(), def);
   EXPECT_EQ(bits(out), bits(def));
+  EXPECT_EQ(bits(run(xq, xd, interleaved(w), Tensor())), bits(def));  // the same codes, interleaved
   // An exact integer check on one block: scale 1 everywhere.
   for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint16_t>()[i] = f32_to_f16(1.0f);
   for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f;
@@ -242,9 +259,19 @@ TEST(Int8DotKernels, cpu_isa_below_avx3_dispatches_to_the_definition) {
   const Activations a = make_activations(1, 64, 1);
   Tensor out = Tensor::empty({1, 16}, DType::f32);
   const Tensor simd_out = run(a.xq, a.xd, w, Tensor());
+  // An interleaved weight (two runs of 16 blocks and a tail) runs there too, un-interleaved
+  // a tile at a time, with the same bits.
+  const QuantWeight wide = make_quant_weight(parse_quant_scheme("q8_0"), 32, 1056, false, 2);
+  const QuantWeight mixed = interleaved(wide);
+  const Activations b = make_activations(2, 1056, 3);
+  Tensor out2 = Tensor::empty({2, 32}, DType::f32);
+  const Tensor simd_out2 = run(b.xq, b.xd, mixed, Tensor());
   cpu::set_cpu_isa("avx2");
   EXPECT_EQ(selected(a.xq, a.xd, w, Tensor(), out).name, "matmul_quantized.cpu.int8_q8_0_plain");
   EXPECT_EQ(bits(run(a.xq, a.xd, w, Tensor())), bits(simd_out));
+  EXPECT_EQ(selected(b.xq, b.xd, mixed, Tensor(), out2).name, "matmul_quantized.cpu.int8_q8_0_interleaved_4x16");
+  EXPECT_EQ(bits(run(b.xq, b.xd, mixed, Tensor())), bits(simd_out2));
+  EXPECT_EQ(bits(run(b.xq, b.xd, wide, Tensor())), bits(simd_out2));
   const char* env = std::getenv("REFIT_CPU_ISA");
   cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
 }

@@ -1,4 +1,5 @@
-// Law L2 for quantized weights: for every scheme x layout (plain, shuffled) x TP 1/2 and
+// Law L2 for quantized weights: for every scheme x layout (plain, shuffled; interleaved for
+// q8_0-w8a8, on a model whose rows hold whole runs of 16 blocks) x TP 1/2 and
 // updates of all weights, a random subset, shuffled order and three repeats, refit from
 // bf16/f32 tensors leaves every stored byte (codes and scales) and the logits equal to a
 // fresh quantized load of the same weights, and no storage (codes or scales) moves.
@@ -21,6 +22,7 @@
 #include "models/synthetic_checkpoint.h"
 #include "refit_test_support.h"
 #include "runtime/engine.h"
+#include "weights/layout_transform.h"
 
 namespace refit {
 namespace {
@@ -33,9 +35,30 @@ using namespace refit::testing;
 struct QuantCase {
   std::string quant, layout;
   int tp;
+  bool wide = false;  // wide_model() instead of the micro llama
 };
 // How gtest shows a case (instead of its bytes).
-void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.quant << ", " << c.layout << ", TP " << c.tp; }
+void PrintTo(const QuantCase& c, std::ostream* os) {
+  *os << c.quant << ", " << c.layout << ", TP " << c.tp << (c.wide ? ", wide" : "");
+}
+
+// The micro llama's rows are shorter than one run of 16 Q8_0 blocks, which the interleave
+// leaves alone: this f32 GGUF has rows of 18 and 34 blocks (17 and 9 per TP-2 rank), one
+// or two whole runs and a tail, written once per process.
+const std::string& wide_model() {
+  static TempDir dir;
+  static const std::string path = [] {
+    ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+    config.dim = 576, config.n_heads = 8, config.n_kv_heads = 4, config.head_dim = 72;
+    config.ffn_dim = 1088, config.n_layers = 2, config.vocab_size = 9216;  // logits_of reads id 9038
+    const std::string file = dir.file("wide-f32.gguf");
+    SyntheticCheckpointOptions synth;
+    synth.seed = 3;
+    write_synthetic_gguf(file, config, synth);
+    return file;
+  }();
+  return path;
+}
 
 class QuantRefitMatrix : public ::testing::TestWithParam<QuantCase> {};
 
@@ -43,7 +66,7 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
   const QuantCase c = GetParam();
   run_ranks(c.tp, [&](int rank, std::shared_ptr<Communicator> comm) {
     EngineOptions options;
-    options.model_path = kLlamaF32;
+    options.model_path = c.wide ? wide_model() : kLlamaF32;
     options.quant = c.quant;
     options.layout = c.layout;
     options.tp = c.tp;
@@ -56,6 +79,9 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
     EXPECT_EQ(qkv.quantization().name(), parse_quant_scheme(c.quant).name());
     if (c.layout == "shuffle") {
       EXPECT_EQ(qkv.data().layout(), Layout::shuffled_16x16);
+    }
+    if (c.layout == "interleave") {
+      EXPECT_EQ(qkv.data().layout(), Layout::interleaved_4x16);
     }
     const auto before = addresses(model);
     const TensorMap base = base_weights(options.model_path, model);
@@ -112,11 +138,13 @@ std::vector<QuantCase> quant_matrix() {
   for (const char* quant : {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0", "mxfp4-w8a8", "q8_0-w8a8"})
     for (const char* layout : {"plain", "shuffle"})
       for (int tp : {1, 2}) cases.push_back({quant, layout, tp});
+  for (int tp : {1, 2}) cases.push_back({"q8_0-w8a8", "interleave", tp, true});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(L2, QuantRefitMatrix, ::testing::ValuesIn(quant_matrix()), [](const auto& info) {
-  std::string name = info.param.quant + "_" + info.param.layout + "_tp" + std::to_string(info.param.tp);
+  std::string name = info.param.quant + "_" + info.param.layout + "_tp" + std::to_string(info.param.tp) +
+                     (info.param.wide ? "_wide" : "");
   for (char& ch : name)
     if (ch == '-') ch = '_';
   return name;
@@ -282,7 +310,11 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
       if (!p->quantized()) continue;
       const Parameter& q = w8a8.model().parameters().get(p->name());
       ASSERT_TRUE(q.quantized()) << p->name();
-      EXPECT_EQ(0, std::memcmp(q.data().raw_data(), p->data().raw_data(), p->data().nbytes())) << p->name();
+      // The int8-activation kernel may read its codes interleaved (layout "auto" on a CPU
+      // with AVX-512 VNNI): the same codes in another order within each row.
+      Tensor codes = q.data();
+      if (codes.layout() == Layout::interleaved_4x16) codes = deinterleave_4x16(codes);
+      EXPECT_EQ(0, std::memcmp(codes.raw_data(), p->data().raw_data(), p->data().nbytes())) << p->name();
       EXPECT_EQ(0, std::memcmp(q.scale().raw_data(), p->scale().raw_data(), p->scale().nbytes())) << p->name();
     }
     EngineOptions other;
@@ -305,6 +337,24 @@ TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
   EXPECT_NE(t.transform_unsupported_reason(LayoutTransform::transpose), "");
   t.apply_transform(LayoutTransform::shuffle_16x16);
   EXPECT_THROW(t.apply_transform(LayoutTransform::shuffle_16x16), Error);
+  // The interleave is a layout of Q8_0 codes for the int8-activation kernel only, and a
+  // weight takes one kernel layout.
+  EXPECT_NE(t.transform_unsupported_reason(LayoutTransform::interleave_4x16), "");
+  Parameter f("w4", Shape{32, 1024}, DType::f32);
+  EXPECT_NE(f.transform_unsupported_reason(LayoutTransform::interleave_4x16), "");
+  for (const char* other : {"q8_0", "mxfp4-w8a8", "fp8-channel-w8a8"}) {
+    Parameter q("w5", Shape{32, 1024}, DType::f32);
+    q.set_quantization(parse_quant_scheme(other));
+    EXPECT_NE(q.transform_unsupported_reason(LayoutTransform::interleave_4x16), "") << other;
+  }
+  Parameter il("w6", Shape{32, 1024}, DType::f32);
+  il.set_quantization(parse_quant_scheme("q8_0-w8a8"));
+  EXPECT_EQ(il.transform_unsupported_reason(LayoutTransform::interleave_4x16), "");
+  il.apply_transform(LayoutTransform::interleave_4x16);
+  EXPECT_EQ(il.data().layout(), Layout::interleaved_4x16);
+  EXPECT_EQ(il.scale().layout(), Layout::strided);
+  EXPECT_THROW(il.apply_transform(LayoutTransform::interleave_4x16), Error);
+  EXPECT_THROW(il.apply_transform(LayoutTransform::shuffle_16x16), Error);
   EXPECT_THROW(parse_quant_scheme("int3"), Error);
   EXPECT_THROW(parse_quant_scheme("int3-w8a8"), Error);
   EXPECT_THROW(parse_quant_scheme("-w8a8"), Error);

@@ -17,6 +17,7 @@
 #endif
 
 #include "core/float_formats.h"
+#include "core/interleave_4x16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_quantized_rows.h"
@@ -82,11 +83,13 @@ void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int6
 
 enum class Impl { definition, avx512 };
 
-template <bool Shuffled, Impl I>
+template <Layout L, Impl I>
 void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale, int64_t group,
                  const Tensor& bias, Tensor& out) {
+  constexpr bool Shuffled = L == Layout::shuffled_16x16, Interleaved = L == Layout::interleaved_4x16;
   Operands op{};
   op.kind = w.dtype() == DType::i8 ? Weights::q8_0 : Weights::mxfp4;
+  op.interleaved = Interleaved;
   op.M = x.size(0), op.K = x.size(1), op.N = w.size(0), op.S = op.K / kBlock;
   if (op.M == 0 || op.N == 0) return;
   op.xq = static_cast<const int8_t*>(x.raw_data());
@@ -127,15 +130,13 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       amx_scratch.resize(static_cast<size_t>(amx_scratch_bytes(op)));
       dw_plain.resize(static_cast<size_t>(kTileRows * op.S));
     }
-    // Shuffled tiles go to the AVX-512 kernel as stored; the definition and AMX read a
-    // tile un-shuffled into a buffer.
-    constexpr bool in_place = Shuffled && I == Impl::avx512;
-    if (Shuffled && !(in_place && !amx)) {
-      codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
-      scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
-    }
+    // Shuffled and interleaved tiles go to the AVX-512 kernel as stored; the definition
+    // and AMX read a tile put back in plain order into a buffer.
+    const bool in_place = (Shuffled || Interleaved) && I == Impl::avx512 && !amx;
+    if ((Shuffled || Interleaved) && !in_place) codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
+    if (Shuffled && !in_place) scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
     for (int64_t t = t0; t < t1; ++t) {
-      if (in_place && !amx) {
+      if (Shuffled && in_place) {
         cpu::int8dot::shuffled_tile_avx512(op, prepared, codes + t * kTileRows * row_bytes,
                                            scales + t * kTileRows * op.S * esize, t * kTileRows,
                                            codes + op.N * row_bytes);
@@ -154,6 +155,11 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
         tile.codes = codes + tile.n0 * row_bytes;
         tile.scales = scales + tile.n0 * op.S * esize;
         if (tile.n0 + 2 * kTileRows <= op.N) tile.next = tile.codes + kTileRows * row_bytes;
+        if (Interleaved && !in_place) {
+          deinterleave_4x16_rows(tile.codes, codes_buf.data(), tile.rows, row_bytes);
+          tile.codes = codes_buf.data();
+          tile.next = nullptr;
+        }
       }
       if (amx) {
         weight_scales_f32(op.kind, static_cast<const uint8_t*>(tile.scales), tile.rows * op.S, dw_plain.data());
@@ -266,7 +272,7 @@ bool amx_usable() {
 
 int64_t prepared_bytes(const Operands& op) {
   const int64_t s16 = (op.S + kLanes - 1) / kLanes * kLanes;
-  return op.M * s16 * 4 + (op.kind == Weights::mxfp4 ? op.M * op.K : 0);
+  return op.M * s16 * 4 + (op.kind == Weights::mxfp4 || op.interleaved ? op.M * op.K : 0);
 }
 
 void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
@@ -284,6 +290,14 @@ void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
   }
   p.xcorr = corr;
   p.xperm = nullptr;
+  p.xil = nullptr;
+  if (op.interleaved) {
+    auto* il = reinterpret_cast<int8_t*>(corr + op.M * p.S16);
+    for (int64_t m = 0; m < op.M; ++m)
+      interleave_4x16_rows(reinterpret_cast<const uint8_t*>(op.xq + m * op.ldxq), reinterpret_cast<uint8_t*>(il + m * op.K),
+                           1, op.K);
+    p.xil = il;
+  }
   if (op.kind == Weights::mxfp4) {
     int8_t* perm = reinterpret_cast<int8_t*>(corr + op.M * p.S16);
     // Groups of 4 blocks (128 values): the 64 even-indexed values (16 per block), then the
@@ -306,20 +320,23 @@ void register_kernels(KernelRegistry& registry) {
   struct Row {
     const char* name;
     DType code, scale;
-    bool shuffled;
+    Layout layout;  // of the codes (the scales follow the shuffle, not the interleave)
     const void* definition;
     const void* avx512;
   };
   using Fn = kernels::MatmulQuantizedFn;
+  constexpr Layout kPlain = Layout::strided, kShuffled = Layout::shuffled_16x16, kInterleaved = Layout::interleaved_4x16;
   const Row rows[] = {
-      {"q8_0_plain", DType::i8, DType::f16, false, kernel_fn<Fn>(&matmul_int8<false, Impl::definition>),
-       kernel_fn<Fn>(&matmul_int8<false, Impl::avx512>)},
-      {"q8_0_shuffled_16x16", DType::i8, DType::f16, true, kernel_fn<Fn>(&matmul_int8<true, Impl::definition>),
-       kernel_fn<Fn>(&matmul_int8<true, Impl::avx512>)},
-      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, false, kernel_fn<Fn>(&matmul_int8<false, Impl::definition>),
-       kernel_fn<Fn>(&matmul_int8<false, Impl::avx512>)},
-      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, true, kernel_fn<Fn>(&matmul_int8<true, Impl::definition>),
-       kernel_fn<Fn>(&matmul_int8<true, Impl::avx512>)},
+      {"q8_0_plain", DType::i8, DType::f16, kPlain, kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
+      {"q8_0_shuffled_16x16", DType::i8, DType::f16, kShuffled, kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
+      {"q8_0_interleaved_4x16", DType::i8, DType::f16, kInterleaved,
+       kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::definition>), kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::avx512>)},
+      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, kPlain, kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
+      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, kShuffled,
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>), kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
   };
   for (const Row& row : rows)
     for (const bool simd : {false, true}) {
@@ -328,21 +345,22 @@ void register_kernels(KernelRegistry& registry) {
       k.name = fmt::format("matmul_quantized.cpu.{}int8_{}", simd ? "avx512vnni_" : "", row.name);
       k.device = DeviceType::cpu;
       k.priority = simd ? 30 : 10;
-      const Layout wl = row.shuffled ? Layout::shuffled_16x16 : Layout::strided;
+      const bool shuffled = row.layout == kShuffled, f4 = row.code == DType::f4_e2m1;
       k.args = {{"x", {DType::i8}, {Layout::strided}, false},
                 {"x_scale", {DType::f32}, {Layout::strided}, false},
-                {"w", {row.code}, {wl}, false},
-                {"w_scale", {row.scale}, {wl}, false},
+                {"w", {row.code}, {row.layout}, false},
+                {"w_scale", {row.scale}, {shuffled ? kShuffled : kPlain}, false},
                 {"bias", {DType::f32}, {Layout::strided}, true},
                 {"out", {DType::f32}, {Layout::strided}, false}};
-      const bool shuffled = row.shuffled, f4 = row.code == DType::f4_e2m1;
       k.constraint = [shuffled, f4, simd](std::span<const Tensor* const> a) -> std::string {
         if (simd && !avx512_vnni_usable())
           return "needs AVX-512 VNNI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
         return operands_reason(a, shuffled, f4);
       };
       k.constraint_text = std::string(simd ? "AVX-512 VNNI; " : "exact definition (scalar); ") +
-                          (row.shuffled ? "w: 16 x 32-byte tiles; " : "") + "int8 activations [M, K], x_scale [M, K/32]";
+                          (shuffled ? "w: 16 x 32-byte tiles; " : "") +
+                          (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
+                          "int8 activations [M, K], x_scale [M, K/32]";
       k.fn = simd ? row.avx512 : row.definition;
       registry.add(std::move(k));
     }

@@ -16,8 +16,8 @@
 // rows or more) computes the same values (integer sums in
 // any order are exact; the float steps are the same operations in the same order), so
 // their outputs are equal bit for bit. Rows of a batch never interact, so a row's result
-// does not depend on M (batch invariance, issue 8), and a shuffled weight gives the plain
-// layout's bits.
+// does not depend on M (batch invariance, issue 8), and a shuffled or interleaved weight
+// gives the plain layout's bits.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +34,10 @@ constexpr int64_t kTileRows = 16;
 enum class Weights : uint8_t { q8_0, mxfp4 };
 
 // One call's operands in plain layout (a shuffled weight is un-shuffled a tile at a time
-// into a plain buffer first).
+// into a plain buffer first; an interleaved one is read in place by the AVX-512 kernel).
 struct Operands {
   Weights kind;
+  bool interleaved = false;  // Q8_0 codes in Layout::interleaved_4x16 (core/interleave_4x16.h)
   int64_t M, K, N, S;  // S = K / 32
   const int8_t* xq;    // [M, K] activation codes, natural order
   int64_t ldxq;
@@ -60,11 +61,13 @@ struct Tile {
 // The AVX-512 VNNI kernel's per-call activation data: xcorr[m, b] = offset * sum of the
 // block's codes (offset 128 for Q8_0, 12 for MXFP4; see the kernel for why), padded to a
 // multiple of 16 blocks; MXFP4's codes re-ordered for packed nibbles, 128 values at a
-// time: [evens of 4 blocks][odds of 4 blocks].
+// time: [evens of 4 blocks][odds of 4 blocks]; for interleaved Q8_0 weights the codes in
+// the weights' order, so that each byte meets its weight at the same offset.
 struct Prepared {
   const int32_t* xcorr;  // [M, S16]
   int64_t S16;
   const int8_t* xperm;  // [M, K] (MXFP4 only)
+  const int8_t* xil;    // [M, K] the codes in the weights' interleaved order (interleaved Q8_0 only)
 };
 
 // Whether the AVX-512 VNNI kernel may run: the CPU has it and REFIT_CPU_ISA allows avx3.

@@ -20,7 +20,9 @@
 // 16) are summed in scalar code and enter the same accumulator under a mask.
 //
 // Shuffled weights (16-row tiles of [2][16 rows][16 bytes] pieces) are read in place by
-// ShuffledTile, rows in the vector lanes instead of blocks (see there).
+// ShuffledTile, rows in the vector lanes instead of blocks (see there). Interleaved Q8_0
+// weights (core/interleave_4x16.h) run the plain kernel with BlockSums16's Il path: the
+// block sums come out of vpdpbusd already one per lane, and the pair sums are skipped.
 //
 // Compiled for AVX-512 VNNI only inside the pragma region below: nothing here may call
 // templates shared with code for other ISAs (no std::), as their one compiled copy could
@@ -84,8 +86,26 @@ inline __m512 ScaleProducts(__m512 xd, const void* p, __mmask16 mask) {
 }
 
 // Raw (offset) sums of 16 consecutive blocks starting at value k0, one lane per block.
-template <Weights W, bool Vbmi>
+// Interleaved Q8_0 (Il; x then holds the activation codes in the same order): 64-byte
+// load g holds codes 4g..4g+3 of each of the 16 blocks, so vpdpbusd adds them into block
+// i's lane i and eight loads leave the 16 sums in order, with no pair sums.
+template <Weights W, bool Vbmi, bool Il>
 inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xperm, int64_t k0, const uint8_t* ahead) {
+  if constexpr (Il) {
+    static_assert(W == Weights::q8_0, "only Q8_0 codes are interleaved");
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    // Two chains of four: vpdpbusd's latency is not waited on back to back.
+    __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+    for (int64_t k = k0; k < k0 + 512; k += 128) {
+      if (ahead) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + k + 64), _MM_HINT_T1);
+      }
+      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_loadu_si512(w + k), flip), _mm512_loadu_si512(x + k));
+      b = _mm512_dpbusd_epi32(b, _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip), _mm512_loadu_si512(x + k + 64));
+    }
+    return _mm512_add_epi32(a, b);
+  }
   __m512i t[4];
   if constexpr (W == Weights::q8_0) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -133,10 +153,12 @@ inline int32_t BlockSum(const uint8_t* w, const int8_t* x, int64_t block) {
 
 // NR weight rows, `stride` rows apart (rows of row_bytes), against activation row m: NR
 // independent streams and dependency chains in flight, one activation load shared by all.
-template <Weights W, bool Vbmi, int NR>
+template <Weights W, bool Vbmi, bool Il, int NR>
 void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w, int64_t row_bytes,
              int64_t stride, const uint8_t* scales, const uint8_t* ahead, float* result) {
   const int8_t* x = op.xq + m * op.ldxq;
+  // Whole runs of 16 blocks read the interleaved codes; the tail blocks are plain in both.
+  const int8_t* xrun = Il ? p.xil + m * op.K : x;
   const int8_t* xperm = p.xperm ? p.xperm + m * op.K : nullptr;
   const float* xd = op.xd + m * op.ldxd;
   const int32_t* corr = p.xcorr + m * p.S16;
@@ -149,7 +171,8 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
     const __m512i c = _mm512_loadu_si512(corr + b);
     const __m512 d = _mm512_loadu_ps(xd + b);
     for (int j = 0; j < NR; ++j) {
-      const __m512i raw = BlockSums16<W, Vbmi>(w + j * row_bytes, x, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
+      const __m512i raw =
+          BlockSums16<W, Vbmi, Il>(w + j * row_bytes, xrun, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
       const __m512 s = ScaleProducts<W>(d, scales + j * scale_row + b * esize, 0xFFFF);
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, c)), s, acc[j]);
     }
@@ -168,7 +191,7 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
   for (int j = 0; j < NR; ++j) result[j] = avx512::LaneTreeSum(acc[j]);
 }
 
-template <Weights W, bool Vbmi>
+template <Weights W, bool Vbmi, bool Il>
 void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   const int64_t esize = W == Weights::q8_0 ? 2 : 1;
   const auto* scales = static_cast<const uint8_t*>(t.scales);
@@ -196,7 +219,7 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
       const uint8_t* ahead = t.next ? t.next + phase * t.row_bytes : nullptr;
       for (int64_t m = 0; m < op.M; ++m) {
         float v[8];
-        RowsDot<W, Vbmi, 8>(op, p, m, t.codes + phase * t.row_bytes, t.row_bytes, 2, scales + phase * op.S * esize,
+        RowsDot<W, Vbmi, Il, 8>(op, p, m, t.codes + phase * t.row_bytes, t.row_bytes, 2, scales + phase * op.S * esize,
                             m == 0 ? ahead : nullptr, v);
         for (int j = 0; j < 8; ++j) {
           const int64_t n = t.n0 + phase + 2 * j;
@@ -217,8 +240,8 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
           const uint8_t* w = t.codes + r * t.row_bytes;
           const uint8_t* sc = scales + r * op.S * esize;
           const uint8_t* a = m == 0 ? ahead : nullptr;
-          if (nr == 4) RowsDot<W, Vbmi, 4>(op, p, m, w, t.row_bytes, stride, sc, a, v);
-          else RowsDot<W, Vbmi, 1>(op, p, m, w, t.row_bytes, stride, sc, a, v);
+          if (nr == 4) RowsDot<W, Vbmi, Il, 4>(op, p, m, w, t.row_bytes, stride, sc, a, v);
+          else RowsDot<W, Vbmi, Il, 1>(op, p, m, w, t.row_bytes, stride, sc, a, v);
           for (int j = 0; j < nr; ++j) {
             const int64_t n = t.n0 + r + j * stride;
             op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
@@ -355,9 +378,10 @@ void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* 
 }
 
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile) {
-  if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0, false>(op, p, tile);
-  else if (vbmi_in_use()) TileImpl<Weights::mxfp4, true>(op, p, tile);
-  else TileImpl<Weights::mxfp4, false>(op, p, tile);
+  if (op.kind == Weights::q8_0 && op.interleaved) TileImpl<Weights::q8_0, false, true>(op, p, tile);
+  else if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0, false, false>(op, p, tile);
+  else if (vbmi_in_use()) TileImpl<Weights::mxfp4, true, false>(op, p, tile);
+  else TileImpl<Weights::mxfp4, false, false>(op, p, tile);
 }
 
 }  // namespace refit::cpu::int8dot
