@@ -89,7 +89,6 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   constexpr bool Shuffled = L == Layout::shuffled_16x16, Interleaved = L == Layout::interleaved_4x16;
   Operands op{};
   op.kind = w.dtype() == DType::i8 ? Weights::q8_0 : Weights::mxfp4;
-  op.interleaved = Interleaved;
   op.M = x.size(0), op.K = x.size(1), op.N = w.size(0), op.S = op.K / kBlock;
   if (op.M == 0 || op.N == 0) return;
   op.xq = static_cast<const int8_t*>(x.raw_data());
@@ -109,6 +108,10 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   // Prefill-sized batches on AMX (the same bits: see matmul_int8_dot_amx.cpp), with the
   // activations re-laid for it once per call.
   const bool amx = I == Impl::avx512 && op.M >= kAmxMinRows && amx_usable();
+  // Shuffled and interleaved tiles go to the AVX-512 kernel as stored; the definition and
+  // AMX read a tile put back in plain order into a buffer.
+  const bool in_place = (Shuffled || Interleaved) && I == Impl::avx512 && !amx;
+  op.interleaved = Interleaved && in_place;
   const int64_t Mpad = (op.M + 15) / 16 * 16;
   std::vector<int8_t> xv;
   std::vector<float> xdt;
@@ -130,9 +133,6 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       amx_scratch.resize(static_cast<size_t>(amx_scratch_bytes(op)));
       dw_plain.resize(static_cast<size_t>(kTileRows * op.S));
     }
-    // Shuffled and interleaved tiles go to the AVX-512 kernel as stored; the definition
-    // and AMX read a tile put back in plain order into a buffer.
-    const bool in_place = (Shuffled || Interleaved) && I == Impl::avx512 && !amx;
     if ((Shuffled || Interleaved) && !in_place) codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
     if (Shuffled && !in_place) scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
     for (int64_t t = t0; t < t1; ++t) {

@@ -37,7 +37,7 @@ enum class Weights : uint8_t { q8_0, mxfp4 };
 // into a plain buffer first; an interleaved one is read in place by the AVX-512 kernel).
 struct Operands {
   Weights kind;
-  bool interleaved = false;  // Q8_0 codes in Layout::interleaved_4x16 (core/interleave_4x16.h)
+  bool interleaved = false;  // tiles reach tile_avx512 as Q8_0 codes in Layout::interleaved_4x16
   int64_t M, K, N, S;  // S = K / 32
   const int8_t* xq;    // [M, K] activation codes, natural order
   int64_t ldxq;
