@@ -23,6 +23,7 @@
 #include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
 #include "kernels/registry.h"
+#include "weights/layout_transform.h"
 #include "weights/quant_scheme.h"
 
 namespace {
@@ -39,7 +40,11 @@ struct Weights {
   size_t bytes_each = 0;
 };
 
-Weights make_weights(const std::string& scheme, int64_t n, int64_t k) {
+// `scheme` may end in "+interleaved": Q8_0 codes in the int8-activation kernel's layout.
+Weights make_weights(std::string scheme, int64_t n, int64_t k) {
+  const std::string suffix = "+interleaved";
+  const bool interleaved = scheme.size() > suffix.size() && scheme.ends_with(suffix);
+  if (interleaved) scheme.resize(scheme.size() - suffix.size());
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> w(static_cast<size_t>(n * k));
@@ -57,10 +62,12 @@ Weights make_weights(const std::string& scheme, int64_t n, int64_t k) {
   Tensor codes = Tensor::empty({n, code_row_bytes(s, k)}, DType::u8);
   Tensor scales = Tensor::empty({n, s.scale_cols(k)}, s.scale_dtype());
   quantize_rows(s, w.data(), n, k, codes.raw_data(), scales.raw_data());
+  if (interleaved) codes = interleave_4x16(codes);
   out.bytes_each = codes.nbytes() + scales.nbytes();
   for (size_t used = 0; used < budget || out.codes.size() < 2; used += out.bytes_each) {
     Tensor c = codes.clone();
     out.codes.push_back(Tensor::from_storage(c.storage(), s.code_dtype(), {n, k}));
+    out.codes.back().set_layout(codes.layout());
     out.scales.push_back(scales.clone());
   }
   return out;
@@ -87,7 +94,7 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
   // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
   // iteration, as a decode step does.
-  const QuantScheme qs = scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme);
+  const QuantScheme qs = scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme.substr(0, scheme.find('+')));
   const bool w8a8 = qs.w8a8, int8 = w8a8 && qs.int8_activations();
   Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
   Tensor x8 = Tensor::empty({1, K}, DType::f8_e4m3fn), x8s = Tensor::empty({1}, DType::f32);
@@ -155,6 +162,9 @@ BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)->UseRealTime()->U
 BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8, std::string("q8_0-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8_interleaved, std::string("q8_0-w8a8+interleaved"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, mxfp4_w8a8, std::string("mxfp4-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, fp8_w8a8, std::string("fp8-channel-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
