@@ -359,7 +359,10 @@ void bind_engine(py::module_& m) {
             py::list out;
             for (ParameterInfo& info : engine.named_parameters()) {
               std::string name = info.name;
-              std::vector<SubShard> shards = engine.model().parameters().get(name).sub_shards();
+              // A quantized weight's scales are listed beside its codes under their own
+              // name ("..._scale"): derived on every load, no checkpoint tensor of their own.
+              const Parameter* p = engine.model().parameters().find(name);
+              std::vector<SubShard> shards = p ? p->sub_shards() : std::vector<SubShard>{};
               out.append(py::make_tuple(name, PyParameter(std::move(info), std::move(shards))));
             }
             return out;

@@ -110,7 +110,9 @@ std::vector<ParameterInfo> Engine::named_parameters() const {
       scale.logical_shape = p->scale().shape();
       scale.logical_dtype = p->scale().dtype();
       scale.checkpoint_names.clear();  // derived on every load; not sent on its own
-      scale.transforms.insert(scale.transforms.begin(), "quantize:" + p->quantization().name());
+      // The scales take the quantization and the tile shuffle, not the codes' interleave.
+      scale.transforms = {"quantize:" + p->quantization().name()};
+      if (p->scale().layout() == Layout::shuffled_16x16) scale.transforms.push_back(layout_transform_name(LayoutTransform::shuffle_16x16));
       info.transforms.insert(info.transforms.begin(), "quantize:" + p->quantization().name());
       out.push_back(std::move(info));
       out.push_back(std::move(scale));

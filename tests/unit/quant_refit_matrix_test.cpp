@@ -383,6 +383,23 @@ TEST(QuantEngine, named_parameters_export_scales_as_their_own_tensors) {
     EXPECT_EQ(info.transforms, (std::vector<std::string>{"quantize:mxfp4", "shuffle_16x16"}));
   }
   EXPECT_TRUE(found);
+  // The interleave moves codes only: the scales' metadata says so.
+  options.quant = "q8_0-w8a8";
+  options.layout = "interleave4x16";
+  Engine interleaved(options);
+  int seen = 0;
+  for (const ParameterInfo& info : interleaved.named_parameters()) {
+    if (info.name == "model.layers.0.mlp.down_proj.weight") {
+      ++seen;
+      EXPECT_EQ(info.tensor.layout(), Layout::interleaved_4x16);
+      EXPECT_EQ(info.transforms, (std::vector<std::string>{"quantize:q8_0-w8a8", "interleave_4x16"}));
+    } else if (info.name == "model.layers.0.mlp.down_proj.weight_scale") {
+      ++seen;
+      EXPECT_EQ(info.tensor.layout(), Layout::strided);
+      EXPECT_EQ(info.transforms, (std::vector<std::string>{"quantize:q8_0-w8a8"}));
+    }
+  }
+  EXPECT_EQ(seen, 2);
   EngineOptions demo;
   demo.quant = "q8_0";
   EXPECT_THROW(Engine{demo}, Error);
