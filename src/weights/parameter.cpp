@@ -68,6 +68,11 @@ void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dt
   switch (dtype) {
     case DType::f32: case DType::f16: case DType::bf16: case DType::f64: break;
     default:
+      // A quantized weight is sent as the float tensor a trainer holds (it is re-quantized
+      // here); its stored codes, as state_dict() exports them, are not a weight update.
+      if (quant_.enabled())
+        fail("'{}': dtype {} is not a weight; this parameter is stored {} and re-quantizes what it is sent "
+             "(send f32, f16 or bf16)", what, dtype_name(dtype), quant_.name());
       fail("'{}': dtype {} cannot be converted to the parameter's {} (send f32, f16 or bf16)", what,
            dtype_name(dtype), dtype_name(data_.dtype()));
   }

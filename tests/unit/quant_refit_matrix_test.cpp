@@ -355,6 +355,14 @@ TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
   EXPECT_EQ(il.scale().layout(), Layout::strided);
   EXPECT_THROW(il.apply_transform(LayoutTransform::interleave_4x16), Error);
   EXPECT_THROW(il.apply_transform(LayoutTransform::shuffle_16x16), Error);
+  // Its own codes sent back (what state_dict() exports) are refused, saying why.
+  try {
+    il.load(Tensor::zeros({32, 1024}, DType::i8));
+    ADD_FAILURE() << "int8 codes were taken as a weight";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stored q8_0-w8a8 and re-quantizes what it is sent"), std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(parse_quant_scheme("int3"), Error);
   EXPECT_THROW(parse_quant_scheme("int3-w8a8"), Error);
   EXPECT_THROW(parse_quant_scheme("-w8a8"), Error);
