@@ -251,8 +251,9 @@ void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& op
 void apply_weight_layout(LlamaModel& model, const std::string& layout) {
   std::vector<LayoutTransform> transforms;
   // "auto" (the default): each weight in the layout its fastest kernel reads. Today that
-  // is the interleave for q8_0-w8a8 codes where the AVX-512 VNNI kernel runs (decode
-  // ~4% faster on `medium`, bench/RESULTS.md) and plain for everything else.
+  // is the interleave for q8_0-w8a8 codes where the AVX-512 VNNI kernel runs (prefill
+  // 10-28% faster on `medium`, decode within noise: bench/RESULTS.md, session 8) and
+  // plain for everything else.
   const bool automatic = layout.empty() || layout == "auto";
   if (layout == "transpose") transforms = {LayoutTransform::transpose};
   else if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle")

@@ -219,8 +219,8 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
       const uint8_t* ahead = t.next ? t.next + phase * t.row_bytes : nullptr;
       for (int64_t m = 0; m < op.M; ++m) {
         float v[8];
-        RowsDot<W, Vbmi, Il, 8>(op, p, m, t.codes + phase * t.row_bytes, t.row_bytes, 2, scales + phase * op.S * esize,
-                            m == 0 ? ahead : nullptr, v);
+        RowsDot<W, Vbmi, Il, 8>(op, p, m, t.codes + phase * t.row_bytes, t.row_bytes, 2,
+                                scales + phase * op.S * esize, m == 0 ? ahead : nullptr, v);
         for (int j = 0; j < 8; ++j) {
           const int64_t n = t.n0 + phase + 2 * j;
           op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
