@@ -45,8 +45,14 @@ class PyParameter : public PyTensor {
 
 // The checkpoint tensor `sub` as this rank stores it, in checkpoint orientation: a view
 // of the engine's memory for the plain and transposed layouts, a plain-order copy for the
-// tile-shuffled and the interleaved ones.
+// tile-shuffled one, the decoded values (a copy) for a quantized weight.
 Tensor checkpoint_view(const Parameter& p, const SubShard& sub) {
+  if (p.quantized()) {
+    // The values the engine computes with, in the dtype the checkpoint declared: what a
+    // trainer starts from, and what update_weights_from_tensors re-quantizes.
+    Tensor rows = p.dequantized(sub.local_row_offset, sub.local_rows).to(p.logical_dtype());
+    return rows.shape() == sub.local_shape() ? rows : rows.reshape(sub.local_shape());
+  }
   Tensor logical = p.data();
   bool copied = false;
   for (auto it = p.transforms().rbegin(); it != p.transforms().rend(); ++it) {
@@ -56,9 +62,7 @@ Tensor checkpoint_view(const Parameter& p, const SubShard& sub) {
         logical = unshuffle_16x16(logical);
         copied = true;
         break;
-      case LayoutTransform::interleave_4x16:
-        logical = deinterleave_4x16(logical);
-        copied = true;
+      case LayoutTransform::interleave_4x16:  // quantized weights only: decoded above
         break;
     }
   }

@@ -20,18 +20,23 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
     piece.error = fmt::format("no parameter or checkpoint tensor named '{}'", name);
     return piece;
   }
-  for (LayoutTransform tr : p->transforms())
-    if (tr != LayoutTransform::transpose) {
-      piece.status = 400;
-      piece.error = fmt::format("'{}' is stored in a kernel tile layout; read it with a plain layout", name);
-      return piece;
-    }
-  Tensor t = p->data();
+  // A quantized weight reads as the values it computes with (decoded, in plain order,
+  // whatever kernel layout holds its codes, below); its dtype is the checkpoint's.
+  if (!p->quantized())
+    for (LayoutTransform tr : p->transforms())
+      if (tr != LayoutTransform::transpose) {
+        piece.status = 400;
+        piece.error = fmt::format("'{}' is stored in a kernel tile layout; read it with a plain layout", name);
+        return piece;
+      }
+  Tensor t = p->data();  // quantized: the codes, for their rows' shape and position only
   if (p->transposed()) t = t.transpose(0, 1);
-  piece.dtype = std::string(dtype_name(t.dtype()));
+  piece.dtype = std::string(dtype_name(p->logical_dtype()));
+  int64_t row0 = 0;  // t's first row among the parameter's
   if (target.sub_shard) {
     const SubShard& s = *target.sub_shard;
     t = t.narrow(0, s.local_row_offset, s.local_rows);
+    row0 = s.local_row_offset;
     piece.full_shape = s.checkpoint_shape;
     piece.split_dim = s.split_dim;
     piece.slice_start = s.slice_start;
@@ -51,6 +56,7 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
                              : std::min(piece.head_rows, t.size(0));
     t = t.narrow(0, 0, rows);
   }
+  if (p->quantized()) t = p->dequantized(row0, t.size(0));
   piece.values = Tensor::from_floats(t.shape(), t.to_floats());
   return piece;
 }

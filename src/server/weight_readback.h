@@ -22,7 +22,7 @@ struct WeightPiece {
   Tensor values;          // this rank's part of the leading rows, f32, contiguous, in the
                           // checkpoint's orientation
   Shape full_shape;       // the whole checkpoint tensor's shape
-  std::string dtype;      // the stored dtype's name
+  std::string dtype;      // the checkpoint's dtype (a quantized weight's values are decoded)
   int64_t split_dim = -1; // dim of the full tensor this piece is a slice of (-1: whole)
   int64_t slice_start = 0;
   int64_t head_rows = 0;  // leading rows of the full tensor read (all ranks alike)

@@ -254,6 +254,30 @@ void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
                   scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, data_.layout());
 }
 
+Tensor Parameter::dequantized(int64_t row0, int64_t rows) const {
+  if (!quant_.enabled()) fail("parameter '{}' is not quantized", name_);
+  const int64_t n = local_shape_[0], k = local_shape_[1], row_bytes = code_row_bytes(quant_, k);
+  if (rows < 0) rows = n - row0;
+  if (row0 < 0 || row0 + rows > n) fail("parameter '{}': rows [{}, {}) outside its {}", name_, row0, row0 + rows, n);
+  // Shuffled codes and scales are decoded by whole 16-row tiles (each tile stands alone).
+  const bool tiles = data_.layout() == Layout::shuffled_16x16;
+  const int64_t first = tiles ? row0 / 16 * 16 : row0, end = tiles ? std::min(n, (row0 + rows + 15) / 16 * 16) : row0 + rows;
+  const int64_t count = end - first, s = scale_.size(1);
+  const size_t scale_row = static_cast<size_t>(s) * dtype_nbytes(scale_.dtype(), 1);
+  Tensor codes = Tensor::from_storage(data_.storage(), DType::u8, {count, row_bytes}, {}, first * row_bytes);
+  codes.set_layout(data_.layout());
+  if (codes.layout() == Layout::shuffled_16x16) codes = unshuffle_16x16(codes);
+  else if (codes.layout() == Layout::interleaved_4x16) codes = deinterleave_4x16(codes);
+  std::vector<uint8_t> scales(static_cast<size_t>(count) * scale_row);
+  std::memcpy(scales.data(), static_cast<const uint8_t*>(scale_.storage()->data()) + first * scale_row, scales.size());
+  if (scale_.layout() == Layout::shuffled_16x16)
+    shuffle_scales_16(scales.data(), count, s, scale_groups_per_tile(quant_), dtype_nbytes(scale_.dtype(), 1),
+                      /*inverse=*/true);
+  Tensor out = Tensor::empty({count, k}, DType::f32);
+  dequantize_rows(quant_, codes.contiguous().raw_data(), scales.data(), count, k, out.data<float>());
+  return out.narrow(0, row0 - first, rows).contiguous();
+}
+
 void Parameter::relayout_quantized(LayoutTransform t) {
   const int64_t n = local_shape_[0], row_bytes = code_row_bytes(quant_, local_shape_[1]);
   void* before = data_.storage()->data();

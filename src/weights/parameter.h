@@ -85,6 +85,11 @@ class Parameter {
   const Tensor& scale() const { return scale_; }
   // Columns sharing one scale (quantized only).
   int64_t scale_group() const { return quant_.group(local_shape_.back()); }
+  // The values a quantized parameter computes with: f32 [rows, K] for local rows
+  // [row0, row0 + rows) (all of them by default) in plain row order, its codes and scales
+  // put back from any kernel layout and decoded. A copy, for export (state_dict,
+  // /get_weights_by_name): what a trainer sees is what is served.
+  Tensor dequantized(int64_t row0 = 0, int64_t rows = -1) const;
 
   // Applies a layout transform to the stored contents in place and records it. Throws
   // (changing nothing) when the transform does not fit the shape, or when it is

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "models/synthetic_checkpoint.h"
 #include "refit_test_support.h"
 #include "runtime/engine.h"
+#include "server/weight_readback.h"
 #include "weights/layout_transform.h"
 
 namespace refit {
@@ -322,6 +324,67 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
     other.quant = "mxfp4";
     Engine requested(other);
     EXPECT_FALSE(requested.model().parameters().get(head_name).quantized());
+  }
+}
+
+// What a quantized parameter exports as its values: the reference codes decoded, in plain
+// row order, whatever kernel layout holds them.
+TEST(QuantParameter, dequantized_is_the_decoded_reference_in_every_layout) {
+  const int64_t n = 32, k = 1088;  // 34 blocks: two runs of 16 and a tail; 32-byte MXFP4 tiles
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (float& v : w) v = dist(rng);
+  const Tensor weights = Tensor::from_floats({n, k}, w);
+  for (const char* name : {"q8_0", "q8_0-w8a8", "mxfp4", "fp8-channel", "fp8-block"}) {
+    const QuantScheme s = parse_quant_scheme(name);
+    std::vector<uint8_t> codes(static_cast<size_t>(n * code_row_bytes(s, k)));
+    std::vector<uint8_t> scales(static_cast<size_t>(n * s.scale_cols(k)) * dtype_nbytes(s.scale_dtype(), 1));
+    quantize_rows(s, w.data(), n, k, codes.data(), scales.data());
+    std::vector<float> want(w.size());
+    dequantize_rows(s, codes.data(), scales.data(), n, k, want.data());
+    std::vector<std::optional<LayoutTransform>> layouts = {std::nullopt, LayoutTransform::shuffle_16x16};
+    if (s.w8a8) layouts.push_back(LayoutTransform::interleave_4x16);
+    for (const auto& layout : layouts) {
+      SCOPED_TRACE(std::string(name) + " " + (layout ? layout_transform_name(*layout) : "plain"));
+      Parameter p("w", Shape{n, k}, DType::f32);
+      p.set_quantization(s);
+      if (layout) p.apply_transform(*layout);
+      p.load(weights);
+      const Tensor got = p.dequantized();
+      ASSERT_EQ(got.shape(), (Shape{n, k}));
+      EXPECT_EQ(0, std::memcmp(got.raw_data(), want.data(), want.size() * sizeof(float)));
+    }
+  }
+  Parameter plain("w", Shape{n, k}, DType::f32);
+  EXPECT_THROW(plain.dequantized(), Error);
+}
+
+// /get_weights_by_name on a quantized engine reads the decoded values, whatever kernel
+// layout holds the codes: a fused q/k/v's k rows and a truncated read of down_proj.
+TEST(QuantEngine, weights_read_back_by_name_are_the_decoded_values) {
+  for (const char* layout : {"interleave", "shuffle"}) {
+    SCOPED_TRACE(layout);
+    EngineOptions options;
+    options.model_path = wide_model();
+    options.quant = std::string(layout) == "interleave" ? "q8_0-w8a8" : "mxfp4";
+    options.layout = layout;
+    Engine engine(options);
+    const Parameter& qkv = engine.model().parameters().get("model.layers.0.self_attn.qkv_proj.weight");
+    const Parameter& down = engine.model().parameters().get("model.layers.0.mlp.down_proj.weight");
+    EXPECT_NE(down.data().layout(), Layout::strided);
+    const CheckpointTarget k = engine.model().parameters().target("model.layers.0.self_attn.k_proj.weight");
+    const WeightPiece kp = local_weight_piece(engine, "model.layers.0.self_attn.k_proj.weight", 1 << 30);
+    ASSERT_EQ(kp.status, 200) << kp.error;
+    EXPECT_EQ(kp.dtype, "f32");
+    const Tensor want = qkv.dequantized().narrow(0, k.sub_shard->local_row_offset, k.sub_shard->local_rows);
+    EXPECT_EQ(kp.values.to_floats(), want.contiguous().to_floats());
+    const WeightPiece dp = local_weight_piece(engine, "model.layers.0.mlp.down_proj.weight", 100);
+    ASSERT_EQ(dp.status, 200) << dp.error;
+    ASSERT_EQ(dp.values.size(0), 1);  // the leading row holds the first 100 values
+    EXPECT_EQ(dp.values.to_floats(), down.dequantized(0, 1).to_floats());
+    // Rows read on their own equal the same rows of the whole (tiles cut at any row).
+    EXPECT_EQ(down.dequantized(5, 20).to_floats(), down.dequantized().narrow(0, 5, 20).contiguous().to_floats());
   }
 }
 
