@@ -375,7 +375,8 @@ void bind_engine(py::module_& m) {
       .def("state_dict", &state_dict, py::kw_only(), py::arg("copy") = false, py::arg("format") = "auto",
            "{checkpoint name: tensor} in checkpoint shape and orientation, what update_weights_from_tensors "
            "takes back. Zero-copy views of the engine's memory (read-only by contract) for the plain and "
-           "transposed layouts; plain-order copies for shuffle16x16 and interleave4x16; copy=True always copies.")
+           "transposed layouts; plain-order copies for shuffle16x16; for quantized weights the decoded values "
+           "(copies, in the checkpoint's dtype); copy=True always copies.")
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("world_size", &Engine::world_size)
       .def_property_readonly("weight_version", &Engine::weight_version)

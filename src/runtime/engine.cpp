@@ -112,7 +112,8 @@ std::vector<ParameterInfo> Engine::named_parameters() const {
       scale.checkpoint_names.clear();  // derived on every load; not sent on its own
       // The scales take the quantization and the tile shuffle, not the codes' interleave.
       scale.transforms = {"quantize:" + p->quantization().name()};
-      if (p->scale().layout() == Layout::shuffled_16x16) scale.transforms.push_back(layout_transform_name(LayoutTransform::shuffle_16x16));
+      if (p->scale().layout() == Layout::shuffled_16x16)
+        scale.transforms.push_back(layout_transform_name(LayoutTransform::shuffle_16x16));
       info.transforms.insert(info.transforms.begin(), "quantize:" + p->quantization().name());
       out.push_back(std::move(info));
       out.push_back(std::move(scale));
