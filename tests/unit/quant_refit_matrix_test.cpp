@@ -336,7 +336,7 @@ TEST(QuantParameter, dequantized_is_the_decoded_reference_in_every_layout) {
   std::vector<float> w(static_cast<size_t>(n * k));
   for (float& v : w) v = dist(rng);
   const Tensor weights = Tensor::from_floats({n, k}, w);
-  for (const char* name : {"q8_0", "q8_0-w8a8", "mxfp4", "fp8-channel", "fp8-block"}) {
+  for (const char* name : {"q8_0", "q8_0-w8a8", "mxfp4", "fp8", "fp8-channel", "fp8-block"}) {
     const QuantScheme s = parse_quant_scheme(name);
     std::vector<uint8_t> codes(static_cast<size_t>(n * code_row_bytes(s, k)));
     std::vector<uint8_t> scales(static_cast<size_t>(n * s.scale_cols(k)) * dtype_nbytes(s.scale_dtype(), 1));
