@@ -256,7 +256,7 @@ void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
 
 Tensor Parameter::dequantized(int64_t row0, int64_t rows) const {
   if (!quant_.enabled()) fail("parameter '{}' is not quantized", name_);
-  const int64_t n = local_shape_[0], k = local_shape_[1], row_bytes = code_row_bytes(quant_, k);
+  const int64_t n = local_shape_[0], k = local_shape_[1];
   if (rows < 0) rows = n - row0;
   if (row0 < 0 || row0 + rows > n) fail("parameter '{}': rows [{}, {}) outside its {}", name_, row0, row0 + rows, n);
   // Shuffled codes and scales are decoded by whole 16-row tiles (each tile stands alone).
@@ -264,7 +264,7 @@ Tensor Parameter::dequantized(int64_t row0, int64_t rows) const {
   const int64_t first = tiles ? row0 / 16 * 16 : row0, end = tiles ? std::min(n, (row0 + rows + 15) / 16 * 16) : row0 + rows;
   const int64_t count = end - first, s = scale_.size(1);
   const size_t scale_row = static_cast<size_t>(s) * dtype_nbytes(scale_.dtype(), 1);
-  Tensor codes = Tensor::from_storage(data_.storage(), DType::u8, {count, row_bytes}, {}, first * row_bytes);
+  Tensor codes = code_bytes(first, count);
   codes.set_layout(data_.layout());
   if (codes.layout() == Layout::shuffled_16x16) codes = unshuffle_16x16(codes);
   else if (codes.layout() == Layout::interleaved_4x16) codes = deinterleave_4x16(codes);
@@ -279,25 +279,25 @@ Tensor Parameter::dequantized(int64_t row0, int64_t rows) const {
 }
 
 void Parameter::relayout_quantized(LayoutTransform t) {
-  const int64_t n = local_shape_[0], row_bytes = code_row_bytes(quant_, local_shape_[1]);
+  const int64_t n = local_shape_[0];
   void* before = data_.storage()->data();
-  Tensor bytes = Tensor::from_storage(data_.storage(), DType::u8, {n, row_bytes}).clone();
-  if (t == LayoutTransform::interleave_4x16) {  // codes only: the scales keep their places
-    Tensor interleaved = interleave_4x16(bytes);
-    std::memcpy(before, interleaved.raw_data(), interleaved.nbytes());
-    data_.set_layout(Layout::interleaved_4x16);
-    REFIT_ASSERT(data_.storage()->data() == before);
-    return;
-  }
-  Tensor shuffled = shuffle_16x16(bytes);
-  std::memcpy(before, shuffled.raw_data(), shuffled.nbytes());
-  data_.set_layout(Layout::shuffled_16x16);
-  if (scales_follow_tiles(quant_)) {
+  // The transforms write a new tensor, so the codes are read in place and copied back.
+  const Tensor relaid =
+      t == LayoutTransform::interleave_4x16 ? interleave_4x16(code_bytes(0, n)) : shuffle_16x16(code_bytes(0, n));
+  std::memcpy(before, relaid.raw_data(), relaid.nbytes());
+  data_.set_layout(relaid.layout());
+  // The scales follow the shuffle's tiles (Q8_0, MXFP4), never the interleave.
+  if (t == LayoutTransform::shuffle_16x16 && scales_follow_tiles(quant_)) {
     shuffle_scales_16(scale_.storage()->data(), n, scale_.size(1), scale_groups_per_tile(quant_),
                       dtype_nbytes(scale_.dtype(), 1));
     scale_.set_layout(Layout::shuffled_16x16);
   }
   REFIT_ASSERT(data_.storage()->data() == before);
+}
+
+Tensor Parameter::code_bytes(int64_t first, int64_t count) const {
+  const int64_t row_bytes = code_row_bytes(quant_, local_shape_[1]);
+  return Tensor::from_storage(data_.storage(), DType::u8, {count, row_bytes}, {}, first * row_bytes);
 }
 
 }  // namespace refit

@@ -106,6 +106,9 @@ class Parameter {
   // interleave) applied in place to the codes (and, for the shuffle, scales) already held.
   void load_quantized(const SubShard& sub_shard, const Tensor& rows);
   void relayout_quantized(LayoutTransform t);
+  // Rows [first, first + count) of a quantized parameter's codes as a u8 [count, row bytes]
+  // view of the storage, tagged strided whatever order the bytes are in.
+  Tensor code_bytes(int64_t first, int64_t count) const;
 
   std::string name_;
   Shape logical_shape_;
