@@ -6,7 +6,7 @@ import torch
 
 import refit
 import safetensors_io
-from test_interleaved_layout import PROMPT, write_model
+from wide_mlp_llama import PROMPT, write_model
 
 # Scheme, layout, and the largest relative RMS error of a decoded weight against the
 # float weight it was quantized from (8-bit codes ~1%, FP8 e4m3 ~3%, 4-bit ~10%).
