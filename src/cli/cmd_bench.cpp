@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/progress_bar.h"
@@ -28,6 +31,7 @@ struct BenchArgs {
   std::string model;
   int n_prompt = 512;
   int n_gen = 128;
+  std::vector<std::string> pg;  // llama-bench's -pg PP,TG: a prompt, then TG tokens, timed together
   int threads = 0;
   std::string quant;   // EngineOptions::quant: quantize weights at load
   std::string layout;  // EngineOptions::layout: auto, plain, transpose, shuffle16x16, interleave4x16
@@ -50,6 +54,19 @@ size_t path_bytes(const std::string& path) {
     for (const auto& e : fs::directory_iterator(path, ec))
       if (e.is_regular_file(ec)) total += static_cast<size_t>(e.file_size(ec));
   return total;
+}
+
+// -pg values as llama-bench takes them: "PP,TG", both positive (one test per value).
+std::vector<std::pair<int, int>> parse_pg(const std::vector<std::string>& values) {
+  std::vector<std::pair<int, int>> out;
+  for (const std::string& v : values) {
+    int pp = 0, tg = 0;
+    char tail = 0;
+    if (std::sscanf(v.c_str(), "%d,%d%c", &pp, &tg, &tail) != 2 || pp < 1 || tg < 1)
+      fail("bench: -pg '{}' is not PP,TG (two positive token counts, e.g. -pg 512,128)", v);
+    out.emplace_back(pp, tg);
+  }
+  return out;
 }
 
 void note(const BenchArgs& a, const std::string& what) {
@@ -92,6 +109,7 @@ int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
   };
   if (a.n_prompt > 0) run(a.n_prompt, 0);
   if (a.n_gen > 0) run(0, a.n_gen);
+  for (const auto& [pp, tg] : parse_pg(a.pg)) run(pp, tg);
 
   measure_bandwidth();
   if (md) {
@@ -108,7 +126,8 @@ int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
 int run_bench(const BenchArgs& a) {
   if (a.reps < 1) fail("bench: -r must be at least 1 (got {})", a.reps);
   if (a.n_prompt < 0 || a.n_gen < 0) fail("bench: -p and -n must not be negative");
-  if (!a.refit && a.n_prompt == 0 && a.n_gen == 0) fail("bench: nothing to run (-p 0 and -n 0)");
+  const auto pg = parse_pg(a.pg);  // malformed values fail before the model loads
+  if (!a.refit && a.n_prompt == 0 && a.n_gen == 0 && pg.empty()) fail("bench: nothing to run (-p 0 and -n 0, no -pg)");
   if (a.refit && a.model.empty() && a.refit_from.empty())
     fail("bench --refit needs -m PATH (the checkpoint whose weights are pushed into the engine)");
 
@@ -142,6 +161,8 @@ CommandRegistrar registrar{
            ->capture_default_str();
        sub.add_option("-n,--n-gen", args->n_gen, "Generated tokens (tg test, one at a time); 0 skips it")
            ->capture_default_str();
+       sub.add_option("--pg", args->pg,
+                      "Prompt then generation, timed together as llama-bench's -pg: PP,TG (repeatable)");
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
        sub.add_option("--quant", args->quant,
                       "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -27,6 +28,12 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(command.name, command.description);
     actions.emplace_back(sub, command.setup(*sub));
   }
+  // llama-bench spells its prompt-plus-generation test "-pg", which CLI11 would read as
+  // "-p g" (single-dash options are one letter there): `refit bench` takes it as "--pg".
+  static char pg_long[] = "--pg";
+  if (argc > 1 && std::string(argv[1]) == "bench")
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "-pg") argv[i] = pg_long;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -108,6 +108,16 @@ if shutil.which("mpirun"):
     p = run(["generate", "-m", LLAMA, "--tp", "2"], ok=False)
     check("mpirun -np 2" in p.stderr, f"--tp without mpirun message: {p.stderr}")
 
+# refit bench takes llama-bench's -pg PP,TG: one test of a prompt then TG tokens, timed
+# together and named as llama-bench names it; a malformed value is refused by name.
+p = run(["bench", "-m", LLAMA, "-p", "0", "-n", "0", "-pg", "8,4", "-r", "2", "-o", "json", "--no-bandwidth"])
+if p.returncode == 0:
+    rows = json.loads(p.stdout)
+    check(len(rows) == 1 and rows[0]["n_prompt"] == 8 and rows[0]["n_gen"] == 4, f"-pg rows {p.stdout[:200]}")
+    check(len(rows[0]["samples_ts"]) == 2 and rows[0]["avg_ts"] > 0, "-pg samples")
+p = run(["bench", "-m", LLAMA, "-pg", "8"], ok=False)
+check("-pg '8' is not PP,TG" in p.stderr, f"bad -pg message: {p.stderr}")
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)
