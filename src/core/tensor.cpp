@@ -331,6 +331,19 @@ void Tensor::copy_from(const Tensor& src) {
     return;
   }
   const size_t elem_bytes = static_cast<size_t>(dtype_bits(dtype_) / 8);
+  // Rows contiguous in both (a narrowed or sliced view, as splitting a fused QKV output):
+  // one copy per row, not one per element (per element, the QKV split and its memcpy
+  // calls took ~7% of an MXFP4 W8A8 pp128 profile on `medium`; row by row, 0.6%).
+  if (src.dtype_ == dtype_ && elem_bytes > 0 && dim() >= 2 && strides_.back() == 1 && src.strides_.back() == 1) {
+    const Shape outer(shape_.begin(), shape_.end() - 1);
+    const Shape dst_outer(strides_.begin(), strides_.end() - 1), src_outer(src.strides_.begin(), src.strides_.end() - 1);
+    const size_t row_bytes = static_cast<size_t>(shape_.back()) * elem_bytes;
+    for_each_offset_pair(outer, dst_outer, offset_, src_outer, src.offset_, [&](int64_t d, int64_t s) {
+      std::memmove(static_cast<uint8_t*>(dst_base) + d * elem_bytes,
+                   static_cast<const uint8_t*>(src_base) + s * elem_bytes, row_bytes);
+    });
+    return;
+  }
   if (src.dtype_ == dtype_ && elem_bytes > 0) {
     for_each_offset_pair(shape_, strides_, offset_, src.strides_, src.offset_,
                          [&](int64_t d, int64_t s) {

@@ -92,6 +92,29 @@ TEST(Tensor, CopyFromWritesIntoTheSameStorage) {
   EXPECT_THROW(dst.copy_from(src), Error);
 }
 
+// Views whose rows are contiguous but not each other's neighbours (a column range of a
+// wider tensor, in both directions, 3-d too) are copied row by row; every element must land
+// where the element-by-element definition puts it, and nothing outside the view changes.
+TEST(Tensor, CopyFromBetweenRowStridedViews) {
+  Tensor wide = iota({2, 3, 10});
+  Tensor src = wide.narrow(2, 4, 5);  // [2, 3, 5], rows 10 apart
+  Tensor dst_wide = Tensor::empty({2, 3, 7}, DType::f32);
+  Tensor dst = dst_wide.narrow(2, 1, 5);
+  dst.copy_from(src);
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 0; c < 7; ++c) {
+        const double expected = c >= 1 && c < 6 ? wide.get({a, b, c - 1 + 4}) : 0.0;
+        EXPECT_EQ(dst_wide.get({a, b, c}), expected) << a << "," << b << "," << c;
+      }
+  // A source whose rows are not contiguous (a transpose) still goes element by element.
+  Tensor t = iota({5, 3}).transpose(0, 1);  // [3, 5], last stride 3
+  Tensor into = Tensor::empty({3, 9}, DType::f32).narrow(1, 2, 5);
+  into.copy_from(t);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(into.get({i, j}), t.get({i, j}));
+}
+
 TEST(Tensor, FromStorageRejectsViewsOutsideTheStorage) {
   auto storage = Storage::allocate(16);
   EXPECT_NO_THROW(Tensor::from_storage(storage, DType::f32, {4}));
