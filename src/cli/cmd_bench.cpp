@@ -73,7 +73,7 @@ void note(const BenchArgs& a, const std::string& what) {
   if (a.progress) fmt::print(stderr, "refit bench: {}\n", what);
 }
 
-int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
+int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, int>>& pg, Engine& engine) {
   const BenchModelInfo info = bench_model_info(engine.model(), a.model.empty() ? "(built-in demo)" : a.model);
   const bool md = a.output == "md";
   if (md) fmt::print("{}", token_bench_markdown_header());
@@ -109,7 +109,7 @@ int run_token_benchmarks(const BenchArgs& a, Engine& engine) {
   };
   if (a.n_prompt > 0) run(a.n_prompt, 0);
   if (a.n_gen > 0) run(0, a.n_gen);
-  for (const auto& [pp, tg] : parse_pg(a.pg)) run(pp, tg);
+  for (const auto& [pp, tg] : pg) run(pp, tg);
 
   measure_bandwidth();
   if (md) {
@@ -140,7 +140,7 @@ int run_bench(const BenchArgs& a) {
   note(a, a.model.empty() ? "built-in demo model" : "loading " + a.model);
   Engine engine(options);
 
-  if (!a.refit) return run_token_benchmarks(a, engine);
+  if (!a.refit) return run_token_benchmarks(a, pg, engine);
 
   const std::string source = a.refit_from.empty() ? a.model : a.refit_from;
   note(a, "refit from " + source);
