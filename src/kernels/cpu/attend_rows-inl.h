@@ -25,8 +25,61 @@ HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The scores of NR cache rows starting at s0: each row's dot product in the order of the
+// one-row loop (vector lanes over d, SumOfLanes, then the scalar tail), NR rows side by
+// side so that their fused multiply-add chains overlap instead of waiting on each other.
+template <int NR, class KRow>
+HWY_INLINE void ScoreRows(const float* HWY_RESTRICT q, const KRow& k_row, int64_t s0, int64_t hd, float scale,
+                          float* HWY_RESTRICT scores) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const float* kr[NR];
+  VF acc[NR];
+  for (int j = 0; j < NR; ++j) {
+    kr[j] = k_row(s0 + j);
+    acc[j] = hn::Zero(df);
+  }
+  int64_t d = 0;
+  for (; d + L <= hd; d += L) {
+    const VF qv = hn::LoadU(df, q + d);
+    for (int j = 0; j < NR; ++j) acc[j] = hn::MulAdd(qv, hn::LoadU(df, kr[j] + d), acc[j]);
+  }
+  for (int j = 0; j < NR; ++j) {
+    float dot = hn::GetLane(hn::SumOfLanes(df, acc[j]));
+    for (int64_t t = d; t < hd; ++t) dot += q[t] * kr[j][t];
+    scores[s0 + j] = dot * scale;
+  }
+}
+
+// out[d0, d0 + NV lanes) = sum over s of p[s] * v_row(s)[d], s in order, one fused
+// multiply-add per row into accumulators held in registers (element by element the steps
+// of `out[d] += p[s] * v[d]` with out starting at 0: the same bits).
+template <int NV, class VRow>
+HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t d0,
+                             float* HWY_RESTRICT out) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = hn::Zero(df);
+  for (int64_t s = 0; s < len; ++s) {
+    const float* vr = v_row(s) + d0;
+    const VF ps = hn::Set(df, p[s]);
+    for (int i = 0; i < NV; ++i) acc[i] = hn::MulAdd(ps, hn::LoadU(df, vr + i * L), acc[i]);
+  }
+  for (int i = 0; i < NV; ++i) hn::StoreU(acc[i], df, out + d0 + i * L);
+}
+
 // q: [hd]; k_row(s), v_row(s): the key and value rows s (0 <= s < len) of this kv head.
 // scores: scratch [len]. out: [hd].
+// Every output element takes the same floating-point steps in the same order as a plain
+// row-at-a-time loop would (scores row by row, max and sum in row order, the weighted sum
+// of value rows in row order); the loops are only arranged so that independent chains run
+// side by side and the output stays in registers (it was re-loaded and re-stored for every
+// row, a store-to-load chain per cache row).
 template <class KRow, class VRow>
 HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const VRow& v_row, int64_t len,
                            int64_t hd, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
@@ -34,20 +87,14 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   using VF = hn::Vec<DF>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  int64_t s = 0;
+  for (; s + 4 <= len; s += 4) ScoreRows<4>(q, k_row, s, hd, scale, scores);
+  for (; s < len; ++s) ScoreRows<1>(q, k_row, s, hd, scale, scores);
   float mx = -HUGE_VALF;
-  for (int64_t s = 0; s < len; ++s) {
-    const float* kr = k_row(s);
-    VF acc = hn::Zero(df);
-    int64_t d = 0;
-    for (; d + L <= hd; d += L) acc = hn::MulAdd(hn::LoadU(df, q + d), hn::LoadU(df, kr + d), acc);
-    float dot = hn::GetLane(hn::SumOfLanes(df, acc));
-    for (; d < hd; ++d) dot += q[d] * kr[d];
-    scores[s] = dot * scale;
-    mx = std::max(mx, scores[s]);
-  }
+  for (s = 0; s < len; ++s) mx = std::max(mx, scores[s]);
   const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
   VF vsum = hn::Zero(df);
-  int64_t s = 0;
+  s = 0;
   for (; s + L <= len; s += L) {
     const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
     hn::StoreU(e, df, scores + s);
@@ -56,16 +103,14 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
   for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
 
+  const int64_t dv = hd / L * L;  // the vector part of a row; the rest in scalar steps
   int64_t d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Zero(df), df, out + d);
-  for (; d < hd; ++d) out[d] = 0.0f;
+  for (; d + 4 * L <= dv; d += 4 * L) WeightedRows<4>(v_row, scores, len, d, out);
+  for (; d < dv; d += L) WeightedRows<1>(v_row, scores, len, d, out);
+  for (d = dv; d < hd; ++d) out[d] = 0.0f;
   for (s = 0; s < len; ++s) {
     const float* vr = v_row(s);
-    const VF p = hn::Set(df, scores[s]);
-    d = 0;
-    for (; d + L <= hd; d += L)
-      hn::StoreU(hn::MulAdd(p, hn::LoadU(df, vr + d), hn::LoadU(df, out + d)), df, out + d);
-    for (; d < hd; ++d) out[d] += scores[s] * vr[d];
+    for (d = dv; d < hd; ++d) out[d] += scores[s] * vr[d];
   }
   const VF inv = hn::Set(df, 1.0f / sum);
   d = 0;
