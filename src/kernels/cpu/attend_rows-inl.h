@@ -73,6 +73,72 @@ HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int
   for (int i = 0; i < NV; ++i) hn::StoreU(acc[i], df, out + d0 + i * L);
 }
 
+// The NQ-query form of WeightedRows: value row s loaded once for all NQ queries, each
+// query's elements taking WeightedRows's steps. p: [NQ][len].
+template <int NQ, int NV, class VRow>
+HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t d0,
+                              float* const* out) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[NQ][NV];
+  for (int j = 0; j < NQ; ++j)
+    for (int i = 0; i < NV; ++i) acc[j][i] = hn::Zero(df);
+  for (int64_t s = 0; s < len; ++s) {
+    const float* vr = v_row(s) + d0;
+    VF v[NV];
+    for (int i = 0; i < NV; ++i) v[i] = hn::LoadU(df, vr + i * L);
+    for (int j = 0; j < NQ; ++j) {
+      const VF ps = hn::Set(df, p[j * len + s]);
+      for (int i = 0; i < NV; ++i) acc[j][i] = hn::MulAdd(ps, v[i], acc[j][i]);
+    }
+  }
+  for (int j = 0; j < NQ; ++j)
+    for (int i = 0; i < NV; ++i) hn::StoreU(acc[j][i], df, out[j] + d0 + i * L);
+}
+
+// scores[0, len) -> exp(score - max), in place; returns their sum (lanes, then the tail).
+HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  float mx = -HUGE_VALF;
+  for (int64_t s = 0; s < len; ++s) mx = std::max(mx, scores[s]);
+  const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
+  VF vsum = hn::Zero(df);
+  int64_t s = 0;
+  for (; s + L <= len; s += L) {
+    const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
+    hn::StoreU(e, df, scores + s);
+    vsum = hn::Add(vsum, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
+  for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
+  return sum;
+}
+
+// The scalar part of a row past its vector lanes (head_dim not a multiple of them), then
+// the division by the softmax sum.
+template <class VRow>
+HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t hd, float sum,
+                          float* HWY_RESTRICT out) {
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t dv = hd / L * L;
+  for (int64_t d = dv; d < hd; ++d) out[d] = 0.0f;
+  for (int64_t s = 0; s < len; ++s) {
+    const float* vr = v_row(s);
+    for (int64_t d = dv; d < hd; ++d) out[d] += p[s] * vr[d];
+  }
+  const auto inv = hn::Set(df, 1.0f / sum);
+  int64_t d = 0;
+  for (; d + L <= hd; d += L) hn::StoreU(hn::Mul(hn::LoadU(df, out + d), inv), df, out + d);
+  for (; d < hd; ++d) out[d] *= 1.0f / sum;
+}
+
 // q: [hd]; k_row(s), v_row(s): the key and value rows s (0 <= s < len) of this kv head.
 // scores: scratch [len]. out: [hd].
 // Every output element takes the same floating-point steps in the same order as a plain
@@ -83,39 +149,54 @@ HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int
 template <class KRow, class VRow>
 HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const VRow& v_row, int64_t len,
                            int64_t hd, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
-  using DF = hn::ScalableTag<float>;
-  using VF = hn::Vec<DF>;
-  const DF df;
+  const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   int64_t s = 0;
   for (; s + 4 <= len; s += 4) ScoreRows<4>(q, k_row, s, hd, scale, scores);
   for (; s < len; ++s) ScoreRows<1>(q, k_row, s, hd, scale, scores);
-  float mx = -HUGE_VALF;
-  for (s = 0; s < len; ++s) mx = std::max(mx, scores[s]);
-  const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
-  VF vsum = hn::Zero(df);
-  s = 0;
-  for (; s + L <= len; s += L) {
-    const VF e = hn::Exp(df, hn::Max(hn::Sub(hn::LoadU(df, scores + s), vmx), lo));
-    hn::StoreU(e, df, scores + s);
-    vsum = hn::Add(vsum, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
-  for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
-
+  const float sum = SoftmaxInPlace(scores, len);
   const int64_t dv = hd / L * L;  // the vector part of a row; the rest in scalar steps
   int64_t d = 0;
   for (; d + 4 * L <= dv; d += 4 * L) WeightedRows<4>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedRows<1>(v_row, scores, len, d, out);
-  for (d = dv; d < hd; ++d) out[d] = 0.0f;
-  for (s = 0; s < len; ++s) {
-    const float* vr = v_row(s);
-    for (d = dv; d < hd; ++d) out[d] += scores[s] * vr[d];
+  FinishRow(v_row, scores, len, hd, sum, out);
+}
+
+// Up to four query rows against the same cache rows: the query heads of one GQA group at
+// one position (same keys, same length). Each query's output takes exactly AttendRows's
+// steps, element by element in the same order (so the two give the same bits, and the
+// paged kernel, which runs AttendRows, still equals this one); the loops only load each
+// key and value row once for all NQ queries and keep NQ x 4 independent chains in flight.
+// scores: scratch [NQ][len].
+template <int NQ, class KRow, class VRow>
+HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row, int64_t len, int64_t hd,
+                            float scale, float* HWY_RESTRICT scores, float* const* out) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t s = 0; s < len; ++s) {
+    const float* kr = k_row(s);
+    VF acc[NQ];
+    for (int j = 0; j < NQ; ++j) acc[j] = hn::Zero(df);
+    int64_t d = 0;
+    for (; d + L <= hd; d += L) {
+      const VF kv = hn::LoadU(df, kr + d);
+      for (int j = 0; j < NQ; ++j) acc[j] = hn::MulAdd(hn::LoadU(df, q[j] + d), kv, acc[j]);
+    }
+    for (int j = 0; j < NQ; ++j) {
+      float dot = hn::GetLane(hn::SumOfLanes(df, acc[j]));
+      for (int64_t t = d; t < hd; ++t) dot += q[j][t] * kr[t];
+      scores[j * len + s] = dot * scale;
+    }
   }
-  const VF inv = hn::Set(df, 1.0f / sum);
-  d = 0;
-  for (; d + L <= hd; d += L) hn::StoreU(hn::Mul(hn::LoadU(df, out + d), inv), df, out + d);
-  for (; d < hd; ++d) out[d] *= 1.0f / sum;
+  float sum[NQ];
+  for (int j = 0; j < NQ; ++j) sum[j] = SoftmaxInPlace(scores + j * len, len);
+  const int64_t dv = hd / L * L;
+  int64_t d = 0;
+  for (; d + 4 * L <= dv; d += 4 * L) WeightedGroup<NQ, 4>(v_row, scores, len, d, out);
+  for (; d < dv; d += L) WeightedGroup<NQ, 1>(v_row, scores, len, d, out);
+  for (int j = 0; j < NQ; ++j) FinishRow(v_row, scores + j * len, len, hd, sum[j], out[j]);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE

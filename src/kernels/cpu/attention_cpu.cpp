@@ -1,8 +1,10 @@
 // Causal grouped-query attention over a KV cache, in Highway SIMD.
 //
-// One work item is one (query head, new token) pair: scores over the cache rows it may
-// see, a numerically stable softmax (subtract the max before exp), then the
-// probability-weighted sum of value rows. Items are ordered head-major so the pool's
+// One work item is one new token and up to four query heads of one kv head (a GQA group
+// shares its keys and values): scores over the cache rows they may see, a numerically
+// stable softmax (subtract the max before exp), then the probability-weighted sum of value
+// rows, each key and value row loaded once for the heads together (AttendGroup; each head's
+// result is AttendRows's, bit for bit). Items are ordered head-major so the pool's
 // contiguous chunks give each thread whole heads, which balances the causal triangle
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
 #undef HWY_TARGET_INCLUDE
@@ -24,6 +26,15 @@ void AttendOne(const float* HWY_RESTRICT q, const float* k, int64_t ldk, const f
              scores, out);
 }
 
+// nq (2 or 4) query heads sharing k and v: q[j], out[j] per head; scores: scratch [nq][len].
+void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t len,
+                 int64_t hd, float scale, float* HWY_RESTRICT scores, float* const* out) {
+  const auto k_row = [=](int64_t s) { return k + s * ldk; };
+  const auto v_row = [=](int64_t s) { return v + s * ldv; };
+  if (nq == 4) AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+  else AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+}
+
 }  // namespace refit::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -36,6 +47,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace refit::cpu {
 HWY_EXPORT(AttendOne);
+HWY_EXPORT(AttendHeads);
 
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                    int64_t start_pos, float scale, Tensor& out) {
@@ -50,17 +62,29 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   const int64_t kt = k_cache.stride(0), kh = k_cache.stride(1);
   const int64_t vt = v_cache.stride(0), vh = v_cache.stride(1);
   const int64_t ot = out.stride(0), oh = out.stride(1);
+  // Heads per item: four (or two) of one kv head's group when the group divides so.
+  const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   // Enough work per chunk to pay for a wake-up: about (rows seen) x head_dim x 2 flops.
-  const int64_t per_item = (start_pos + T) * hd;
+  const int64_t per_item = (start_pos + T) * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(per_item, 1));
-  parallel_for(H * T, [&](int64_t i0, int64_t i1, int) {
+  parallel_for(H / nq * T, [&](int64_t i0, int64_t i1, int) {
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(start_pos + T));
+    scores.resize(static_cast<size_t>(nq * (start_pos + T)));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t h = i / T, t = i % T, kvh = h / group;
-      HWY_DYNAMIC_DISPATCH(AttendOne)(qp + t * qt + h * qh, kp + kvh * kh, kt, vp + kvh * vh, vt,
-                                      start_pos + t + 1, hd, scale, scores.data(),
-                                      op + t * ot + h * oh);
+      const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, len = start_pos + t + 1;
+      if (nq == 1) {
+        HWY_DYNAMIC_DISPATCH(AttendOne)(qp + t * qt + h0 * qh, kp + kvh * kh, kt, vp + kvh * vh, vt, len, hd, scale,
+                                        scores.data(), op + t * ot + h0 * oh);
+        continue;
+      }
+      const float* qs[4];
+      float* outs[4];
+      for (int j = 0; j < nq; ++j) {
+        qs[j] = qp + t * qt + (h0 + j) * qh;
+        outs[j] = op + t * ot + (h0 + j) * oh;
+      }
+      HWY_DYNAMIC_DISPATCH(AttendHeads)(nq, qs, kp + kvh * kh, kt, vp + kvh * vh, vt, len, hd, scale, scores.data(),
+                                        outs);
     }
   }, grain);
 }
