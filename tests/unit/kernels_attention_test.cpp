@@ -11,6 +11,7 @@
 namespace refit {
 namespace {
 
+using testing::bitwise_equal;
 using testing::for_each_isa;
 using testing::kNmseF32;
 using testing::nmse;
@@ -39,6 +40,32 @@ TEST(KernelsAttention, matches_reference_for_decode_prefill_and_gqa) {
       ops::attention(q, k, v, c.start_pos, scale, out);
       cpu::reference::attention(q, k, v, c.start_pos, scale, ref);
       EXPECT_LT(nmse(out, ref), kNmseF32);
+    }
+  });
+}
+
+// The query heads of a GQA group are attended together (two or four at a time); each must
+// come out bit for bit as that head alone against its kv head (one head, one kv head: the
+// single-row path), in prefill and decode, under every ISA.
+TEST(KernelsAttention, grouped_heads_equal_each_head_alone_bitwise) {
+  for_each_isa([&] {
+    for (const Case& c : {Case{6, 0, 8, 2, 64}, Case{1, 40, 8, 2, 24}, Case{5, 3, 4, 2, 17}, Case{3, 9, 8, 1, 80}}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H
+                                        << " KVH=" << c.KVH << " hd=" << c.hd);
+      const int64_t S = c.start_pos + c.T;
+      Tensor q = random_tensor({c.T, c.H, c.hd}, 41, -2, 2);
+      Tensor k = random_tensor({S, c.KVH, c.hd}, 42, -2, 2);
+      Tensor v = random_tensor({S, c.KVH, c.hd}, 43);
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      Tensor out = Tensor::empty({c.T, c.H, c.hd}, DType::f32);
+      ops::attention(q, k, v, c.start_pos, scale, out);
+      for (int64_t h = 0; h < c.H; ++h) {
+        const int64_t kvh = h / (c.H / c.KVH);
+        Tensor q1 = q.narrow(1, h, 1).contiguous(), k1 = k.narrow(1, kvh, 1).contiguous();
+        Tensor v1 = v.narrow(1, kvh, 1).contiguous(), alone = Tensor::empty({c.T, 1, c.hd}, DType::f32);
+        ops::attention(q1, k1, v1, c.start_pos, scale, alone);
+        EXPECT_TRUE(bitwise_equal(out.narrow(1, h, 1), alone)) << "head " << h;
+      }
     }
   });
 }

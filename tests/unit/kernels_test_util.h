@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -37,6 +38,12 @@ inline double nmse(const Tensor& actual, const Tensor& expected) {
   }
   if (den == 0) return num;
   return num / den;
+}
+
+// Same dtype, shape and bytes (views compared by their values, in row-major order).
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
 }
 
 // Thresholds: f32 results differ from the double-precision reference only by f32

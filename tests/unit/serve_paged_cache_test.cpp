@@ -18,6 +18,7 @@
 namespace refit {
 namespace {
 
+using testing::bitwise_equal;
 using testing::random_tensor;
 
 PagedKvCacheOptions small_options(int64_t n_blocks = 8, int64_t block_size = 4) {
@@ -34,11 +35,6 @@ Tensor i32_tensor(Shape shape, const std::vector<int32_t>& values) {
   Tensor t = Tensor::empty(std::move(shape), DType::i32);
   std::copy(values.begin(), values.end(), t.data<int32_t>());
   return t;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() &&
-         std::memcmp(a.contiguous().raw_data(), b.contiguous().raw_data(), a.nbytes()) == 0;
 }
 
 TEST(ServePagedCache, allocate_release_and_reference_counts) {
@@ -106,8 +102,12 @@ struct Sequence {
 };
 
 TEST(ServePagedAttention, equals_contiguous_attention_bitwise_in_any_batch_and_chunking) {
-  testing::for_each_isa([] {
-    const int64_t H = 4, KVH = 2, hd = 24, bs = 4;  // hd not a multiple of lanes: scalar tails
+  // Query heads per kv head 2, 4 and 1: the kernels attend two or four heads of a group
+  // together, or one at a time.
+  for (const auto& [H, KVH] : {std::pair<int64_t, int64_t>{4, 2}, {8, 2}, {3, 3}})
+  testing::for_each_isa([H = H, KVH = KVH] {
+    SCOPED_TRACE(::testing::Message() << "H=" << H << " KVH=" << KVH);
+    const int64_t hd = 24, bs = 4;  // hd not a multiple of lanes: scalar tails
     PagedKvCacheOptions o;
     o.n_layers = 1;
     o.n_kv_heads = KVH;

@@ -1,7 +1,9 @@
 // Paged causal grouped-query attention over a PagedKvCache block pool, in Highway SIMD.
 //
-// The arithmetic for one (token, head) is attention_cpu.cpp's: both run AttendRows
-// (attend_rows-inl.h); only the address of cache row s comes from the block table. Hence a token's output does not depend on
+// The arithmetic for one (token, head) is attention_cpu.cpp's: both run AttendRows or its
+// grouped form AttendGroup (attend_rows-inl.h: the same steps per head, bit for bit, with
+// the query heads of a GQA group sharing each key and value load); only the address of
+// cache row s comes from the block table. Hence a token's output does not depend on
 // which other sequences share the call, nor on how its prompt was chunked, and equals the
 // contiguous-cache kernel bit for bit: the batch invariance the server promises.
 #undef HWY_TARGET_INCLUDE
@@ -25,6 +27,16 @@ void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v,
       [=](int64_t s) { return v + table[s / bs] * ldb_v + (s % bs) * ldr_v; }, len, hd, scale, scores, out);
 }
 
+// nq (2 or 4) query heads sharing this kv head: q[j], out[j]; scores: scratch [nq][len].
+void PagedAttendHeads(int nq, const float* const* q, const float* k, const float* v, int64_t ldb_k, int64_t ldr_k,
+                      int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs, int64_t len, int64_t hd,
+                      float scale, float* HWY_RESTRICT scores, float* const* out) {
+  const auto k_row = [=](int64_t s) { return k + table[s / bs] * ldb_k + (s % bs) * ldr_k; };
+  const auto v_row = [=](int64_t s) { return v + table[s / bs] * ldb_v + (s % bs) * ldr_v; };
+  if (nq == 4) AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+  else AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+}
+
 }  // namespace refit::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -37,6 +49,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace refit::cpu {
 HWY_EXPORT(PagedAttendOne);
+HWY_EXPORT(PagedAttendHeads);
 
 void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                          const Tensor& block_tables, const Tensor& query_starts,
@@ -68,19 +81,31 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
   const int64_t qt = q.stride(0), qh = q.stride(1), ot = out.stride(0), oh = out.stride(1);
   const int64_t kb = k_pool.stride(0), kr = k_pool.stride(1), kh = k_pool.stride(2);
   const int64_t vb = v_pool.stride(0), vr = v_pool.stride(1), vh = v_pool.stride(2);
-  const int64_t per_item = std::max<int64_t>(1, total_len / N) * hd;
+  // Heads per item as in attention_cpu.cpp: four (or two) of one kv head's group.
+  const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  const int64_t per_item = std::max<int64_t>(1, total_len / N) * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / per_item);
   // Head-major items as in attention_cpu.cpp: whole heads per thread chunk.
-  parallel_for(H * N, [&](int64_t i0, int64_t i1, int) {
+  parallel_for(H / nq * N, [&](int64_t i0, int64_t i1, int) {
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(max_len));
+    scores.resize(static_cast<size_t>(nq * max_len));
     for (int64_t it = i0; it < i1; ++it) {
-      const int64_t h = it / N, i = it % N, kvh = h / group;
-      const int64_t b = seq_of[static_cast<size_t>(i)];
-      HWY_DYNAMIC_DISPATCH(PagedAttendOne)(qp + i * qt + h * qh, kp + kvh * kh, vp + kvh * vh, kb, kr,
-                                           vb, vr, tables + b * max_blocks, bs,
-                                           pos_of[static_cast<size_t>(i)] + 1, hd, scale,
-                                           scores.data(), op + i * ot + h * oh);
+      const int64_t h0 = it / N * nq, i = it % N, kvh = h0 / group;
+      const int64_t b = seq_of[static_cast<size_t>(i)], len = pos_of[static_cast<size_t>(i)] + 1;
+      if (nq == 1) {
+        HWY_DYNAMIC_DISPATCH(PagedAttendOne)(qp + i * qt + h0 * qh, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
+                                             tables + b * max_blocks, bs, len, hd, scale, scores.data(),
+                                             op + i * ot + h0 * oh);
+        continue;
+      }
+      const float* q_heads[4];
+      float* outs[4];
+      for (int j = 0; j < nq; ++j) {
+        q_heads[j] = qp + i * qt + (h0 + j) * qh;
+        outs[j] = op + i * ot + (h0 + j) * oh;
+      }
+      HWY_DYNAMIC_DISPATCH(PagedAttendHeads)(nq, q_heads, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
+                                             tables + b * max_blocks, bs, len, hd, scale, scores.data(), outs);
     }
   }, grain);
 }
