@@ -1,6 +1,8 @@
 // One query row's attention over `len` cache rows, in Highway SIMD: scores, a numerically
 // stable softmax (subtract the max before exp), then the probability-weighted sum of value
-// rows. Shared by the contiguous-cache kernel (attention_cpu.cpp) and the paged one
+// rows (AttendRows), and the same for the query heads of a GQA group together, sharing
+// each key and value load (AttendGroup; every head's result is AttendRows's, bit for bit).
+// Shared by the contiguous-cache kernel (attention_cpu.cpp) and the paged one
 // (paged_attention_cpu.cpp), which differ only in where cache row s lives: one body, so
 // the two give the same output bit for bit (the server's batch invariance relies on it).
 //
@@ -164,10 +166,13 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
 
 // Up to four query rows against the same cache rows: the query heads of one GQA group at
 // one position (same keys, same length). Each query's output takes exactly AttendRows's
-// steps, element by element in the same order (so the two give the same bits, and the
-// paged kernel, which runs AttendRows, still equals this one); the loops only load each
-// key and value row once for all NQ queries and keep NQ x 4 independent chains in flight.
-// scores: scratch [NQ][len].
+// steps, element by element in the same order (so a head's bits do not depend on whether
+// it was grouped); the loops only load each key and value row once for all NQ queries and
+// keep NQ x kGroupVecs independent chains in flight. scores: scratch [NQ][len].
+// Vectors of a row per pass: NQ x this many accumulators, the row's vectors and a
+// broadcast must fit the registers (32 on AVX-512 and Arm, 16 below AVX-512 on x86).
+inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 2 : 4;
+
 template <int NQ, class KRow, class VRow>
 HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row, int64_t len, int64_t hd,
                             float scale, float* HWY_RESTRICT scores, float* const* out) {
@@ -194,7 +199,7 @@ HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow
   for (int j = 0; j < NQ; ++j) sum[j] = SoftmaxInPlace(scores + j * len, len);
   const int64_t dv = hd / L * L;
   int64_t d = 0;
-  for (; d + 4 * L <= dv; d += 4 * L) WeightedGroup<NQ, 4>(v_row, scores, len, d, out);
+  for (; d + kGroupVecs * L <= dv; d += kGroupVecs * L) WeightedGroup<NQ, kGroupVecs>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedGroup<NQ, 1>(v_row, scores, len, d, out);
   for (int j = 0; j < NQ; ++j) FinishRow(v_row, scores + j * len, len, hd, sum[j], out[j]);
 }
