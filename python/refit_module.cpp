@@ -17,6 +17,7 @@
 
 #include "dist/communicator.h"
 #include "errors.h"
+#include "llm_binding.h"
 #include "runtime/engine.h"
 #include "weights/layout_transform.h"
 #include "tensor_interop.h"
@@ -408,6 +409,7 @@ PYBIND11_MODULE(_refit, m) {
   refit::python::register_exceptions(m);
   refit::python::bind_tensor(m);
   refit::python::bind_engine(m);
+  refit::python::bind_llm(m);
   m.attr("has_cuda") = refit::python::build_has_cuda();
   m.def(
       "zeros",

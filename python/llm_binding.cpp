@@ -1,0 +1,573 @@
+// The Scheduler for Python (refit._refit.Scheduler, RequestSet, Request, Detokenizer).
+//
+// refit/llm.py builds the vLLM-shaped API (LLM, SamplingParams, AsyncLLMEngine) on these
+// four small pieces:
+//   Scheduler     the server's continuous-batching loop over a paged KV cache, on one
+//                 Engine: its loop thread runs every step; submit() queues a request and
+//                 returns at once.
+//   Request       one submitted request: its id and cancel() (the scheduler ends it with
+//                 finish_reason "abort" and frees its blocks at the next step).
+//   RequestSet    the requests a consumer (one generate() call, one step() loop, the async
+//                 engine's pump thread) waits on: wait(timeout) blocks with the GIL
+//                 released until any of them has events, and returns them all.
+//   Detokenizer   incremental, UTF-8-safe text for one output (StreamingDecoder).
+//
+// The GIL is released whenever the binding waits (wait, run_exclusive, close), and the
+// loop thread never needs it: many requests are in flight while Python threads run.
+//
+// RequestSpec fields travel as a dict (submit(prompt, {"max_tokens": 8, ...})): one table
+// below maps each key to its field, and a key the table lacks is refused by name, so a
+// sampling option the Scheduler does not implement cannot be silently dropped.
+// Scheduler.supported_fields lists the keys (refit/llm.py validates against it).
+#include "llm_binding.h"
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace refit::python {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- RequestSpec from a dict ----
+
+struct SpecField {
+  const char* name;
+  void (*set)(RequestSpec&, py::handle);
+};
+
+template <typename T>
+T as(py::handle v, const char* name) {
+  try {
+    return v.cast<T>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(fmt::format("{}: expected {}, got {}", name, py::type_id<T>(),
+                                     py::str(py::type::of(v).attr("__name__")).cast<std::string>()));
+  }
+}
+
+// Fields the Scheduler gained with its vLLM/SGLang sampling options (min_tokens, the
+// OpenAI penalties, logprob modes, prompt logprobs): wired when RequestSpec has them, so
+// this file builds against the Scheduler before and after they landed. Each lambda's body
+// goes through the dependent Spec type, so a missing field is never instantiated.
+template <typename Spec = RequestSpec>
+void add_optional_fields(std::vector<SpecField>& f) {
+  if constexpr (requires(Spec s) { s.min_tokens; })
+    f.push_back({"min_tokens", [](RequestSpec& s, py::handle v) {
+                   static_cast<Spec&>(s).min_tokens = as<int64_t>(v, "min_tokens");
+                 }});
+  if constexpr (requires(Spec s) { s.sampling.frequency_penalty; })
+    f.push_back({"frequency_penalty", [](RequestSpec& s, py::handle v) {
+                   static_cast<Spec&>(s).sampling.frequency_penalty = as<float>(v, "frequency_penalty");
+                 }});
+  if constexpr (requires(Spec s) { s.sampling.presence_penalty; })
+    f.push_back({"presence_penalty", [](RequestSpec& s, py::handle v) {
+                   static_cast<Spec&>(s).sampling.presence_penalty = as<float>(v, "presence_penalty");
+                 }});
+  if constexpr (requires(Spec s) { s.prompt_logprobs_from; })
+    f.push_back({"prompt_logprobs_from", [](RequestSpec& s, py::handle v) {
+                   static_cast<Spec&>(s).prompt_logprobs_from = as<int64_t>(v, "prompt_logprobs_from");
+                 }});
+  if constexpr (requires(Spec s) { s.prompt_top_logprobs; })
+    f.push_back({"prompt_top_logprobs", [](RequestSpec& s, py::handle v) {
+                   static_cast<Spec&>(s).prompt_top_logprobs = as<int>(v, "prompt_top_logprobs");
+                 }});
+  if constexpr (requires(Spec s) { s.logprob_mode; })
+    f.push_back({"logprob_mode", [](RequestSpec& s, py::handle v) {
+                   using Mode = decltype(std::declval<Spec&>().logprob_mode);
+                   const std::string name = as<std::string>(v, "logprob_mode");
+                   static const std::pair<const char*, Mode> modes[] = {
+                       {"raw_logprobs", Mode::raw_logprobs},         {"processed_logprobs", Mode::processed_logprobs},
+                       {"raw_logits", Mode::raw_logits},             {"processed_logits", Mode::processed_logits},
+                       {"sglang", Mode::sglang}};
+                   for (const auto& [n, m] : modes)
+                     if (name == n) {
+                       static_cast<Spec&>(s).logprob_mode = m;
+                       return;
+                     }
+                   throw py::value_error(fmt::format("logprob_mode: unknown mode '{}' (raw_logprobs, "
+                                                     "processed_logprobs, raw_logits, processed_logits)",
+                                                     name));
+                 }});
+}
+
+// Every RequestSpec (and SamplingParams) field a request may set from Python. A new
+// Scheduler feature is wired up here and nowhere else in C++.
+const std::vector<SpecField>& spec_fields() {
+  static const std::vector<SpecField> fields = [] {
+    std::vector<SpecField> f = {
+        {"max_tokens", [](RequestSpec& s, py::handle v) { s.max_tokens = as<int64_t>(v, "max_tokens"); }},
+        {"temperature", [](RequestSpec& s, py::handle v) { s.sampling.temperature = as<float>(v, "temperature"); }},
+        {"top_k", [](RequestSpec& s, py::handle v) { s.sampling.top_k = as<int>(v, "top_k"); }},
+        {"top_p", [](RequestSpec& s, py::handle v) { s.sampling.top_p = as<float>(v, "top_p"); }},
+        {"min_p", [](RequestSpec& s, py::handle v) { s.sampling.min_p = as<float>(v, "min_p"); }},
+        {"repetition_penalty",
+         [](RequestSpec& s, py::handle v) { s.sampling.repetition_penalty = as<float>(v, "repetition_penalty"); }},
+        {"repeat_last_n",
+         [](RequestSpec& s, py::handle v) { s.sampling.repeat_last_n = as<int>(v, "repeat_last_n"); }},
+        {"seed", [](RequestSpec& s, py::handle v) { s.sampling.seed = as<uint64_t>(v, "seed"); }},
+        {"stop_tokens",
+         [](RequestSpec& s, py::handle v) { s.stop_tokens = as<std::vector<int32_t>>(v, "stop_tokens"); }},
+        {"top_logprobs", [](RequestSpec& s, py::handle v) { s.top_logprobs = as<int>(v, "top_logprobs"); }},
+        {"restart_on_retract",
+         [](RequestSpec& s, py::handle v) { s.restart_on_retract = as<bool>(v, "restart_on_retract"); }},
+    };
+    add_optional_fields(f);
+    return f;
+  }();
+  return fields;
+}
+
+// ---- events as tuples ----
+
+template <typename Token = TokenEvent>
+py::object token_rank(const Token& t) {
+  if constexpr (requires(Token x) { x.rank; })
+    return t.rank > 0 ? py::int_(t.rank) : py::object(py::none());
+  else
+    return py::none();  // this Scheduler does not report ranks
+}
+
+py::list top_list(const std::vector<TokenLogprob>& top) {
+  py::list out;
+  for (const TokenLogprob& tl : top) out.append(py::make_tuple(tl.token, static_cast<double>(tl.logprob)));
+  return out;
+}
+
+//   (id, "token", token, logprob, weight_version, [(token, logprob), ...], rank or None)
+//   (id, "restart")                      retracted, re-run from its prompt (drop its tokens)
+//   (id, "finished", finish_reason, error, busy, cached_tokens or None)
+//   (id, "prompt", [(position, token, logprob, rank, [(token, logprob), ...], weight_version), ...])
+template <typename Ev = RequestHandle::Event>
+py::tuple event_tuple(uint64_t id, const Ev& e) {
+  if (e.kind == Ev::token) {
+    const TokenEvent& t = e.token_event;
+    return py::make_tuple(id, "token", t.token, static_cast<double>(t.logprob), t.weight_version, top_list(t.top),
+                          token_rank(t));
+  }
+  if (e.kind == Ev::restart) return py::make_tuple(id, "restart");
+  if (e.kind == Ev::finished) {
+    py::object cached = py::none();
+    if constexpr (requires(Ev x) { x.cached_tokens; }) cached = py::int_(e.cached_tokens);
+    return py::make_tuple(id, "finished", e.finish_reason, e.error, e.busy, cached);
+  }
+  if constexpr (requires(Ev x) {
+                  Ev::prompt;
+                  x.prompt_logprobs;
+                }) {
+    if (e.kind == Ev::prompt) {
+      py::list rows;
+      for (const auto& t : e.prompt_logprobs)
+        rows.append(py::make_tuple(t.position, t.token, static_cast<double>(t.logprob), token_rank(t),
+                                   top_list(t.top), t.weight_version));
+      return py::make_tuple(id, "prompt", rows);
+    }
+  }
+  return py::make_tuple(id, "unknown", static_cast<int>(e.kind));
+}
+
+RequestSpec spec_from(std::vector<int32_t> prompt, const py::dict& fields) {
+  RequestSpec spec;
+  spec.prompt = std::move(prompt);
+  for (auto item : fields) {
+    const std::string key = py::str(item.first);
+    const auto& table = spec_fields();
+    auto it = std::find_if(table.begin(), table.end(), [&](const SpecField& f) { return key == f.name; });
+    if (it == table.end())
+      throw py::value_error(fmt::format("'{}' is not supported by refit's Scheduler (it takes: {})", key, [&] {
+        std::vector<std::string> names;
+        for (const SpecField& f : table) names.emplace_back(f.name);
+        return fmt::format("{}", fmt::join(names, ", "));
+      }()));
+    it->set(spec, item.second);
+  }
+  return spec;
+}
+
+// ---- Request, RequestSet ----
+
+struct PyRequest {
+  std::shared_ptr<RequestHandle> handle;
+  uint64_t id() const { return handle->id(); }
+};
+
+class PyRequestSet {
+ public:
+  void add(const PyRequest& r) {
+    {
+      std::lock_guard lock(mutex_);
+      handles_.push_back(r.handle);
+    }
+    cv_.notify_all();
+  }
+  size_t size() const {
+    std::lock_guard lock(mutex_);
+    return handles_.size();
+  }
+  // Wakes every wait() (they return what they have, possibly nothing).
+  void interrupt() {
+    {
+      std::lock_guard lock(mutex_);
+      ++interrupts_;
+    }
+    cv_.notify_all();
+  }
+
+  // Blocks (GIL released) until a request of the set has events, the timeout passes or
+  // interrupt() is called; returns every event available then, as event_tuple()s.
+  // A request leaves the set with its finished event. An empty set waits for add().
+  py::list wait(double timeout_seconds) {
+    std::vector<std::pair<uint64_t, RequestHandle::Event>> got;
+    {
+      py::gil_scoped_release release;
+      const auto deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(std::max(0.0, std::min(timeout_seconds, 1e6))));
+      uint64_t interrupts;
+      {
+        std::lock_guard lock(mutex_);
+        interrupts = interrupts_;
+      }
+      size_t turn = 0;
+      for (;;) {
+        std::vector<std::shared_ptr<RequestHandle>> hs;
+        {
+          std::unique_lock lock(mutex_);
+          if (handles_.empty())
+            cv_.wait_until(lock, deadline, [&] { return !handles_.empty() || interrupts_ != interrupts; });
+          if (interrupts_ != interrupts) break;
+          hs = handles_;
+        }
+        if (hs.empty()) break;  // the deadline passed with nothing in flight
+        for (const auto& h : hs) drain(h, got);
+        if (!got.empty() || Clock::now() >= deadline) break;
+        // Nothing yet: sleep on one request's events (a short turn each, so the others are
+        // looked at again within ~2 ms).
+        const auto& h = hs[turn++ % hs.size()];
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        RequestHandle::Event e;
+        if (h->next(e, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(2)))) {
+          collect(h, std::move(e), got);
+          for (const auto& other : hs) drain(other, got);
+          break;
+        }
+        std::lock_guard lock(mutex_);
+        if (interrupts_ != interrupts) break;
+      }
+    }
+    py::list out;
+    for (auto& [id, e] : got) out.append(event_tuple(id, e));
+    return out;
+  }
+
+ private:
+  void collect(const std::shared_ptr<RequestHandle>& h, RequestHandle::Event e,
+               std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
+    const bool finished = e.kind == RequestHandle::Event::finished;
+    got.emplace_back(h->id(), std::move(e));
+    if (finished) {
+      std::lock_guard lock(mutex_);
+      handles_.erase(std::remove(handles_.begin(), handles_.end(), h), handles_.end());
+    }
+  }
+  void drain(const std::shared_ptr<RequestHandle>& h, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
+    RequestHandle::Event e;
+    while (h->next(e, std::chrono::milliseconds(0))) {
+      const bool finished = e.kind == RequestHandle::Event::finished;
+      collect(h, std::move(e), got);
+      if (finished) break;
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<RequestHandle>> handles_;
+  uint64_t interrupts_ = 0;
+};
+
+// ---- Scheduler ----
+
+class PyScheduler {
+ public:
+  PyScheduler(py::object engine, int64_t block_size, int64_t kv_blocks, py::object kv_memory_bytes,
+              int64_t max_running, int64_t max_step_tokens, int64_t max_waiting, double queue_timeout,
+              bool prefix_cache)
+      : engine_obj_(std::move(engine)), engine_(engine_obj_.cast<Engine&>()) {
+    if (engine_.world_size() > 1)
+      throw py::value_error(fmt::format(
+          "the Scheduler runs one process's model; this engine is rank {} of {} (tensor-parallel batching "
+          "from Python is not supported: use `refit serve` for tp > 1)",
+          engine_.rank(), engine_.world_size()));
+    SchedulerOptions o;
+    o.block_size = block_size;
+    o.kv_blocks = kv_blocks;
+    if (!kv_memory_bytes.is_none()) o.kv_memory_bytes = kv_memory_bytes.cast<size_t>();
+    o.max_running = max_running;
+    o.max_step_tokens = max_step_tokens;
+    o.max_waiting = max_waiting;
+    o.queue_timeout_seconds = queue_timeout;
+    o.prefix_cache = prefix_cache;
+    if (o.block_size <= 0) throw py::value_error(fmt::format("block_size must be positive, got {}", o.block_size));
+    if (o.kv_blocks < 0) throw py::value_error(fmt::format("kv_blocks must be >= 0, got {}", o.kv_blocks));
+    if (o.max_running <= 0) throw py::value_error(fmt::format("max_num_seqs must be positive, got {}", o.max_running));
+    if (o.max_step_tokens <= 0)
+      throw py::value_error(fmt::format("max_num_batched_tokens must be positive, got {}", o.max_step_tokens));
+    if (o.max_waiting <= 0) throw py::value_error(fmt::format("max_waiting must be positive, got {}", o.max_waiting));
+    py::gil_scoped_release release;
+    scheduler_ = std::make_unique<Scheduler>(engine_.model(), engine_.weights_mutex(),
+                                             [e = &engine_] { return e->weight_version(); }, o);
+  }
+  ~PyScheduler() { scheduler_.reset(); }  // the loop thread never takes the GIL
+
+  Scheduler& get() {
+    if (!scheduler_) throw py::value_error("the scheduler is closed");
+    return *scheduler_;
+  }
+
+  PyRequest submit(py::handle prompt, const py::dict& fields) {
+    std::vector<int32_t> ids = as<std::vector<int32_t>>(prompt, "prompt_token_ids");
+    RequestSpec spec = spec_from(std::move(ids), fields);
+    Scheduler& s = get();
+    try {
+      return PyRequest{s.submit(std::move(spec))};
+    } catch (const ServerBusy& e) {
+      throw py::value_error(e.what());  // a request the cache can never hold, or a full queue
+    } catch (const Error& e) {
+      throw py::value_error(e.what());
+    }
+  }
+
+  // Runs fn (a Python callable: a weight update) with no step in flight, as the server's
+  // weight-update routes do. fn runs on this thread with the GIL; its exception is raised
+  // here after generation resumes.
+  double run_exclusive(const std::string& mode, const py::function& fn) {
+    PauseMode m;
+    try {
+      m = pause_mode_from_name(mode);
+    } catch (const Error& e) {
+      throw py::value_error(fmt::format("mode: {}", e.what()));
+    }
+    Scheduler& s = get();
+    std::exception_ptr python_error;
+    double seconds = 0;
+    try {
+      py::gil_scoped_release release;
+      seconds = s.run_exclusive(m, [&] {
+        bool failed = false;
+        {
+          py::gil_scoped_acquire acquire;
+          try {
+            fn();
+          } catch (...) {
+            python_error = std::current_exception();
+            failed = true;
+          }
+        }
+        if (failed) throw std::runtime_error("the exclusive function raised");  // counted as a refit failure
+      });
+    } catch (const std::runtime_error&) {
+      if (!python_error) throw;
+    }
+    if (python_error) std::rethrow_exception(python_error);
+    return seconds;
+  }
+
+  py::dict stats() {
+    SchedulerStats st = get().stats();
+    return py::dict("running"_a = st.running, "waiting"_a = st.waiting, "kv_blocks_used"_a = st.kv.used_blocks,
+                    "kv_blocks_total"_a = st.kv.total_blocks, "kv_blocks_cached"_a = st.kv.cached_blocks,
+                    "requests_finished"_a = st.requests_finished, "requests_aborted"_a = st.requests_aborted,
+                    "requests_rejected"_a = st.requests_rejected, "prompt_tokens"_a = st.prompt_tokens,
+                    "generated_tokens"_a = st.generated_tokens, "steps"_a = st.steps,
+                    "preemptions"_a = st.preemptions, "refits"_a = st.refits,
+                    "refit_failures"_a = st.refit_failures, "refit_seconds"_a = st.refit_seconds,
+                    "paused"_a = st.paused, "prefix_query_tokens"_a = st.prefix_query_tokens,
+                    "prefix_hit_tokens"_a = st.prefix_hit_tokens,
+                    "prefix_invalidations"_a = st.prefix_invalidations);
+  }
+
+  py::dict options() {
+    const SchedulerOptions& o = get().options();
+    return py::dict("block_size"_a = o.block_size, "kv_blocks"_a = o.kv_blocks,
+                    "kv_memory_bytes"_a = o.kv_memory_bytes, "max_running"_a = o.max_running,
+                    "max_step_tokens"_a = o.max_step_tokens, "max_waiting"_a = o.max_waiting,
+                    "queue_timeout"_a = o.queue_timeout_seconds, "prefix_cache"_a = o.prefix_cache);
+  }
+
+  void close() {
+    py::gil_scoped_release release;
+    scheduler_.reset();  // pending requests end with "abort"
+  }
+
+  const py::object& engine() const { return engine_obj_; }
+
+  // The end-of-sequence id generation stops at (the tokenizer's, else the config's), as
+  // Engine.generate and the server use.
+  int32_t eos_token_id() const {
+    const Tokenizer* tok = engine_.tokenizer();
+    return tok ? tok->vocab().eos() : engine_.config().eos_id;
+  }
+
+  // vLLM's sleep(): the KV pool's memory goes back to the OS (level 1); level 2 also
+  // releases the weights (they must all be sent again before generating). Needs a
+  // Scheduler with release_kv_memory (and an Engine with release_weights for level 2).
+  template <typename S = Scheduler>
+  static constexpr bool can_release_kv() {
+    return requires(S s) {
+      s.release_kv_memory();
+      s.resume_kv_memory();
+    };
+  }
+  template <typename E = Engine>
+  static constexpr bool can_release_weights() {
+    return requires(E e) { e.release_weights(); };
+  }
+  template <typename S = Scheduler, typename E = Engine>
+  size_t sleep(int level) {
+    if (level != 1 && level != 2) throw py::value_error(fmt::format("level must be 1 or 2, got {}", level));
+    if constexpr (can_release_kv<S>()) {
+      if (level == 2 && !can_release_weights<E>())
+        throw py::value_error("level=2: this build's Engine cannot release its weights");
+      S& s = get();
+      size_t bytes = 0;
+      try {
+        py::gil_scoped_release release;
+        bytes = s.release_kv_memory();
+        if constexpr (can_release_weights<E>())
+          if (level == 2) bytes += static_cast<E&>(engine_).release_weights();
+      } catch (const Error& e) {
+        throw py::value_error(e.what());
+      }
+      return bytes;
+    } else {
+      throw py::value_error("sleep: this build's Scheduler cannot release its KV cache memory");
+    }
+  }
+  template <typename S = Scheduler>
+  void wake_up() {
+    if constexpr (can_release_kv<S>()) static_cast<S&>(get()).resume_kv_memory();
+    else throw py::value_error("wake_up: this build's Scheduler cannot release its KV cache memory");
+  }
+
+ private:
+  py::object engine_obj_;  // keeps the Engine alive (declared first: destroyed last)
+  Engine& engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+// ---- Detokenizer ----
+
+py::str utf8(const std::string& bytes) {
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+class PyDetokenizer {
+ public:
+  PyDetokenizer(py::object engine, bool skip_special_tokens) : engine_obj_(std::move(engine)) {
+    const Tokenizer* tok = engine_obj_.cast<Engine&>().tokenizer();
+    if (!tok) throw py::value_error("this model has no tokenizer: text needs Engine(tokenizer=...)");
+    DecodeOptions o;
+    o.skip_special = skip_special_tokens;
+    decoder_ = std::make_unique<StreamingDecoder>(*tok, o);
+    tokenizer_ = tok;
+  }
+  py::str push(int32_t token) { return utf8(decoder_->push(token)); }
+  py::str finish() { return utf8(decoder_->finish()); }
+  py::str piece(int32_t token) const { return utf8(tokenizer_->token_to_piece(token)); }
+
+ private:
+  py::object engine_obj_;
+  const Tokenizer* tokenizer_ = nullptr;
+  std::unique_ptr<StreamingDecoder> decoder_;
+};
+
+}  // namespace
+
+void bind_llm(py::module_& m) {
+  py::class_<PyRequest>(m, "Request", "One request submitted to a Scheduler.")
+      .def_property_readonly("id", &PyRequest::id)
+      .def("cancel", [](PyRequest& r) { r.handle->cancel(); },
+           "Ends the request (finish_reason 'abort'); the scheduler frees its KV blocks at its next step.")
+      .def_property_readonly("cancelled", [](const PyRequest& r) { return r.handle->cancelled(); });
+
+  py::class_<PyRequestSet>(m, "RequestSet", "Requests one consumer waits on; wait() releases the GIL.")
+      .def(py::init<>())
+      .def("add", &PyRequestSet::add, py::arg("request"))
+      .def("wait", &PyRequestSet::wait, py::arg("timeout"),
+           "Blocks (GIL released) until a request has events or `timeout` seconds pass; returns them as tuples "
+           "(id, 'token', token, logprob, weight_version, top, rank), (id, 'restart'), (id, 'prompt', rows) or "
+           "(id, 'finished', reason, error, busy, cached_tokens). A request leaves the set with its finished event.")
+      .def("interrupt", &PyRequestSet::interrupt, "Wakes every wait() now.")
+      .def("__len__", &PyRequestSet::size);
+
+  py::class_<PyScheduler> scheduler(m, "Scheduler",
+                                    "Continuous batching over a paged KV cache on one Engine (the server's loop).");
+  scheduler
+      .def(py::init<py::object, int64_t, int64_t, py::object, int64_t, int64_t, int64_t, double, bool>(),
+           py::arg("engine"), py::kw_only(), py::arg("block_size") = 16, py::arg("kv_blocks") = 0,
+           py::arg("kv_memory_bytes") = py::none(), py::arg("max_running") = 64, py::arg("max_step_tokens") = 256,
+           py::arg("max_waiting") = 4096, py::arg("queue_timeout") = 120.0, py::arg("prefix_cache") = true)
+      .def("submit", &PyScheduler::submit, py::arg("prompt_token_ids"), py::arg("fields") = py::dict(),
+           "Queues a request; `fields` sets RequestSpec fields by name (see supported_fields).")
+      .def("run_exclusive", &PyScheduler::run_exclusive, py::arg("mode"), py::arg("fn"),
+           "Runs fn() with no step in flight. mode: 'drain' (started requests finish first), 'abort', "
+           "'retract' or 'in_place'. Returns fn's duration in seconds.")
+      .def("pause", [](PyScheduler& s, const std::string& mode) {
+        PauseMode m;
+        try {
+          m = pause_mode_from_name(mode);
+        } catch (const Error& e) {
+          throw py::value_error(fmt::format("mode: {}", e.what()));
+        }
+        py::gil_scoped_release release;
+        s.get().pause(m);
+      }, py::arg("mode") = "abort")
+      .def("resume", [](PyScheduler& s) { s.get().resume(); })
+      .def_property_readonly("paused", [](PyScheduler& s) { return s.get().paused(); })
+      .def("flush_cache", [](PyScheduler& s) { return s.get().flush_cache(); },
+           "Drops every prefix-cache key; returns how many cached blocks were dropped.")
+      .def("stats", &PyScheduler::stats)
+      .def_property_readonly("options", &PyScheduler::options)
+      .def_property_readonly("max_context", [](PyScheduler& s) { return s.get().max_context(); })
+      .def_property_readonly("engine", &PyScheduler::engine)
+      .def_property_readonly("eos_token_id", &PyScheduler::eos_token_id)
+      .def("sleep", &PyScheduler::sleep<>, py::arg("level") = 1,
+           "Gives the KV cache's memory back to the OS (level 2: the weights' too); no step runs until "
+           "wake_up(). Refused while requests run. Returns the bytes released.")
+      .def("wake_up", &PyScheduler::wake_up<>)
+      .def("close", &PyScheduler::close, "Stops the loop; pending requests end with 'abort'.");
+  py::list names;
+  for (const SpecField& f : spec_fields()) names.append(f.name);
+  scheduler.attr("supported_fields") = py::tuple(names);
+  scheduler.attr("can_sleep") = PyScheduler::can_release_kv();
+  scheduler.attr("can_release_weights") = PyScheduler::can_release_weights();
+
+  py::class_<PyDetokenizer>(m, "Detokenizer", "Incremental UTF-8-safe text of one token stream.")
+      .def(py::init<py::object, bool>(), py::arg("engine"), py::arg("skip_special_tokens") = true)
+      .def("push", &PyDetokenizer::push, py::arg("token"), "Text completed by this token (possibly '').")
+      .def("finish", &PyDetokenizer::finish, "Whatever was held back (an incomplete character).")
+      .def("piece", &PyDetokenizer::piece, py::arg("token"), "One token's own text.");
+}
+
+}  // namespace refit::python
