@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libopenblas-dev libhwy-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libfmt-dev
   libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev openmpi-bin libcpp-httplib-dev
+  libopenmpi-dev openmpi-bin libcpp-httplib-dev libgloo-dev
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
   clang libclang-rt-14-dev
 )

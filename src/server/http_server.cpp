@@ -12,6 +12,7 @@
 #include "server/client_connection.h"
 #include "server/rank_group.h"
 #include "server/rl_endpoints.h"
+#include "server/weight_sync_endpoints.h"
 
 namespace refit {
 
@@ -407,6 +408,7 @@ void HttpServer::routes() {
 
   RlContext rl{engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); }, ranks_};
   register_rl_endpoints(s, rl);
+  register_weight_sync_endpoints(s, rl);
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -215,6 +215,19 @@ BatchForwardResult RankGroup::forward(std::span<const BatchSequence> batch, Page
   return result;
 }
 
+bool RankGroup::agree(const std::string& error, const char* what) {
+  float refusals = error.empty() ? 0.0f : 1.0f;
+  communicator_->all_reduce_sum(&refusals, 1);
+  if (refusals == 0) return true;
+  if (!lead()) {
+    if (!error.empty()) fmt::print(stderr, "refit serve (rank {}): {} refused: {}\n", rank(), what, error);
+    return false;
+  }
+  if (!error.empty()) throw Error(error);
+  fail("the {} was refused by {} of {} tensor-parallel ranks (see their stderr); nothing changed", what,
+       static_cast<int>(refusals), world_size());
+}
+
 void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage) {
   std::unique_ptr<WeightUpdate> update;
   std::string error;
@@ -223,17 +236,16 @@ void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdat
   } catch (const std::exception& e) {
     error = e.what();
   }
-  float refusals = error.empty() ? 0.0f : 1.0f;
-  communicator_->all_reduce_sum(&refusals, 1);
-  if (refusals > 0) {
+  bool agreed = false;
+  try {
+    agreed = agree(error, "weight update");
+  } catch (...) {
     if (update) update->abort();
-    if (!lead()) {
-      if (!error.empty()) fmt::print(stderr, "refit serve (rank {}): weight update refused: {}\n", rank(), error);
-      return;
-    }
-    if (!error.empty()) throw Error(error);
-    fail("the weight update was refused by {} of {} tensor-parallel ranks (see their stderr); nothing changed",
-         static_cast<int>(refusals), world_size());
+    throw;
+  }
+  if (!agreed) {
+    if (update) update->abort();
+    return;
   }
   engine_.commit(*update);
 }
@@ -326,6 +338,147 @@ std::vector<WeightPiece> RankGroup::read_weight(const std::string& name, int64_t
   return pieces;
 }
 
+// ---- weight sync from a torch.distributed trainer ----
+
+namespace {
+
+std::string encode_group_options(const TorchGroupOptions& o) {
+  Writer w;
+  w.str(o.master_address);
+  w.i64(o.master_port);
+  w.i64(o.rank);
+  w.i64(o.world_size);
+  w.str(o.group_name);
+  w.str(o.backend);
+  w.i64(o.timeout.count());
+  return w.take();
+}
+
+TorchGroupOptions decode_group_options(const std::string& payload) {
+  Reader r(payload);
+  TorchGroupOptions o;
+  o.master_address = r.str();
+  o.master_port = static_cast<int>(r.i64());
+  o.rank = static_cast<int>(r.i64());
+  o.world_size = static_cast<int>(r.i64());
+  o.group_name = r.str();
+  o.backend = r.str();
+  o.timeout = std::chrono::milliseconds(r.i64());
+  return o;
+}
+
+}  // namespace
+
+std::string RankGroup::sync_init_here(const std::string& payload) {
+  TorchGroupOptions o = decode_group_options(payload);
+  o.rank += rank();  // SGLang: rank_offset + tp_rank
+  std::string error, description;
+  try {
+    description = sync_groups_.init(o);
+  } catch (const std::exception& e) {
+    error = fmt::format("tensor-parallel rank {}: {}", rank(), e.what());
+  }
+  bool agreed = false;
+  try {
+    agreed = agree(error, "weight update group init");
+  } catch (...) {
+    if (sync_groups_.has(o.group_name)) sync_groups_.destroy(o.group_name);
+    throw;
+  }
+  if (!agreed && sync_groups_.has(o.group_name)) sync_groups_.destroy(o.group_name);
+  return description;
+}
+
+void RankGroup::sync_update_here(const DistributedUpdate& u) {
+  if (pending_sync_.update) pending_sync_.update->abort();
+  pending_sync_ = {};
+  std::string error;
+  PendingSync staged;
+  // Receive first whatever follows: the trainer broadcasts every tensor regardless, and a
+  // rank that skipped one would be out of step with the group.
+  try {
+    staged.tensors = sync_groups_.receive(u);
+  } catch (const std::exception& e) {
+    error = fmt::format("tensor-parallel rank {}: {}", rank(), e.what());
+  }
+  if (error.empty()) {
+    try {
+      staged.update = engine_.begin_update();
+      for (const auto& [name, t] : staged.tensors) staged.update->update(name, t);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  bool agreed = false;
+  try {
+    agreed = agree(error, "weight update from the trainer's group");
+  } catch (...) {
+    if (staged.update) staged.update->abort();
+    throw;
+  }
+  if (!agreed) {
+    if (staged.update) staged.update->abort();
+    return;
+  }
+  pending_sync_ = std::move(staged);
+}
+
+void RankGroup::sync_commit_here() {
+  PendingSync staged = std::move(pending_sync_);
+  pending_sync_ = {};
+  if (staged.update) engine_.commit(*staged.update);
+}
+
+void RankGroup::sync_destroy_here(const std::string& group_name) {
+  if (lead()) {
+    sync_groups_.destroy(group_name);  // throws naming the known groups
+  } else if (sync_groups_.has(group_name)) {
+    sync_groups_.destroy(group_name);
+  }
+}
+
+std::string RankGroup::sync_init(const TorchGroupOptions& options) {
+  std::string description;
+  on_main([&] {
+    const std::string payload = encode_group_options(options);
+    send(Command::sync_init, payload);
+    description = sync_init_here(payload);
+  });
+  return description;
+}
+
+void RankGroup::sync_receive(const DistributedUpdate& update) {
+  on_main([&] {
+    send(Command::sync_update, update.encode());
+    sync_update_here(update);
+  });
+}
+
+void RankGroup::sync_commit() {
+  on_main([&] {
+    if (!pending_sync_.update) fail("no weight update from the trainer's group is staged");
+    send(Command::sync_commit, {});
+    sync_commit_here();
+  });
+}
+
+void RankGroup::sync_abort() {
+  on_main([&] {
+    send(Command::sync_abort, {});
+    if (pending_sync_.update) pending_sync_.update->abort();
+    pending_sync_ = {};
+  });
+}
+
+void RankGroup::sync_destroy(const std::string& group_name) {
+  on_main([&] {
+    Writer w;
+    w.str(group_name);
+    send(Command::sync_destroy, w.take());
+    sync_destroy_here(group_name);
+  });
+}
+
 // ---- workers ----
 
 void RankGroup::worker_update_tensors(const std::string& meta) {
@@ -392,6 +545,24 @@ void RankGroup::run_worker() {
         Reader r(payload);
         const std::string name = r.str();
         exchange_pieces(name, r.i64());
+        break;
+      }
+      case Command::sync_init:
+        sync_init_here(payload);
+        break;
+      case Command::sync_update:
+        sync_update_here(DistributedUpdate::decode(payload));
+        break;
+      case Command::sync_commit:
+        sync_commit_here();
+        break;
+      case Command::sync_abort:
+        if (pending_sync_.update) pending_sync_.update->abort();
+        pending_sync_ = {};
+        break;
+      case Command::sync_destroy: {
+        Reader r(payload);
+        sync_destroy_here(r.str());
         break;
       }
       default:

@@ -10,6 +10,14 @@
 //   update_tensors  a weight update from tensors (names, dtypes, shapes, then the bytes)
 //   read_weight     /get_weights_by_name: each rank in turn broadcasts its piece of the
 //                   named tensor, the lead puts them together (server/weight_readback.h)
+//   sync_init       /init_weights_update_group: every rank joins the trainer's torch group
+//                   as rank_offset + its rank (server/weight_sync.h), all at once, since
+//                   gloo's rendezvous needs every member; any rank failing undoes all joins
+//   sync_update     /update_weights_from_distributed: every rank receives every broadcast
+//                   itself (each keeps its own shard of the full tensors), stages, and the
+//                   ranks agree; the staged update waits for
+//   sync_commit     (between scheduler steps) or sync_abort
+//   sync_destroy    /destroy_weights_update_group
 //   exit            shutdown: the workers return
 //
 // The block tables need no translation: every rank's pool has the same block count and
@@ -38,6 +46,7 @@
 #include "models/batched_forward.h"
 #include "runtime/engine.h"
 #include "server/weight_readback.h"
+#include "server/weight_sync.h"
 
 namespace refit {
 
@@ -67,6 +76,17 @@ class RankGroup {
   // read (no such name, tile layout) is reported in the pieces' status.
   std::vector<WeightPiece> read_weight(const std::string& name, int64_t wanted);
 
+  // Weight sync from a torch.distributed trainer (every rank takes part; each throws
+  // Error on the lead with nothing changed when any rank fails). `options.rank` is the
+  // request's rank_offset. Returns the lead's group description.
+  std::string sync_init(const TorchGroupOptions& options);
+  // Receives and stages on every rank; the staged update is committed by sync_commit()
+  // (call between steps) or dropped by sync_abort().
+  void sync_receive(const DistributedUpdate& update);
+  void sync_commit();
+  void sync_abort();
+  void sync_destroy(const std::string& group_name);
+
   // The lead's main thread: runs the work other threads hand over until stop(), then
   // tells the workers to exit.
   void run_lead();
@@ -76,7 +96,19 @@ class RankGroup {
   void release_workers();
 
  private:
-  enum class Command : int64_t { exit = 0, cache = 1, forward = 2, update_disk = 3, update_tensors = 4, read_weight = 5 };
+  enum class Command : int64_t {
+    exit = 0,
+    cache = 1,
+    forward = 2,
+    update_disk = 3,
+    update_tensors = 4,
+    read_weight = 5,
+    sync_init = 6,
+    sync_update = 7,
+    sync_commit = 8,
+    sync_abort = 9,
+    sync_destroy = 10,
+  };
   void on_main(const std::function<void()>& fn);
   void send(Command command, const std::string& payload);
   std::pair<Command, std::string> receive();
@@ -85,12 +117,30 @@ class RankGroup {
   std::vector<WeightPiece> exchange_pieces(const std::string& name, int64_t wanted);
   // Stages on this rank, agrees with the others, commits everywhere or nowhere.
   void apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage);
+  // The ranks' agreement: an all-reduce of refusals. On a refusal the lead throws (its own
+  // error, or how many ranks refused) and a worker logs its error; returns whether all
+  // ranks succeeded.
+  bool agree(const std::string& error, const char* what);
+  // This rank's part of the sync commands (the lead after sending, the workers on receipt).
+  std::string sync_init_here(const std::string& payload);
+  void sync_update_here(const DistributedUpdate& update);
+  void sync_commit_here();
+  void sync_destroy_here(const std::string& group_name);
   void worker_update_tensors(const std::string& meta);
 
   Engine& engine_;
   std::shared_ptr<Communicator> communicator_;
   std::thread::id main_thread_;
   bool workers_released_ = false;
+
+  // Weight sync: this rank's groups, and the update staged between sync_update and
+  // sync_commit (the received tensors stay alive with it). Main thread only.
+  WeightSyncGroups sync_groups_;
+  struct PendingSync {
+    std::unique_ptr<WeightUpdate> update;
+    std::vector<std::pair<std::string, Tensor>> tensors;
+  };
+  PendingSync pending_sync_;
 
   struct Task {
     const std::function<void()>* fn;
