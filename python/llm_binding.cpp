@@ -147,6 +147,11 @@ py::object token_rank(const Token& t) {
     return py::none();  // this Scheduler does not report ranks
 }
 
+template <typename Token = TokenEvent>
+constexpr bool reports_rank() {
+  return requires(Token x) { x.rank; };
+}
+
 py::list top_list(const std::vector<TokenLogprob>& top) {
   py::list out;
   for (const TokenLogprob& tl : top) out.append(py::make_tuple(tl.token, static_cast<double>(tl.logprob)));
@@ -561,6 +566,7 @@ void bind_llm(py::module_& m) {
   for (const SpecField& f : spec_fields()) names.append(f.name);
   scheduler.attr("supported_fields") = py::tuple(names);
   scheduler.attr("can_sleep") = PyScheduler::can_release_kv();
+  scheduler.attr("reports_rank") = reports_rank();
   scheduler.attr("can_release_weights") = PyScheduler::can_release_weights();
 
   py::class_<PyDetokenizer>(m, "Detokenizer", "Incremental UTF-8-safe text of one token stream.")

@@ -9,6 +9,9 @@
 Exported tensors share the engine's memory (torch.from_dlpack). Incoming tensors may
 require grad, be non-contiguous views or be f32/f16/bf16; refit detaches and converts
 them itself. See docs/python.md.
+
+refit.LLM / refit.SamplingParams / refit.AsyncLLMEngine give vLLM's in-process API on the
+continuous-batching scheduler (refit/llm.py).
 """
 
 from ._refit import (  # noqa: F401
@@ -25,15 +28,33 @@ from ._refit import (  # noqa: F401
     has_cuda,
     zeros,
 )
+from .llm import (  # noqa: F401  vLLM-shaped in-process generation (docs/python.md)
+    AsyncLLMEngine,
+    CompletionOutput,
+    LLM,
+    LLMEngine,
+    Logprob,
+    RequestOutput,
+    RequestOutputKind,
+    SamplingParams,
+)
 
 __all__ = [
+    "AsyncLLMEngine",
+    "CompletionOutput",
     "DispatchError",
     "Engine",
     "Error",
     "ExportError",
     "FormatError",
     "GenerateOutput",
+    "LLM",
+    "LLMEngine",
+    "Logprob",
     "ParameterTensor",
+    "RequestOutput",
+    "RequestOutputKind",
+    "SamplingParams",
     "Tensor",
     "UpdateError",
     "WeightUpdate",
