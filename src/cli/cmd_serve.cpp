@@ -28,6 +28,8 @@ struct ServeOptions {
   int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096, block_size = 16;
   double queue_timeout = 120;
   bool no_prefix_cache = false;
+  std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
+  int max_logprobs = -1;
 };
 
 HttpServer* g_server = nullptr;
@@ -49,6 +51,11 @@ ServerOptions server_options(const ServeOptions& o) {
   s.scheduler.max_waiting = o.max_waiting;
   s.scheduler.queue_timeout_seconds = o.queue_timeout;
   s.scheduler.prefix_cache = !o.no_prefix_cache;
+  if (!o.logprobs_mode.empty()) {
+    s.logprobs_mode = logprob_mode_from_name(o.logprobs_mode);
+    s.logprobs_mode_explicit = true;
+  }
+  s.max_logprobs = o.max_logprobs;
   return s;
 }
 
@@ -125,6 +132,12 @@ CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weig
   sub.add_option("--max-waiting", o->max_waiting, "Queued requests before 503")->default_val(4096);
   sub.add_option("--queue-timeout", o->queue_timeout, "Seconds a request may wait for KV space before 503")->default_val(120);
   sub.add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks between requests with a common prefix");
+  sub.add_option("--logprobs-mode", o->logprobs_mode,
+                 "What logprobs report (vLLM's values): raw_logprobs, processed_logprobs, raw_logits, processed_logits; "
+                 "also sglang. Default: raw_logprobs on /v1/*, SGLang's semantics on /generate")
+      ->check(CLI::IsMember({"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", "sglang"}));
+  sub.add_option("--max-logprobs", o->max_logprobs, "Most top logprobs a request may ask for (-1: the whole vocabulary)")
+      ->default_val(-1);
   return std::function<int()>([o] { return run(*o); });
 }}};
 

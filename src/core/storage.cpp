@@ -7,6 +7,7 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #include "core/error.h"
@@ -86,7 +87,35 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   s->nbytes_ = nbytes;
   s->device_ = device;
   s->release_ = [p] { std::free(p); };
+  s->owned_ = true;
   return s;
+}
+
+size_t Storage::discard_contents() {
+  if (device_.type != DeviceType::cpu || !owned_)
+    fail("Storage::discard_contents: only owned, writable host memory can be given back ({})", device_.str());
+  if (nbytes_ == 0) return 0;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t end = begin + nbytes_;
+  const uintptr_t inner_begin = (begin + page - 1) / page * page;
+  const uintptr_t inner_end = end / page * page;
+  if (inner_end <= inner_begin) {
+    std::memset(data_, 0, nbytes_);
+    return 0;
+  }
+  std::memset(data_, 0, inner_begin - begin);
+  std::memset(reinterpret_cast<void*>(inner_end), 0, end - inner_end);
+#if defined(__linux__)
+  if (madvise(reinterpret_cast<void*>(inner_begin), inner_end - inner_begin, MADV_DONTNEED) != 0) {
+    std::memset(reinterpret_cast<void*>(inner_begin), 0, inner_end - inner_begin);
+    return 0;
+  }
+  return inner_end - inner_begin;
+#else
+  std::memset(reinterpret_cast<void*>(inner_begin), 0, inner_end - inner_begin);
+  return 0;
+#endif
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device,

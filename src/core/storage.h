@@ -65,12 +65,20 @@ class Storage {
   Device device() const { return device_; }
   bool writable() const { return writable_; }
 
+  // Hands this owned host storage's pages back to the operating system while keeping its
+  // address (law L2: nothing that captured the pointer is invalidated): the whole pages
+  // inside it are madvise(MADV_DONTNEED)-ed, the partial pages at its ends zeroed, so the
+  // memory reads as zeros and is faulted back in on the next touch. Returns the bytes
+  // given back. Only for memory this process allocated (not a file mapping or a wrap).
+  size_t discard_contents();
+
  private:
   Storage() = default;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool writable_ = true;
+  bool owned_ = false;  // host memory allocate() made (discard_contents() may give it back)
   std::function<void()> release_;
   std::shared_ptr<MappedFile> file_;  // keeps a mapping alive for views over it
 };

@@ -26,6 +26,17 @@ PagedKvCache::PagedKvCache(const PagedKvCacheOptions& o) : options_(o) {
   for (int64_t b = o.n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
 }
 
+size_t PagedKvCache::discard_memory() {
+  drop_prefix_cache();
+  for (int64_t b = 0; b < options_.n_blocks; ++b)
+    if (ref_counts_[static_cast<size_t>(b)] > 0)
+      fail("paged KV cache: block {} is still in use; its memory cannot be released", b);
+  size_t bytes = 0;
+  for (auto* pool : {&keys_, &values_})
+    for (Tensor& t : *pool) bytes += t.storage()->discard_contents();
+  return bytes;
+}
+
 size_t PagedKvCache::block_nbytes() const {
   return static_cast<size_t>(2 * options_.n_layers * options_.block_size * options_.n_kv_heads *
                              options_.head_dim) * sizeof(float);

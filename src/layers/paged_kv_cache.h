@@ -112,6 +112,11 @@ class PagedKvCache {
   // with later sequences (and are freed normally on release). Returns how many keys.
   int64_t drop_prefix_cache();
 
+  // Gives the pool's memory back to the OS (Storage::discard_contents: same addresses,
+  // zero pages on the next touch) after dropping the prefix cache. Throws when a block is
+  // still referenced. Returns the bytes given back.
+  size_t discard_memory();
+
  private:
   void check_block(int32_t block, const char* what) const;
   void forget(int32_t block);  // drops the block's key (it stays where it is)

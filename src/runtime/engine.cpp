@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/error.h"
@@ -130,9 +131,42 @@ std::unique_ptr<WeightUpdate> Engine::begin_update(const UpdateOptions& options)
 
 void Engine::commit(WeightUpdate& update) {
   if (update.failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", update.failure());
+  const std::vector<const SubShard*> written = update.staged_sub_shards();
   std::unique_lock lock(weights_mutex_);
   update.apply();
   ++weight_version_;
+  std::lock_guard released(released_mutex_);
+  for (const SubShard* s : written) released_.erase(s);
+  released_count_ = released_.size();
+}
+
+size_t Engine::release_weights() {
+  std::unique_lock lock(weights_mutex_);
+  std::lock_guard released(released_mutex_);
+  size_t bytes = 0;
+  for (const auto& p : model_->parameters().all()) {
+    for (const Tensor* t : {&p->data(), &p->scale()})
+      if (t->defined() && t->storage()) {
+        try {
+          bytes += t->storage()->discard_contents();
+        } catch (const Error&) {
+          // Not memory of ours (a view of a mapped file): nothing to give back, but the
+          // tensor still counts as released until it is sent again.
+        }
+      }
+    for (const SubShard& s : p->sub_shards()) released_.insert(&s);
+  }
+  released_count_ = released_.size();
+  ++weight_version_;  // what was served before is gone: nothing may be reused as if current
+  return bytes;
+}
+
+std::vector<std::string> Engine::released_weights() const {
+  std::lock_guard lock(released_mutex_);
+  std::vector<std::string> names;
+  for (const SubShard* s : released_) names.push_back(s->checkpoint_name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 uint64_t Engine::update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
@@ -150,19 +184,40 @@ uint64_t Engine::update_weights_from_disk(const std::string& path, const std::ve
   return weight_version();
 }
 
+namespace {
+
+// The served model's shape must be the checkpoint's: a refit replaces values, never
+// architecture.
+void check_same_model(const std::string& path, const ModelConfig& source, const ModelConfig& c) {
+  if (source.dim != c.dim || source.n_layers != c.n_layers || source.vocab_size != c.vocab_size ||
+      source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads || source.ffn_dim != c.ffn_dim)
+    fail("{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match the served "
+         "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
+         path, source.dim, source.n_layers, source.n_heads, source.n_kv_heads, source.ffn_dim, source.vocab_size,
+         c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size);
+}
+
+}  // namespace
+
+std::vector<std::string> Engine::checkpoint_names_present(const std::string& path) const {
+  std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
+  const ModelConfig source_config = read_model_config(*checkpoint);
+  check_same_model(path, source_config, config());
+  CheckpointWeights weights(*checkpoint, source_config);
+  std::vector<std::string> present;
+  for (const std::string& name : model_->parameters().checkpoint_names()) {
+    CheckpointWeights::Lazy lazy;  // finding makes nothing: views and producers only
+    if (weights.find_lazy(name, &lazy)) present.push_back(name);
+  }
+  return present;
+}
+
 std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& path,
                                                              const std::vector<std::string>& names,
                                                              const UpdateOptions& options) {
   std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
   ModelConfig source_config = read_model_config(*checkpoint);
-  const ModelConfig& c = config();
-  if (source_config.dim != c.dim || source_config.n_layers != c.n_layers || source_config.vocab_size != c.vocab_size ||
-      source_config.n_heads != c.n_heads || source_config.n_kv_heads != c.n_kv_heads || source_config.ffn_dim != c.ffn_dim)
-    fail("{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match the served "
-         "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
-         path, source_config.dim, source_config.n_layers, source_config.n_heads, source_config.n_kv_heads,
-         source_config.ffn_dim, source_config.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim,
-         c.vocab_size);
+  check_same_model(path, source_config, config());
   auto update = begin_update(options);
   update->keep_alive(checkpoint);
   CheckpointWeights weights(*checkpoint, source_config);

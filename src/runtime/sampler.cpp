@@ -12,7 +12,32 @@ void SamplingParams::validate() const {
   if (top_k < 0) fail("top_k must be >= 0, got {}", top_k);
   if (!(top_p > 0 && top_p <= 1)) fail("top_p must be in (0, 1], got {}", top_p);
   if (!(min_p >= 0 && min_p <= 1)) fail("min_p must be in [0, 1], got {}", min_p);
-  if (!(repetition_penalty > 0)) fail("repetition_penalty must be > 0, got {}", repetition_penalty);
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
+    fail("repetition_penalty must be > 0, got {}", repetition_penalty);
+  if (!std::isfinite(frequency_penalty) || frequency_penalty < -2 || frequency_penalty > 2)
+    fail("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  if (!std::isfinite(presence_penalty) || presence_penalty < -2 || presence_penalty > 2)
+    fail("presence_penalty must be in [-2, 2], got {}", presence_penalty);
+}
+
+LogprobMode logprob_mode_from_name(const std::string& name) {
+  if (name == "raw_logprobs") return LogprobMode::raw_logprobs;
+  if (name == "processed_logprobs") return LogprobMode::processed_logprobs;
+  if (name == "raw_logits") return LogprobMode::raw_logits;
+  if (name == "processed_logits") return LogprobMode::processed_logits;
+  if (name == "sglang") return LogprobMode::sglang;
+  fail("unknown logprobs mode '{}' (raw_logprobs, processed_logprobs, raw_logits, processed_logits, sglang)", name);
+}
+
+const char* logprob_mode_name(LogprobMode mode) {
+  switch (mode) {
+    case LogprobMode::raw_logprobs: return "raw_logprobs";
+    case LogprobMode::processed_logprobs: return "processed_logprobs";
+    case LogprobMode::raw_logits: return "raw_logits";
+    case LogprobMode::processed_logits: return "processed_logits";
+    case LogprobMode::sglang: return "sglang";
+  }
+  return "?";
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -26,37 +51,59 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   params_.validate();
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+std::span<const float> Sampler::process(std::span<const float> logits, std::span<const int32_t> history,
+                                        std::span<const int32_t> output, std::span<const int32_t> banned) {
   const float penalty = params_.repetition_penalty;
-  std::span<const float> view = logits;
-  if (penalty != 1.0f && !history.empty()) {
-    scratch_.assign(logits.begin(), logits.end());
-    size_t from = history.size() > static_cast<size_t>(std::max(params_.repeat_last_n, 0))
-                      ? history.size() - params_.repeat_last_n
-                      : 0;
-    std::vector<int32_t> seen(history.begin() + from, history.end());
+  const bool repetition = penalty != 1.0f && !history.empty();
+  const bool counted = (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) && !output.empty();
+  const bool scale = params_.temperature > 0.0f && params_.temperature != 1.0f;
+  if (!repetition && !counted && banned.empty() && !scale) return logits;
+  scratch_.assign(logits.begin(), logits.end());
+  const size_t V = scratch_.size();
+  if (repetition) {
+    const size_t window = params_.repeat_last_n < 0 ? history.size() : static_cast<size_t>(params_.repeat_last_n);
+    const size_t from = history.size() > window ? history.size() - window : 0;
+    std::vector<int32_t> seen(history.begin() + static_cast<std::ptrdiff_t>(from), history.end());
     std::sort(seen.begin(), seen.end());
     seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
     for (int32_t id : seen) {
-      if (id < 0 || static_cast<size_t>(id) >= scratch_.size()) continue;
-      float& l = scratch_[id];
+      if (id < 0 || static_cast<size_t>(id) >= V) continue;
+      float& l = scratch_[static_cast<size_t>(id)];
       l = l > 0 ? l / penalty : l * penalty;  // CTRL / HF / llama.cpp convention
     }
-    view = scratch_;
   }
+  if (counted) {
+    std::vector<int32_t> ids(output.begin(), output.end());
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size();) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] == ids[i]) ++j;
+      if (ids[i] >= 0 && static_cast<size_t>(ids[i]) < V)
+        scratch_[static_cast<size_t>(ids[i])] -=
+            params_.frequency_penalty * static_cast<float>(j - i) + params_.presence_penalty;
+      i = j;
+    }
+  }
+  for (int32_t id : banned)
+    if (id >= 0 && static_cast<size_t>(id) < V) scratch_[static_cast<size_t>(id)] = -INFINITY;
+  if (scale)
+    for (float& l : scratch_) l /= params_.temperature;
+  return scratch_;
+}
+
+int32_t Sampler::draw(std::span<const float> view) {
+  kept_all_ = true;
+  kept_.clear();
   if (params_.temperature <= 0.0f) return argmax(view);
 
   candidates_.resize(view.size());
-  for (size_t i = 0; i < view.size(); ++i)
-    candidates_[i] = {view[i] / params_.temperature, static_cast<int32_t>(i)};
+  for (size_t i = 0; i < view.size(); ++i) candidates_[i] = {view[i], static_cast<int32_t>(i)};
   // Highest first; equal logits keep id order so results do not depend on sort internals.
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
+  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
   size_t n = candidates_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
     std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
-    n = params_.top_k;
+    n = static_cast<size_t>(params_.top_k);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
   }
@@ -84,6 +131,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     while (keep < n && probs[keep] >= threshold) ++keep;
     n = keep;
   }
+  if (n < candidates_.size()) {
+    kept_all_ = false;
+    for (size_t i = 0; i < n; ++i) kept_.push_back(candidates_[i].second);
+  }
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += probs[i];
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
@@ -93,6 +144,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     if (u < cumulative) return candidates_[i].second;
   }
   return candidates_[n - 1].second;
+}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  return draw(process(logits, history));
 }
 
 }  // namespace refit

@@ -61,7 +61,10 @@ struct Scheduler::Sequence {
   uint64_t kv_epoch = 0;        // the cache epoch its KV was started in
   std::unique_ptr<Sampler> sampler;
   Clock::time_point queued_at;
+  int64_t prompt_lp_next = 0;   // the next prompt position whose logprob is still to be sent
+  int64_t cached_tokens = 0;    // prompt tokens the prefix cache served at the last admission
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
+  bool wants_prompt_logprobs() const { return spec.prompt_logprobs_from >= 0 && prompt_lp_next < n_prompt; }
 };
 
 namespace {
@@ -76,16 +79,57 @@ int64_t auto_blocks(const LlamaModel& model, const SchedulerOptions& o) {
   return std::max<int64_t>(1, std::min(want, cap));
 }
 
-// Raw log-probabilities of a logits row: x - max - log(sum exp(x - max)), summed in a
-// fixed order (double) so the value depends only on the row.
-void log_softmax_row(std::span<const float> logits, std::vector<double>& out) {
+// Log-probabilities of a logits row: x - max - log(sum exp(x - max)), summed in a fixed
+// order (double) so the value depends only on the row. With `kept` (a truncated draw's
+// survivors) the others are -inf and the softmax runs over the survivors only; with
+// `as_logits` the values themselves are reported (vLLM's *_logits modes).
+void score_row(std::span<const float> logits, bool as_logits, std::span<const int32_t> kept, bool kept_all,
+               std::vector<double>& out) {
   out.resize(logits.size());
-  float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
+  if (!kept_all) {
+    std::fill(out.begin(), out.end(), -INFINITY);
+    for (int32_t id : kept) out[static_cast<size_t>(id)] = logits[static_cast<size_t>(id)];
+  } else {
+    for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i];
+  }
+  if (as_logits) return;
+  double mx = -INFINITY;
+  for (double v : out) mx = std::max(mx, v);
   double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
-  const double lse = static_cast<double>(mx) + std::log(sum);
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  for (double v : out) sum += std::exp(v - mx);
+  const double lse = mx + std::log(sum);
+  for (double& v : out) v -= lse;
+}
+
+RequestHandle::Event make_event(RequestHandle::Event::Kind kind) {
+  RequestHandle::Event e;
+  e.kind = kind;
+  return e;
+}
+
+bool reports_logits(LogprobMode m) { return m == LogprobMode::raw_logits || m == LogprobMode::processed_logits; }
+bool reports_raw(LogprobMode m) { return m == LogprobMode::raw_logprobs || m == LogprobMode::raw_logits; }
+
+// The `k` best ids of `values` (ties: lower id first) with their values.
+std::vector<TokenLogprob> top_of(const std::vector<double>& values, int k) {
+  std::vector<TokenLogprob> top;
+  if (k <= 0) return top;
+  const size_t n = std::min<size_t>(static_cast<size_t>(k), values.size());
+  std::vector<int32_t> ids(values.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
+    const double va = values[static_cast<size_t>(a)], vb = values[static_cast<size_t>(b)];
+    return va > vb || (va == vb && a < b);
+  });
+  for (size_t j = 0; j < n; ++j) top.push_back({ids[j], static_cast<float>(values[static_cast<size_t>(ids[j])])});
+  return top;
+}
+
+int64_t rank_of(const std::vector<double>& values, int32_t token) {
+  const double v = values[static_cast<size_t>(token)];
+  int64_t higher = 0;
+  for (double x : values) higher += x > v;
+  return higher + 1;
 }
 
 }  // namespace
@@ -132,7 +176,12 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
     fail("this model's maximum context length is {} tokens; the request has {} prompt tokens and max_tokens {} ({} in all)",
          c.max_seq_len, n_prompt, spec.max_tokens, n_prompt + spec.max_tokens);
   spec.sampling.validate();
-  if (spec.top_logprobs < 0 || spec.top_logprobs > 20) fail("top_logprobs must be in 0..20, got {}", spec.top_logprobs);
+  if (spec.top_logprobs < 0 || spec.top_logprobs > c.vocab_size)
+    fail("top_logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size, spec.top_logprobs);
+  if (spec.prompt_top_logprobs < 0 || spec.prompt_top_logprobs > c.vocab_size)
+    fail("prompt top logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size, spec.prompt_top_logprobs);
+  if (spec.min_tokens < 0) fail("min_tokens must be >= 0, got {}", spec.min_tokens);
+  if (spec.prompt_logprobs_from < -1) fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
   if (cache_.blocks_for(n_prompt + std::max<int64_t>(spec.max_tokens, 1)) > cache_.n_blocks())
     throw ServerBusy(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
                                  n_prompt + spec.max_tokens));
@@ -140,6 +189,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   seq->handle = std::make_shared<RequestHandle>();
   seq->tokens = spec.prompt;
   seq->n_prompt = n_prompt;
+  seq->prompt_lp_next = std::max<int64_t>(spec.prompt_logprobs_from, 1);
   seq->sampler = std::make_unique<Sampler>(spec.sampling);
   seq->spec = std::move(spec);
   seq->queued_at = Clock::now();
@@ -164,7 +214,11 @@ void Scheduler::finish(Sequence& s, const std::string& reason, const std::string
   if (reason == "abort") ++counters_.requests_aborted;
   else if (busy) ++counters_.requests_rejected;
   else ++counters_.requests_finished;
-  RequestHandle::Event e{RequestHandle::Event::finished, {}, reason, error, busy};
+  RequestHandle::Event e = make_event(RequestHandle::Event::finished);
+  e.finish_reason = reason;
+  e.error = error;
+  e.busy = busy;
+  e.cached_tokens = s.cached_tokens;
   s.handle->push(std::move(e));
 }
 
@@ -173,7 +227,8 @@ void Scheduler::retract(Sequence& s, bool restart) {
   if (restart && s.generated() > 0) {
     s.tokens.resize(static_cast<size_t>(s.n_prompt));
     s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
-    s.handle->push(RequestHandle::Event{RequestHandle::Event::restart, {}, {}, {}, false});
+    s.prompt_lp_next = std::max<int64_t>(s.spec.prompt_logprobs_from, 1);  // re-scored on the new weights
+    s.handle->push(make_event(RequestHandle::Event::restart));
   }
 }
 
@@ -189,8 +244,10 @@ void Scheduler::attach_cached_prefix_locked(Sequence& s) {
   s.kv_epoch = kv_epoch_;
   if (!options_.prefix_cache || !s.table.empty()) return;
   const int64_t bs = cache_.block_size();
-  // At most the first n-1 tokens: the last one must be computed to give logits.
-  const int64_t max_blocks = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  // At most the first n-1 tokens: the last one must be computed to give logits; and
+  // none from the position before the first prompt logprob still wanted (its row gives it).
+  int64_t max_blocks = (static_cast<int64_t>(s.tokens.size()) - 1) / bs;
+  if (s.wants_prompt_logprobs()) max_blocks = std::min(max_blocks, (s.prompt_lp_next - 1) / bs);
   PagedKvCache::BlockKey parent = PagedKvCache::kRootKey;
   for (int64_t i = 0; i < max_blocks; ++i) {
     std::span<const int32_t> block(s.tokens.data() + i * bs, static_cast<size_t>(bs));
@@ -201,6 +258,7 @@ void Scheduler::attach_cached_prefix_locked(Sequence& s) {
     s.block_keys.push_back(parent);
   }
   s.cached = static_cast<int64_t>(s.table.size()) * bs;
+  s.cached_tokens = std::min(s.cached, s.n_prompt);
 }
 
 void Scheduler::publish_blocks_locked(Sequence& s) {
@@ -319,6 +377,41 @@ int64_t Scheduler::flush_cache() {
   return invalidate_prefix_cache_locked();
 }
 
+int64_t Scheduler::unfinished() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(running_.size() + waiting_.size());
+}
+
+size_t Scheduler::release_kv_memory() {
+  std::unique_lock lock(mutex_);
+  if (!running_.empty())
+    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache", running_.size());
+  const bool was = kv_released_;
+  kv_released_ = true;  // no step starts from here on
+  cv_.wait(lock, [&] { return !stepping_; });
+  if (!running_.empty()) {
+    kv_released_ = was;
+    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache", running_.size());
+  }
+  ++kv_epoch_;
+  ++counters_.prefix_invalidations;
+  counters_.prefix_blocks_dropped += static_cast<uint64_t>(cache_.stats().cached_blocks);
+  return cache_.discard_memory();
+}
+
+void Scheduler::resume_kv_memory() {
+  {
+    std::lock_guard lock(mutex_);
+    kv_released_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool Scheduler::kv_released() const {
+  std::lock_guard lock(mutex_);
+  return kv_released_;
+}
+
 SchedulerStats Scheduler::stats() const {
   std::lock_guard lock(mutex_);
   SchedulerStats s = counters_;
@@ -332,7 +425,7 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::loop() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
-    const bool can_run = !paused_ && !exclusive_ && (!running_.empty() || (!waiting_.empty() && !draining_));
+    const bool can_run = !paused_ && !exclusive_ && !kv_released_ && (!running_.empty() || (!waiting_.empty() && !draining_));
     if (!can_run) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
       // Queue timeouts still apply while nothing runs.
@@ -358,12 +451,17 @@ bool Scheduler::step() {
     int64_t n_new;
     bool sample;
   };
+  // A chunk gives a row per token when one of its positions predicts a prompt token
+  // whose logprob is still wanted.
+  auto wants_all_rows = [](const Sequence& s, int64_t n_new) {
+    return s.wants_prompt_logprobs() && s.cached + n_new >= s.prompt_lp_next && s.cached < s.n_prompt;
+  };
   std::vector<Work> work;
   // The weights' shared lock spans the whole step (lock order: weights, then mutex_): the
   // prefix lookups, the forward pass and the publishing of new blocks all see one version.
   std::shared_lock weights(weights_mutex_);
   std::unique_lock lock(mutex_);
-  if (paused_ || exclusive_ || stop_) return false;
+  if (paused_ || exclusive_ || stop_ || kv_released_) return false;
   const uint64_t version = weight_version_();
   if (version != cache_version_) {  // committed outside run_exclusive (e.g. Engine::commit)
     invalidate_prefix_cache_locked();
@@ -466,7 +564,7 @@ bool Scheduler::step() {
                                                                 static_cast<size_t>(w.n_new));
     b.start_pos = w.seq->cached;
     b.block_table = w.seq->table;
-    b.logits = w.sample ? LogitsWanted::last : LogitsWanted::none;
+    b.logits = wants_all_rows(*w.seq, w.n_new) ? LogitsWanted::all : w.sample ? LogitsWanted::last : LogitsWanted::none;
     batch.push_back(b);
   }
   BatchForwardResult result;
@@ -480,7 +578,8 @@ bool Scheduler::step() {
   lock.lock();
   stepping_ = false;
   ++counters_.steps;
-  std::vector<double> logprobs;
+  std::vector<double> values;
+  std::vector<float> scaled;
   for (size_t i = 0; i < work.size(); ++i) {
     Sequence& s = *work[i].seq;
     if (!forward_error.empty()) {
@@ -488,36 +587,72 @@ bool Scheduler::step() {
       s.table.clear();
       continue;
     }
+    const int64_t V = result.logits.size(1);
+    auto row_at = [&](int64_t r) {
+      return std::span<const float>(result.logits.data<const float>() + r * V, static_cast<size_t>(V));
+    };
+    const bool all_rows = wants_all_rows(s, work[i].n_new);
+    if (all_rows) {
+      // Row j (position q = cached + j) predicts the token at q + 1.
+      const LogprobMode mode = s.spec.logprob_mode;
+      const float t = s.spec.sampling.temperature;
+      RequestHandle::Event pe = make_event(RequestHandle::Event::prompt);
+      for (int64_t j = 0; j < work[i].n_new; ++j) {
+        const int64_t q = s.cached + j;
+        if (q + 1 < s.prompt_lp_next || q + 1 >= s.n_prompt) continue;
+        std::span<const float> row = row_at(result.first_row[i] + j);
+        if (!reports_raw(mode) && t > 0 && t != 1) {
+          scaled.assign(row.begin(), row.end());
+          for (float& x : scaled) x /= t;
+          row = scaled;
+        }
+        score_row(row, reports_logits(mode), {}, true, values);
+        TokenEvent ev;
+        ev.position = q + 1;
+        ev.token = s.tokens[static_cast<size_t>(q + 1)];
+        ev.logprob = static_cast<float>(values[static_cast<size_t>(ev.token)]);
+        ev.rank = rank_of(values, ev.token);
+        ev.weight_version = version;
+        ev.top = top_of(values, s.spec.prompt_top_logprobs);
+        pe.prompt_logprobs.push_back(std::move(ev));
+        s.prompt_lp_next = q + 2;
+      }
+      if (!pe.prompt_logprobs.empty()) s.handle->push(std::move(pe));
+    }
     s.cached += work[i].n_new;
     publish_blocks_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
-    const int64_t V = result.logits.size(1);
-    std::span<const float> row(result.logits.data<const float>() + result.first_row[i] * V, static_cast<size_t>(V));
+    const int64_t last_row = all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];
+    std::span<const float> row = row_at(last_row);
     if (s.spec.max_tokens == 0) {
       finish(s, "length");
       continue;
     }
-    const int32_t token = s.sampler->sample(row, s.tokens);
-    log_softmax_row(row, logprobs);
+    // Stop tokens are banned until min_tokens are out (vLLM's and SGLang's min tokens).
+    const bool ban = s.generated() < s.spec.min_tokens;
+    std::span<const int32_t> output(s.tokens.data() + s.n_prompt, static_cast<size_t>(s.generated()));
+    std::span<const float> processed =
+        s.sampler->process(row, s.tokens, output, ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
+    const int32_t token = s.sampler->draw(processed);
+    switch (s.spec.logprob_mode) {
+      case LogprobMode::raw_logprobs: score_row(row, false, {}, true, values); break;
+      case LogprobMode::raw_logits: score_row(row, true, {}, true, values); break;
+      case LogprobMode::processed_logprobs: score_row(processed, false, s.sampler->kept(), s.sampler->kept_all(), values); break;
+      case LogprobMode::processed_logits: score_row(processed, true, s.sampler->kept(), s.sampler->kept_all(), values); break;
+      case LogprobMode::sglang: score_row(processed, false, {}, true, values); break;
+    }
     TokenEvent ev;
     ev.token = token;
-    ev.logprob = static_cast<float>(logprobs[static_cast<size_t>(token)]);
+    ev.logprob = static_cast<float>(values[static_cast<size_t>(token)]);
+    ev.rank = rank_of(values, token);
     ev.weight_version = version;
-    if (s.spec.top_logprobs > 0) {
-      std::vector<int32_t> ids(static_cast<size_t>(V));
-      std::iota(ids.begin(), ids.end(), 0);
-      const size_t k = std::min<size_t>(static_cast<size_t>(s.spec.top_logprobs), ids.size());
-      std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-        return logprobs[static_cast<size_t>(a)] > logprobs[static_cast<size_t>(b)] ||
-               (logprobs[static_cast<size_t>(a)] == logprobs[static_cast<size_t>(b)] && a < b);
-      });
-      for (size_t j = 0; j < k; ++j)
-        ev.top.push_back({ids[j], static_cast<float>(logprobs[static_cast<size_t>(ids[j])])});
-    }
+    ev.top = top_of(values, s.spec.top_logprobs);
     s.tokens.push_back(token);
     ++counters_.generated_tokens;
-    s.handle->push(RequestHandle::Event{RequestHandle::Event::token, std::move(ev), {}, {}, false});
+    RequestHandle::Event te = make_event(RequestHandle::Event::token);
+    te.token_event = std::move(ev);
+    s.handle->push(std::move(te));
     const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) != s.spec.stop_tokens.end();
     if (stop) finish(s, "stop");
     else if (s.generated() >= s.spec.max_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)

@@ -92,17 +92,27 @@ struct TokenLogprob {
 
 struct TokenEvent {
   int32_t token = -1;
-  float logprob = 0;              // raw: log_softmax of the logits, before temperature/penalties
+  float logprob = 0;              // in the request's LogprobMode (default raw: log_softmax of the logits)
+  int64_t rank = 0;               // 1 + how many ids score higher than `token` (vLLM's Logprob.rank)
   uint64_t weight_version = 0;
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
+  int64_t position = -1;          // prompt logprobs: the token's position in the prompt
 };
 
 struct RequestSpec {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
+  int64_t min_tokens = 0;          // stop tokens cannot be sampled before this many tokens
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
-  int top_logprobs = 0;
+  int top_logprobs = 0;            // 0..vocab
+  LogprobMode logprob_mode = LogprobMode::raw_logprobs;
+  // Prompt logprobs: the logprob of every prompt token at a position >= this (position 0
+  // has none: nothing predicts it); -1: none. Prompt rows use the raw logits, or for the
+  // processed and sglang modes the temperature-scaled ones (no penalties, no truncation:
+  // those depend on a history the prompt does not have).
+  int64_t prompt_logprobs_from = -1;
+  int prompt_top_logprobs = 0;
   bool restart_on_retract = true;
 };
 
@@ -110,11 +120,13 @@ struct RequestSpec {
 class RequestHandle {
  public:
   struct Event {
-    enum Kind : uint8_t { token, restart, finished } kind;
+    enum Kind : uint8_t { token, restart, finished, prompt } kind;
     TokenEvent token_event;       // kind == token
     std::string finish_reason;    // kind == finished: "stop", "length", "abort", "error"
     std::string error;            // kind == finished with "error"
     bool busy = false;            // the error is ServerBusy (503)
+    int64_t cached_tokens = 0;    // kind == finished: prompt tokens whose KV came from the prefix cache
+    std::vector<TokenEvent> prompt_logprobs;  // kind == prompt: the next prompt positions' logprobs
   };
   // Blocks until the next event (or the timeout: then returns false).
   bool next(Event& event, std::chrono::milliseconds timeout);
@@ -169,6 +181,15 @@ class Scheduler {
   // Drops every prefix-cache key (unreferenced cached blocks become free; nothing computed
   // before the flush is shared again). Returns how many cached blocks were dropped.
   int64_t flush_cache();
+  // Requests running or queued (what SGLang's /flush_cache refuses to run under).
+  int64_t unfinished() const;
+
+  // The KV pool's memory goes back to the OS (its addresses stay; the pages read as zero
+  // when touched again) after every cached block is dropped. Throws when requests hold
+  // blocks. While released no step runs (requests wait); resume_kv_memory() ends that.
+  size_t release_kv_memory();  // returns the bytes given back
+  void resume_kv_memory();
+  bool kv_released() const;
 
   SchedulerStats stats() const;
   const SchedulerOptions& options() const { return options_; }
@@ -206,6 +227,7 @@ class Scheduler {
   bool draining_ = false;     // run_exclusive(drain) is waiting for started requests
   bool exclusive_ = false;    // an exclusive fn is running
   bool stepping_ = false;     // the loop is inside a step
+  bool kv_released_ = false;  // release_kv_memory(): no step until resumed
   uint64_t next_id_ = 1;
   SchedulerStats counters_;
   std::thread thread_;

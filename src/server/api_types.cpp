@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "server/request_fields.h"
+
 namespace refit {
 
 nlohmann::json HttpError::body() const {
@@ -73,19 +75,20 @@ nlohmann::json parse_json_body(const std::string& body) {
   }
 }
 
-GenerationParams parse_generation_request(const nlohmann::json& body, bool chat) {
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs) {
   if (!body.is_object()) bad({}, "the request body must be a JSON object");
   static const std::set<std::string> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop", "n",
       "stream", "stream_options", "logprobs", "user", "presence_penalty", "frequency_penalty", "logit_bias",
-      "ignore_eos"};
+      "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
+      "return_tokens_as_token_ids", "prompt_logprobs"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
   GenerationParams p;
   p.chat = chat;
   for (const auto& [key, value] : body.items()) {
     const bool known = common.count(key) || (chat ? chat_only.count(key) : completions_only.count(key));
-    if (!known) bad(key, fmt::format("unknown field '{}' for {}", key, chat ? "/v1/chat/completions" : "/v1/completions"));
+    if (!known) ignore_unknown_field(chat ? "/v1/chat/completions" : "/v1/completions", key);
   }
   if (body.contains("model")) {
     if (!body["model"].is_string()) bad("model", "'model' must be a string");
@@ -187,18 +190,45 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat)
     int64_t top = 0;
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
       top = integer(body["top_logprobs"], "top_logprobs");
-      if (top < 0 || top > 20) bad("top_logprobs", "'top_logprobs' must be in 0..20");
+      if (top < 0 || top > max_logprobs)
+        bad("top_logprobs", fmt::format("'top_logprobs' must be in 0..{} (--max-logprobs)", max_logprobs));
       if (!want) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
     p.logprobs = want ? static_cast<int>(top) : -1;
   } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     const int64_t lp = integer(body["logprobs"], "logprobs");
-    if (lp < 0 || lp > 20) bad("logprobs", fmt::format("'logprobs' must be in 0..20, got {}", lp));
+    if (lp < 0 || lp > max_logprobs) bad("logprobs", fmt::format("'logprobs' must be in 0..{} (--max-logprobs), got {}", max_logprobs, lp));
     p.logprobs = static_cast<int>(lp);
   }
-  for (const char* key : {"presence_penalty", "frequency_penalty"})
-    if (body.contains(key) && !body[key].is_null() && number(body[key], key) != 0)
-      bad(key, fmt::format("'{}' is not supported (use repetition_penalty)", key));
+  opt_number("presence_penalty", p.sampling.presence_penalty);
+  opt_number("frequency_penalty", p.sampling.frequency_penalty);
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    const float v = key[0] == 'p' ? p.sampling.presence_penalty : p.sampling.frequency_penalty;
+    if (!(v >= -2 && v <= 2)) bad(key, fmt::format("'{}' must be in [-2, 2], got {}", key, v));
+  }
+  if (body.contains("min_tokens") && !body["min_tokens"].is_null()) {
+    p.min_tokens = integer(body["min_tokens"], "min_tokens");
+    if (p.min_tokens < 0) bad("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", p.min_tokens));
+  }
+  if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
+    const auto& ids = body["stop_token_ids"];
+    if (!ids.is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    for (const auto& v : ids) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+        bad("stop_token_ids", fmt::format("'stop_token_ids' entries must be non-negative integers, got {}", v.dump()));
+      p.stop_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+  }
+  for (auto [key, field] : {std::pair<const char*, bool*>{"skip_special_tokens", &p.skip_special_tokens},
+                            {"include_stop_str_in_output", &p.include_stop_str_in_output},
+                            {"return_tokens_as_token_ids", &p.return_tokens_as_token_ids}})
+    if (body.contains(key) && !body[key].is_null()) *field = boolean(body[key], key);
+  if (body.contains("prompt_logprobs") && !body["prompt_logprobs"].is_null()) {
+    const int64_t lp = integer(body["prompt_logprobs"], "prompt_logprobs");
+    if (lp < 0 || lp > max_logprobs)
+      bad("prompt_logprobs", fmt::format("'prompt_logprobs' must be in 0..{} (--max-logprobs), got {}", max_logprobs, lp));
+    p.prompt_logprobs = static_cast<int>(lp);
+  }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
     bad("logit_bias", "'logit_bias' is not supported");
   if (body.contains("suffix") && !body["suffix"].is_null()) bad("suffix", "'suffix' is not supported");

@@ -39,10 +39,18 @@ struct GenerationParams {
   int logprobs = -1;           // -1 off; completions: top count 0..20; chat: top_logprobs
   bool ignore_eos = false;
   bool echo = false;
+  // vLLM's extra sampling fields
+  int64_t min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  bool return_tokens_as_token_ids = false;
+  int prompt_logprobs = -1;  // -1 off; else the top count per prompt position (0: just the token's)
 };
 
-// Throws HttpError (400) naming the field for malformed or unknown fields.
-GenerationParams parse_generation_request(const nlohmann::json& body, bool chat);
+// Throws HttpError (400) naming the field for a malformed known field; unknown fields are
+// ignored (server/request_fields.h). `max_logprobs` caps logprobs/top_logprobs/prompt_logprobs.
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs = 20);
 
 // Parses a request body; HttpError 400 with the parser's message when it is not JSON.
 nlohmann::json parse_json_body(const std::string& body);

@@ -5,10 +5,14 @@
 namespace refit {
 
 ChoiceStream::ChoiceStream(std::shared_ptr<RequestHandle> handle, const Tokenizer* tokenizer,
-                           std::vector<std::string> stop, int64_t prompt_tokens)
-    : handle_(std::move(handle)), tokenizer_(tokenizer), stop_(std::move(stop)), prompt_tokens_(prompt_tokens) {
+                           std::vector<std::string> stop, int64_t prompt_tokens, ChoiceOptions options)
+    : handle_(std::move(handle)),
+      tokenizer_(tokenizer),
+      stop_(std::move(stop)),
+      prompt_tokens_(prompt_tokens),
+      options_(options) {
   for (const auto& s : stop_) max_stop_ = std::max(max_stop_, s.size());
-  if (tokenizer_) decoder_ = std::make_unique<StreamingDecoder>(*tokenizer_);
+  if (tokenizer_) decoder_ = std::make_unique<StreamingDecoder>(*tokenizer_, options_.decode);
 }
 
 std::string ChoiceStream::piece(int32_t token) const {
@@ -26,9 +30,14 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
       logprobs_.clear();
       versions_.clear();
       top_.clear();
+      ranks_.clear();
+      prompt_logprobs_.clear();
       offsets_.clear();
       text_sent_ = tokens_sent_ = 0;
-      if (tokenizer_) decoder_ = std::make_unique<StreamingDecoder>(*tokenizer_);
+      if (tokenizer_) decoder_ = std::make_unique<StreamingDecoder>(*tokenizer_, options_.decode);
+      return false;
+    case RequestHandle::Event::prompt:
+      for (const TokenEvent& t : e.prompt_logprobs) prompt_logprobs_.push_back(t);
       return false;
     case RequestHandle::Event::token: {
       const TokenEvent& t = e.token_event;
@@ -37,15 +46,22 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
       logprobs_.push_back(t.logprob);
       versions_.push_back(t.weight_version);
       top_.push_back(t.top);
+      ranks_.push_back(t.rank);
       const size_t before = text_.size();
       text_ += decoder_ ? decoder_->push(t.token) : std::to_string(t.token) + " ";
       if (!stop_.empty()) {
         // A stop string may straddle the previous text: search from max_stop back.
         const size_t from = before > max_stop_ ? before - max_stop_ : 0;
         size_t cut = std::string::npos;
-        for (const auto& s : stop_) cut = std::min(cut, text_.find(s, from));
+        for (const auto& s : stop_) {
+          const size_t at = text_.find(s, from);
+          if (at < cut || (at == cut && at != std::string::npos && s.size() > matched_stop_.size())) {
+            cut = at;
+            matched_stop_ = s;
+          }
+        }
         if (cut != std::string::npos) {
-          text_.resize(cut);
+          text_.resize(options_.keep_stop_string ? cut + matched_stop_.size() : cut);
           finish_reason_ = "stop";
           stopped_by_string_ = true;
           done_ = true;
@@ -58,6 +74,7 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
     case RequestHandle::Event::finished:
       if (decoder_) text_ += decoder_->finish();
       finish_reason_ = e.finish_reason;
+      cached_tokens_ = e.cached_tokens;
       error_ = e.error;
       busy_ = e.busy;
       done_ = true;

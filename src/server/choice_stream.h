@@ -13,10 +13,15 @@
 
 namespace refit {
 
+struct ChoiceOptions {
+  DecodeOptions decode;           // skip_special_tokens (SGLang, vLLM), clean-up
+  bool keep_stop_string = false;  // SGLang no_stop_trim, vLLM include_stop_str_in_output
+};
+
 class ChoiceStream {
  public:
   ChoiceStream(std::shared_ptr<RequestHandle> handle, const Tokenizer* tokenizer, std::vector<std::string> stop,
-               int64_t prompt_tokens);
+               int64_t prompt_tokens, ChoiceOptions options = {});
 
   // Applies one scheduler event. Returns true when the choice just finished.
   bool apply(const RequestHandle::Event& event);
@@ -34,6 +39,13 @@ class ChoiceStream {
   const std::vector<float>& logprobs() const { return logprobs_; }
   const std::vector<uint64_t>& versions() const { return versions_; }
   const std::vector<std::vector<TokenLogprob>>& top() const { return top_; }
+  const std::vector<int64_t>& ranks() const { return ranks_; }
+  // Prompt logprobs, in position order (what the request asked for from its start).
+  const std::vector<TokenEvent>& prompt_logprobs() const { return prompt_logprobs_; }
+  int64_t cached_tokens() const { return cached_tokens_; }
+  // What stopped it: the stop string (stopped_by_string) or the stop token (the last one).
+  bool stopped_by_string() const { return stopped_by_string_; }
+  const std::string& matched_stop() const { return matched_stop_; }
   const std::string& finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }
   bool busy() const { return busy_; }
@@ -59,6 +71,11 @@ class ChoiceStream {
   std::vector<float> logprobs_;
   std::vector<uint64_t> versions_;
   std::vector<std::vector<TokenLogprob>> top_;
+  std::vector<int64_t> ranks_;
+  std::vector<TokenEvent> prompt_logprobs_;
+  int64_t cached_tokens_ = 0;
+  ChoiceOptions options_;
+  std::string matched_stop_;
   std::vector<size_t> offsets_;  // text offset of each token
   std::string finish_reason_, error_;
   bool busy_ = false, done_ = false, stopped_by_string_ = false;

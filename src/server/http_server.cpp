@@ -11,6 +11,7 @@
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
 #include "server/rank_group.h"
+#include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
 
@@ -20,31 +21,63 @@ using nlohmann::json;
 
 namespace {
 
-long unix_now() {
-  return static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
-}
-
-std::string random_id(const char* prefix) {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("{}-{:x}{:04x}", prefix, rng() & 0xffffffffffffULL, counter.fetch_add(1) & 0xffff);
-}
-
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
 // One generation request in flight: its choices and what the response needs.
 struct Generation {
   GenerationParams params;
   std::string id, model;
   long created = 0;
   std::vector<std::unique_ptr<ChoiceStream>> choices;
+  std::vector<std::vector<int32_t>> prompts;  // per choice
   int64_t prompt_tokens = 0;  // summed over prompts (once per prompt, not per n)
+  std::shared_ptr<RequestRegistry::Entry> registration;
 };
+
+// vLLM's prompt_logprobs: per prompt position null (the first) or {id: {logprob, rank,
+// decoded_token}} holding the prompt's token and the top ones.
+json vllm_prompt_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt) {
+  json out = json::array();
+  out.push_back(nullptr);
+  for (const TokenEvent& t : c.prompt_logprobs()) {
+    json entry = json::object();
+    entry[std::to_string(t.token)] = json{{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", c.piece(t.token)}};
+    int64_t r = 1;
+    for (const TokenLogprob& x : t.top) {
+      const std::string key = std::to_string(x.token);
+      if (!entry.contains(key)) entry[key] = json{{"logprob", x.logprob}, {"rank", r}, {"decoded_token", c.piece(x.token)}};
+      ++r;
+    }
+    out.push_back(entry);
+  }
+  (void)prompt;
+  return out;
+}
+
+// Completions logprobs with the prompt's tokens first (echo): the first has no logprob.
+json echo_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt, const json& completion) {
+  json j{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+         {"text_offset", json::array()}};
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string piece = c.piece(prompt[i]);
+    j["tokens"].push_back(piece);
+    j["text_offset"].push_back(offset);
+    offset += piece.size();
+    if (i == 0 || i - 1 >= c.prompt_logprobs().size()) {
+      j["token_logprobs"].push_back(nullptr);
+      j["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const TokenEvent& t = c.prompt_logprobs()[i - 1];
+    j["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& x : t.top) top[c.piece(x.token)] = x.logprob;
+    j["top_logprobs"].push_back(top);
+  }
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs"})
+    for (const auto& v : completion[k]) j[k].push_back(v);
+  for (const auto& v : completion["text_offset"]) j["text_offset"].push_back(v.get<size_t>() + offset);
+  return j;
+}
 
 }  // namespace
 
@@ -110,37 +143,44 @@ std::string HttpServer::version_label(uint64_t version) const {
   return it != labels_.end() ? it->second : std::to_string(version);
 }
 
+HttpServer::Handler HttpServer::guarded(Handler handler) {
+  return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    ++http_requests_;
+    try {
+      handler(req, res);
+      if (res.status >= 400) ++http_errors_;
+      return;
+    } catch (const HttpError& e) {
+      send_json(res, e.status, e.body());
+    } catch (const ServerBusy& e) {
+      send_json(res, 503, HttpError{503, e.what(), "service_unavailable", {}, "server_busy"}.body());
+    } catch (const Error& e) {
+      send_json(res, 400, HttpError{400, e.what(), "invalid_request_error", {}, {}}.body());
+    } catch (const std::exception& e) {
+      send_json(res, 500, HttpError{500, std::string("internal error: ") + e.what(), "server_error", {}, {}}.body());
+    }
+    ++http_errors_;
+  };
+}
+
+int HttpServer::max_logprobs() const {
+  return options_.max_logprobs < 0 ? static_cast<int>(engine_.config().vocab_size) : options_.max_logprobs;
+}
+
 void HttpServer::routes() {
   httplib::Server& s = *http_;
 
-  // Converts every exception of a handler into the right status and an OpenAI body.
-  auto guarded = [this](auto handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      ++http_requests_;
-      try {
-        handler(req, res);
-        return;
-      } catch (const HttpError& e) {
-        send_json(res, e.status, e.body());
-      } catch (const ServerBusy& e) {
-        send_json(res, 503, HttpError{503, e.what(), "service_unavailable", {}, "server_busy"}.body());
-      } catch (const Error& e) {
-        send_json(res, 400, HttpError{400, e.what(), "invalid_request_error", {}, {}}.body());
-      } catch (const std::exception& e) {
-        send_json(res, 500, HttpError{500, std::string("internal error: ") + e.what(), "server_error", {}, {}}.body());
-      }
-      ++http_errors_;
-    };
-  };
-
   auto generation = [this](const httplib::Request& req, httplib::Response& res, bool chat) {
     auto g = std::make_shared<Generation>();
-    g->params = parse_generation_request(parse_json_body(req.body), chat);
+    g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs());
     const GenerationParams& p = g->params;
+    if (p.stream && (p.echo || p.prompt_logprobs >= 0))
+      throw HttpError{400, "'echo' and 'prompt_logprobs' are not supported with 'stream': true", "invalid_request_error",
+                      p.echo ? "echo" : "prompt_logprobs", {}};
+    check_can_generate();
     if (!p.model.empty() && p.model != options_.model_name)
       throw HttpError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", p.model, options_.model_name),
                       "invalid_request_error", "model", "model_not_found"};
-    if (p.echo) throw HttpError{400, "'echo' is not supported", "invalid_request_error", "echo", {}};
     const Tokenizer* tok = engine_.tokenizer();
     std::vector<std::vector<int32_t>> prompts = p.prompt_ids;
     std::vector<std::string> stops = p.stop;
@@ -156,7 +196,7 @@ void HttpServer::routes() {
       }
     }
     const int64_t ctx = scheduler_->max_context();
-    std::vector<int32_t> stop_tokens;
+    std::vector<int32_t> stop_tokens = p.stop_token_ids;
     if (!p.ignore_eos) {
       const int32_t eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
       if (eos >= 0) stop_tokens.push_back(eos);
@@ -187,20 +227,36 @@ void HttpServer::routes() {
           RequestSpec spec;
           spec.prompt = prompts[pi];
           spec.max_tokens = max_tokens;
+          spec.min_tokens = p.min_tokens;
           spec.sampling = p.sampling;
+          spec.sampling.repeat_last_n = -1;  // vLLM: the penalty sees the whole prompt and output
+          spec.logprob_mode = options_.logprobs_mode;
+          // vLLM's prompt_logprobs, and echo with logprobs (the prompt's tokens lead the list).
+          const int prompt_top = p.prompt_logprobs >= 0 ? p.prompt_logprobs : (p.echo && p.logprobs >= 0 ? p.logprobs : -1);
+          if (prompt_top >= 0) {
+            spec.prompt_logprobs_from = 1;
+            spec.prompt_top_logprobs = prompt_top;
+          }
           spec.sampling.seed = p.seed_given ? p.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
           spec.stop_tokens = stop_tokens;
           spec.top_logprobs = std::max(p.logprobs, 0);
           spec.restart_on_retract = !p.stream;
           auto h = scheduler_->submit(std::move(spec));
           submitted.push_back(h);
-          g->choices.push_back(std::make_unique<ChoiceStream>(h, tok, stops, n_prompt));
+          ChoiceOptions co;
+          co.decode.skip_special = p.skip_special_tokens;
+          co.keep_stop_string = p.include_stop_str_in_output;
+          g->choices.push_back(std::make_unique<ChoiceStream>(h, tok, stops, n_prompt, co));
+          g->prompts.push_back(prompts[pi]);
         }
       }
     } catch (...) {
       for (auto& h : submitted) h->cancel();
       throw;
     }
+    // /abort_request by the response id, or by the client's X-Request-Id.
+    const std::string rid = req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->id;
+    g->registration = std::make_shared<RequestRegistry::Entry>(registry_.add(rid, submitted));
 
     auto usage = [g] {
       int64_t completion = 0;
@@ -255,13 +311,25 @@ void HttpServer::routes() {
         const ChoiceStream& c = *g->choices[i];
         json ch{{"index", i}, {"finish_reason", c.finish_reason()}, {"token_ids", c.tokens()},
                 {"weight_versions", versions_of(c)}};
+        const std::vector<int32_t>& prompt = g->prompts[i];
         if (chat) {
           ch["message"] = json{{"role", "assistant"}, {"content", c.text()}};
           ch["logprobs"] = p.logprobs >= 0 ? c.chat_logprobs(0, c.tokens().size()) : json(nullptr);
         } else {
-          ch["text"] = c.text();
-          ch["logprobs"] = p.logprobs >= 0 ? c.completion_logprobs(0, c.tokens().size()) : json(nullptr);
+          const std::string prompt_text = p.echo ? (tok ? tok->decode(prompt) : std::string()) : std::string();
+          ch["text"] = prompt_text + c.text();
+          json lp = p.logprobs >= 0 ? c.completion_logprobs(0, c.tokens().size()) : json(nullptr);
+          if (p.echo && p.logprobs >= 0) lp = echo_logprobs(c, prompt, lp);
+          ch["logprobs"] = lp;
         }
+        if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c, prompt);
+        if (p.return_tokens_as_token_ids && ch["logprobs"].is_object() && ch["logprobs"].contains("tokens"))
+          for (size_t k = 0; k < ch["logprobs"]["tokens"].size(); ++k) {
+            const std::vector<int32_t>& ids = c.tokens();
+            const size_t n_echo = p.echo ? prompt.size() : 0;
+            const int32_t id = k < n_echo ? prompt[k] : ids[k - n_echo];
+            ch["logprobs"]["tokens"][k] = fmt::format("token_id:{}", id);
+          }
         if (!c.versions().empty()) last_version = std::max(last_version, c.versions().back());
         choices.push_back(ch);
       }
@@ -409,6 +477,8 @@ void HttpServer::routes() {
   RlContext rl{engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); }, ranks_};
   register_rl_endpoints(s, rl);
   register_weight_sync_endpoints(s, rl);
+  sglang_generate_routes();
+  lifecycle_routes();
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,9 +25,12 @@
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/chat_template.h"
+#include "server/request_registry.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace refit {
@@ -37,6 +41,11 @@ struct ServerOptions {
   std::string model_name;  // "model" field reported; default: the model path's file name
   int http_threads = 128;  // concurrent connections served
   SchedulerOptions scheduler;
+  // What every reported logprob is computed from (vLLM's --logprobs-mode); SGLang's
+  // /generate uses SGLang's own semantics unless this is set explicitly.
+  LogprobMode logprobs_mode = LogprobMode::raw_logprobs;
+  bool logprobs_mode_explicit = false;
+  int max_logprobs = -1;  // top logprobs a request may ask for; -1: the whole vocabulary
 };
 
 class RankGroup;
@@ -55,7 +64,15 @@ class HttpServer {
   int port() const { return port_; }
 
  private:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  // Converts every exception of a handler into the right status and an OpenAI body.
+  Handler guarded(Handler handler);
   void routes();
+  void sglang_generate_routes();  // server/sglang_generate.cpp
+  void lifecycle_routes();        // server/lifecycle_endpoints.cpp
+  // 503 naming what is missing while weights or KV memory are released.
+  void check_can_generate() const;
+  int max_logprobs() const;
   std::string version_label(uint64_t version) const;
   std::string current_version_label() const { return version_label(engine_.weight_version()); }
 
@@ -65,6 +82,7 @@ class HttpServer {
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
+  RequestRegistry registry_;
   int port_ = 0;
   mutable std::mutex labels_mutex_;
   std::map<uint64_t, std::string> labels_;  // weight version -> the label a refit gave it

@@ -13,6 +13,12 @@ void WeightUpdate::stage(const std::string& name, Staged staged) {
   pending_.push_back(std::move(staged));
 }
 
+std::vector<const SubShard*> WeightUpdate::staged_sub_shards() const {
+  std::vector<const SubShard*> out;
+  for (const Staged& s : pending_) out.push_back(s.target.sub_shard);
+  return out;
+}
+
 void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   try {

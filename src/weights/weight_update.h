@@ -39,6 +39,8 @@ class WeightUpdate {
   void keep_alive(std::any owner) { owners_.push_back(std::move(owner)); }
 
   size_t size() const { return pending_.size(); }
+  // The sub-shards (checkpoint tensors) this transaction writes.
+  std::vector<const SubShard*> staged_sub_shards() const;
   bool failed() const { return !failure_.empty(); }
   const std::string& failure() const { return failure_; }
   bool finished() const { return finished_; }
