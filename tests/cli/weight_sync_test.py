@@ -218,6 +218,26 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
         took = time.time() - t0
         check(status == 400 and "cannot reach" in j["message"] and took < 6, f"tp {tp} unreachable master ({took:.1f} s): {status} {j}")
         print(f"tp {tp} unreachable master after {took:.1f} s: {j['message']}")
+        # 8. A trainer that stops broadcasting: the group's timeout (3 s here) ends the update
+        #    with an error, not a hang; a malformed request (it cannot be received) leaves the
+        #    group rather than pairing later broadcasts with the wrong tensors.
+        tr3 = Trainer(1 + tp, "silent")
+        t, box = in_thread(lambda: s.post("/init_weights_update_group", {
+            "master_address": "127.0.0.1", "master_port": tr3.port, "rank_offset": 1, "world_size": 1 + tp,
+            "group_name": "silent", "backend": "gloo", "timeout": 3}))
+        ready = tr3.line()
+        t.join()
+        check(box["r"][0] == 200 and ready == "ready", f"tp {tp} init with timeout 3: {box['r']}")
+        t0 = time.time()
+        status, j = s.post("/update_weights_from_distributed", dict(meta(new), group_name="silent"))
+        took = time.time() - t0
+        check(status == 400 and "imed out" in j["message"] and took < 10, f"tp {tp} silent trainer ({took:.1f} s): {status} {j}")
+        print(f"tp {tp} silent trainer after {took:.1f} s: {j['message'][:160]}")
+        status, j = s.post("/update_weights_from_distributed", dict(meta(new), group_name="silent", dtypes=["float32"]))
+        check(status == 400 and "left group 'silent'" in j["message"], f"tp {tp} malformed update: {status} {j}")
+        status, j = s.post("/destroy_weights_update_group", {"group_name": "silent"})
+        check(status == 400, f"tp {tp} the malformed update did not leave the group: {status} {j}")
+        tr3.proc.kill()
         check(s.outputs() == fresh_new, f"tp {tp}: the outputs changed at the end")
     finally:
         s.stop()
