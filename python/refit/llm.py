@@ -394,12 +394,22 @@ class _Sample:
             self.text += self.detok.finish()
         self.finish_reason = reason
 
+    def visible_text(self) -> str:
+        """The text so far, less what could still be the start of a stop string (it is cut
+        if the stop completes), so streamed text never has to be taken back."""
+        stop = self.req.params.stop
+        if self.done or not stop:
+            return self.text
+        hold = max(len(s) for s in stop) - 1
+        return self.text[: max(0, len(self.text) - hold)] if hold else self.text
+
     def output(self, delta: bool) -> CompletionOutput:
         t0 = self.sent_tokens if delta else 0
         c0 = self.sent_text if delta else 0
+        text = self.visible_text()
         out = CompletionOutput(
             index=self.index,
-            text=self.text[c0:],
+            text=text[c0:],
             token_ids=self.tokens[t0:],
             cumulative_logprob=self.cumulative,
             logprobs=None if self.logprobs is None else self.logprobs[t0:],
@@ -408,7 +418,7 @@ class _Sample:
             weight_versions=self.versions[t0:],
         )
         if delta:
-            self.sent_tokens, self.sent_text = len(self.tokens), len(self.text)
+            self.sent_tokens, self.sent_text = len(self.tokens), len(text)
         return out
 
 
@@ -828,6 +838,9 @@ class LLM:
     def wake_up(self, tags: Optional[List[str]] = None) -> None:
         if not self._sleep_mode:
             raise ValueError("wake_up: the LLM was not created with enable_sleep_mode=True")
+        if tags is not None:
+            raise ValueError("wake_up: tags (waking weights and KV cache separately) are not supported by refit; "
+                             "the weights come back through update_weights_*")
         self.scheduler.wake_up()
 
     def close(self) -> None:

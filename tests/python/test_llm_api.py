@@ -9,6 +9,8 @@ shows in weight_versions; bad parameters raise ValueError naming the field.
 """
 import asyncio
 import math
+import pathlib
+import re
 import struct
 import threading
 import time
@@ -588,3 +590,115 @@ def test_stories260k_batch_invariance(stories_llm):
     engine = stories_llm.engine
     for p in STORY_PROMPTS:
         assert torch.equal(engine.logits(p), engine.logits(p + [5])[: len(p)])
+
+
+def test_docs_example_runs(capsys):
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    code = re.search(r"```python\n(import refit +# was: from vllm.*?)```", doc, re.S).group(1)
+    code = code.replace('"stories260K/stories260K.gguf"', repr(str(require(STORIES_GGUF))))
+    scope = {}
+    exec(compile(code, "docs/python.md", "exec"), scope)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 8 and all(line.split()[0] in ("stop", "length") for line in printed)
+    assert scope["version"] == scope["llm"].weight_version == 2
+    scope["llm"].close()
+
+
+def test_a_retracted_request_restarts_and_ends_as_it_would_alone(llm):
+    params = refit.SamplingParams(temperature=0.8, seed=5, max_tokens=150, ignore_eos=True, logprobs=0)
+    alone = llm.generate({"prompt_token_ids": PROMPTS[2]}, params, use_tqdm=False)[0].outputs[0]
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault(
+        "out", llm.generate({"prompt_token_ids": PROMPTS[2]}, params, use_tqdm=False)[0]))
+    t.start()
+    assert wait_until(lambda: llm.scheduler.stats()["running"] == 1)
+    time.sleep(0.05)
+    llm.scheduler.pause("retract")  # frees its KV; it re-runs from the prompt on resume
+    llm.scheduler.resume()
+    t.join()
+    _same(box["out"].outputs[0], alone)
+
+
+def _greedy_with_penalties(engine, prompt, n, frequency, presence):
+    out = []
+    for _ in range(n):
+        row = engine.logits(prompt + out)[-1].clone()
+        for tok in set(out):
+            c = out.count(tok)
+            row[tok] -= frequency * c + presence
+        best = int(torch.argmax(row))  # ties: the lowest id, as refit's argmax
+        out.append(best)
+    return out
+
+
+def test_frequency_and_presence_penalties_reach_the_sampler(llm):
+    if not supported("frequency_penalty"):
+        pytest.skip("this build's Scheduler has no OpenAI penalties")
+    for frequency, presence in ((0.0, 1.5), (1.0, 0.0), (0.5, 0.5)):
+        p = refit.SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, frequency_penalty=frequency,
+                                 presence_penalty=presence)
+        got = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0].token_ids
+        assert got == _greedy_with_penalties(llm.engine, PROMPTS[0], 20, frequency, presence)
+
+
+def test_processed_logprobs_mode_scales_by_the_temperature(llm):
+    if not supported("logprob_mode"):
+        pytest.skip("this build's Scheduler has no logprob modes")
+    t = 0.7
+    p = refit.SamplingParams(temperature=t, seed=3, max_tokens=10, ignore_eos=True, logprobs=1,
+                             logprobs_mode="processed_logprobs")
+    out = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0]
+    raw = llm.generate({"prompt_token_ids": PROMPTS[0]},
+                       refit.SamplingParams(temperature=t, seed=3, max_tokens=10, ignore_eos=True, logprobs=1),
+                       use_tqdm=False)[0].outputs[0]
+    assert out.token_ids == raw.token_ids  # the mode changes what is reported, not what is drawn
+    logits = llm.engine.logits(PROMPTS[0] + out.token_ids[:-1])
+    for i, token in enumerate(out.token_ids):
+        row = logits[len(PROMPTS[0]) - 1 + i]
+        assert out.logprobs[i][token].logprob == log_softmax_f32(row / t)[token]
+        assert raw.logprobs[i][token].logprob == log_softmax_f32(row)[token]
+
+
+def test_sleep_releases_the_kv_cache_and_wake_up_generates_the_same():
+    if not refit._refit.Scheduler.can_sleep:
+        with pytest.raises(ValueError, match="enable_sleep_mode"):
+            refit.LLM(str(require(MICRO_GGUF)), enable_sleep_mode=True)
+        return
+    llm = refit.LLM(str(require(MICRO_GGUF)), enable_sleep_mode=True, kv_blocks=64)
+    p = refit.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    before = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0].token_ids
+    assert llm.sleep(level=1) > 0
+    llm.wake_up()
+    assert llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0].token_ids == before
+    llm.add_request("busy", {"prompt_token_ids": PROMPTS[0]}, refit.SamplingParams(max_tokens=400, ignore_eos=True))
+    assert wait_until(lambda: llm.scheduler.stats()["running"] == 1)
+    with pytest.raises(ValueError, match="running"):
+        llm.sleep()
+    llm.abort_request("busy")
+    while llm.step(timeout=5.0):
+        pass
+    with pytest.raises(ValueError, match="tags"):
+        llm.wake_up(tags=["weights"])
+    llm.close()
+    plain = refit.LLM(str(require(MICRO_GGUF)))
+    with pytest.raises(ValueError, match="enable_sleep_mode"):
+        plain.sleep()
+    plain.close()
+
+
+def test_streamed_text_with_a_stop_string_is_never_taken_back(stories_llm):
+    engine = refit.AsyncLLMEngine.from_llm(stories_llm)
+    full = stories_llm.generate("Once upon a time", refit.SamplingParams(temperature=0, max_tokens=60),
+                                use_tqdm=False)[0].outputs[0]
+    stop = "little girl"
+    assert stop in full.text
+
+    async def deltas():
+        p = refit.SamplingParams(temperature=0, max_tokens=60, stop=[stop], output_kind=refit.RequestOutputKind.DELTA)
+        return [o async for o in engine.generate("Once upon a time", p, request_id="s")]
+
+    outs = asyncio.run(deltas())
+    assert "".join(o.outputs[0].text for o in outs) == full.text[: full.text.index(stop)]
+    assert outs[-1].outputs[0].stop_reason == stop and outs[-1].finished
+    assert all(stop not in o.outputs[0].text for o in outs)
+    engine.shutdown()
