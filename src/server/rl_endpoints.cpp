@@ -6,43 +6,17 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "formats/checkpoint.h"
 #include "server/api_types.h"
 #include "server/rank_group.h"
+#include "server/request_fields.h"
+#include "server/weight_carrier.h"
 #include "server/weight_readback.h"
+#include "server/weight_update_request.h"
 
 namespace refit {
 
 using nlohmann::json;
-
-std::string base64_decode(const std::string& text) {
-  static const auto table = [] {
-    std::array<int8_t, 256> t{};
-    t.fill(-1);
-    const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 64; ++i) t[static_cast<unsigned char>(a[i])] = static_cast<int8_t>(i);
-    t['-'] = 62;  // URL-safe alphabet too
-    t['_'] = 63;
-    return t;
-  }();
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '=') break;
-    if (c == '\n' || c == '\r') continue;
-    const int v = table[c];
-    if (v < 0) fail("base64: invalid character at offset {}", i);
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
 
 namespace {
 
@@ -80,58 +54,183 @@ T field(const json& j, const char* name, T fallback) {
   }
 }
 
-// Runs an update between steps; records its label; answers success or the refusal.
-void run_update(RlContext& c, httplib::Response& res, const json& body, const std::function<void()>& update) {
-  const bool abort_all = field<bool>(body, "abort_all_requests", false);
-  const std::string label = field<std::string>(body, "weight_version", "");
-  // SGLang's flush_cache (default true) flushes the prefix cache after the update. Here a
-  // committed update always drops every cached block (all were computed with the old
-  // weights, and reusing one would hand a request stale K/V), so true is what happens
-  // anyway and false cannot keep them; the reply says how many blocks went.
-  field<bool>(body, "flush_cache", true);  // type-checked
+// A refused update: SGLang's 400 {success: false, message, num_paused_requests}; nothing
+// changed, so the label is the current one.
+void refuse(RlContext& c, httplib::Response& res, const std::string& why) {
+  reply(res, 400, false, "weight update refused, the weights are unchanged: " + why,
+        c.label_of(c.engine.weight_version()), json{{"num_paused_requests", 0}});
+}
+
+// SGLang keeps one label, server_args.weight_version: an update that names a version
+// sets it and one that names none leaves it as it was. refit labels each numeric version,
+// so the new version takes the label given, else its predecessor's when that one was
+// named; a server whose versions were never named keeps labelling them by number.
+void label_version(RlContext& c, uint64_t before, uint64_t after, const std::optional<std::string>& label) {
+  std::lock_guard lock(c.labels_mutex);
+  if (label) {
+    c.labels[after] = *label;
+  } else if (after != before) {
+    if (auto it = c.labels.find(before); it != c.labels.end()) c.labels[after] = it->second;
+  }
+}
+
+struct UpdatePlan {
+  PauseMode mode = PauseMode::drain;
+  std::optional<std::string> label;
+  bool keep_pause = false;
+  std::string what;  // "N tensors", for the message
+  json extra = json::object();
+};
+
+// Runs a validated update between steps, labels it and answers as SGLang does
+// ({success, message, num_paused_requests}) plus refit's version and cache figures.
+void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan, const std::function<void()>& commit) {
+  uint64_t before = 0;
+  int64_t paused_requests = 0;
   try {
     const uint64_t dropped_before = c.scheduler.stats().prefix_blocks_dropped;
-    const double seconds = c.scheduler.run_exclusive(abort_all ? PauseMode::abort : PauseMode::drain, update);
+    const double seconds = c.scheduler.run_exclusive(plan.mode, [&] {
+      // Requests held while the weights change: queued ones (drain, abort) and, between
+      // two steps of an is_async update, running ones too.
+      const SchedulerStats s = c.scheduler.stats();
+      paused_requests = s.running + s.waiting;
+      before = c.engine.weight_version();
+      commit();
+    });
     const uint64_t v = c.engine.weight_version();
-    if (!label.empty()) {
-      std::lock_guard lock(c.labels_mutex);
-      c.labels[v] = label;
-    }
+    label_version(c, before, v, plan.label);
+    if (plan.keep_pause && !c.scheduler.paused()) c.scheduler.pause(PauseMode::in_place);
     const uint64_t dropped = c.scheduler.stats().prefix_blocks_dropped - dropped_before;
-    reply(res, 200, true, fmt::format("weights updated in {:.3f} s; {} cached KV blocks dropped", seconds, dropped),
-          c.label_of(v), json{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}});
+    std::string message = "Succeeded to update model weights.";
+    if (plan.label) message += fmt::format(" Weight version updated to {}.", *plan.label);
+    message += fmt::format(" ({} in {:.3f} s; {} cached KV blocks dropped{})", plan.what, seconds, dropped,
+                           plan.keep_pause ? "; generation stays paused until /continue_generation" : "");
+    json extra = plan.extra;
+    extra["version"] = v;
+    extra["num_paused_requests"] = paused_requests;
+    extra["flushed_cache_blocks"] = dropped;
+    reply(res, 200, true, message, c.label_of(v), extra);
   } catch (const HttpError&) {
     throw;
   } catch (const std::exception& e) {
     reply(res, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what(),
-          c.label_of(c.engine.weight_version()));
+          c.label_of(c.engine.weight_version()), json{{"num_paused_requests", paused_requests}});
   }
 }
 
-Tensor decode_tensor(const json& t, size_t index) {
-  const std::string where = fmt::format("named_tensors[{}]", index);
-  if (!t.is_object() || !t.contains("name") || !t["name"].is_string() || !t.contains("shape") || !t["shape"].is_array() ||
-      !t.contains("data") || !t["data"].is_string())
-    throw HttpError{400, where + " needs name (string), shape (list), data (base64 string) and dtype", "invalid_request_error",
-                    where, {}};
-  const std::string dtype_name = t.value("dtype", "f32");
-  auto dt = dtype_from_name(dtype_name == "float32" ? "f32" : dtype_name == "bfloat16" ? "bf16" : dtype_name == "float16" ? "f16" : dtype_name);
-  if (!dt) throw HttpError{400, fmt::format("{}: unknown dtype '{}'", where, dtype_name), "invalid_request_error", where, {}};
-  Shape shape;
-  for (const auto& d : t["shape"]) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0)
-      throw HttpError{400, where + ": shape entries must be non-negative integers", "invalid_request_error", where, {}};
-    shape.push_back(d.get<int64_t>());
+// refit's own schema: {"named_tensors": [{name, dtype, shape, data}, ...]}.
+NamedTensors decode_refit_named_tensors(const json& list) {
+  if (!list.is_array() || list.empty())
+    throw HttpError{400, "'named_tensors' must be a non-empty list", "invalid_request_error", "named_tensors", {}};
+  NamedTensors tensors;
+  for (size_t i = 0; i < list.size(); ++i) {
+    Tensor x = decode_named_tensor(list[i], fmt::format("named_tensors[{}]", i));
+    tensors.emplace_back(list[i]["name"].get<std::string>(), std::move(x));
   }
-  const std::string bytes = base64_decode(t["data"].get<std::string>());
-  Tensor out = Tensor::empty(shape, *dt);
-  if (bytes.size() != out.nbytes())
+  return tensors;
+}
+
+void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, kDiskUpdateFields, "/update_weights_from_disk");
+  const DiskUpdateRequest r = parse_disk_update(body);
+  // Everything is read and validated before generation is disturbed: a refused update
+  // neither drains nor aborts anyone.
+  std::vector<std::string> names;
+  std::unique_ptr<WeightUpdate> staged;
+  size_t total = 0;
+  try {
+    check_disk_load_format(r.load_format, checkpoint_format_name(Checkpoint::open(r.model_path)->format()));
+    // SGLang loads whatever tensors the checkpoint holds; so does refit: a partial folder
+    // updates its tensors and leaves every other parameter as it is.
+    names = c.engine.checkpoint_names_present(r.model_path);
+    total = c.engine.model().parameters().checkpoint_names().size();
+    if (names.empty())
+      throw Error(fmt::format("{}: holds none of the served model's tensors", r.model_path));
+    if (!c.ranks) staged = c.engine.stage_update_from_disk(r.model_path, names);
+  } catch (const HttpError&) {
+    throw;
+  } catch (const std::exception& e) {
+    refuse(c, res, e.what());
+    return;
+  }
+  UpdatePlan plan;
+  plan.mode = r.abort_all_requests ? PauseMode::abort : r.is_async ? PauseMode::in_place : PauseMode::drain;
+  plan.label = r.weight_version;
+  plan.keep_pause = r.keep_pause;
+  plan.what = names.size() == total ? fmt::format("{} tensors", names.size())
+                                    : fmt::format("{} of {} tensors: a partial checkpoint", names.size(), total);
+  plan.extra = json{{"token_step", r.token_step}, {"tensors_updated", names.size()}};
+  run_update(c, res, plan, [&] {
+    if (c.ranks) c.ranks->update_from_disk(r.model_path, names);
+    else c.engine.commit(*staged);
+  });
+}
+
+void update_from_tensor(RlContext& c, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, kTensorUpdateFields, "/update_weights_from_tensor");
+  const TensorUpdateRequest r = parse_tensor_update(body);
+  const TensorLoadFormat format = tensor_load_format(r.load_format);
+  const bool sglang = body.contains("serialized_named_tensors") && !body["serialized_named_tensors"].is_null();
+  const bool own = body.contains("named_tensors") && !body["named_tensors"].is_null();
+  if (sglang == own)
     throw HttpError{400,
-                    fmt::format("{} ('{}'): {} {} needs {} bytes, the data has {}", where, t["name"].get<std::string>(),
-                                dtype_name, shape_str(shape), out.nbytes(), bytes.size()),
-                    "invalid_request_error", where, {}};
-  std::memcpy(out.raw_data(), bytes.data(), bytes.size());
-  return out;
+                    sglang ? "send either 'serialized_named_tensors' (SGLang's schema) or 'named_tensors' (refit's), not both"
+                           : "'serialized_named_tensors' is required (or refit's 'named_tensors')",
+                    "invalid_request_error", "serialized_named_tensors", {}};
+  if (own && format == TensorLoadFormat::flattened_bucket)
+    throw HttpError{400, "load_format 'flattened_bucket' goes with serialized_named_tensors; 'named_tensors' is a list",
+                    "invalid_request_error", "load_format", {}};
+  const NamedTensors tensors =
+      own ? decode_refit_named_tensors(body["named_tensors"])
+          : decode_serialized_named_tensors(body["serialized_named_tensors"], format);
+  // Validate before pausing anything: a refused tensor never disturbs generation. Both
+  // null and "direct" load through each parameter's recorded loader: refit addresses
+  // parameters only by checkpoint name, and that path is what makes a reload exact.
+  auto update = c.engine.begin_update();
+  for (const auto& [name, tensor] : tensors) {
+    try {
+      update->update(name, tensor);
+    } catch (const std::exception& e) {
+      update->abort();
+      refuse(c, res, e.what());
+      return;
+    }
+  }
+  UpdatePlan plan;
+  plan.mode = r.abort_all_requests ? PauseMode::abort : PauseMode::drain;
+  plan.label = r.weight_version;
+  plan.what = fmt::format("{} tensors", tensors.size());
+  plan.extra = json{{"tensors_updated", tensors.size()}};
+  if (c.ranks) {
+    // Validated here on rank 0 already; every rank validates its shard again and all
+    // commit or none does.
+    update->abort();
+    run_update(c, res, plan, [&] { c.ranks->update_from_tensors(tensors); });
+  } else {
+    run_update(c, res, plan, [&] { c.engine.commit(*update); });
+  }
+}
+
+// SGLang's /update_weight_version: relabels the weights being served (no weight moves).
+void update_weight_version(RlContext& c, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, kVersionUpdateFields, "/update_weight_version");
+  const VersionUpdateRequest r = parse_version_update(body);
+  if (r.abort_all_requests) {
+    // SGLang aborts every request and goes on serving; a paused server stays paused.
+    const bool was_paused = c.scheduler.paused();
+    c.scheduler.pause(PauseMode::abort);
+    if (!was_paused) c.scheduler.resume();
+  }
+  const uint64_t v = c.engine.weight_version();
+  {
+    std::lock_guard lock(c.labels_mutex);
+    c.labels[v] = r.new_version;
+  }
+  reply(res, 200, true, fmt::format("Weight version updated to {}", r.new_version), c.label_of(v),
+        json{{"new_version", r.new_version}, {"version", v}});
 }
 
 }  // namespace
@@ -149,55 +248,13 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
     };
   };
 
-  s.Post("/update_weights_from_disk", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    only_fields(body, {"model_path", "abort_all_requests", "weight_version", "flush_cache", "load_format"},
-                "/update_weights_from_disk");
-    const std::string path = field<std::string>(body, "model_path", "");
-    if (path.empty()) throw HttpError{400, "'model_path' is required", "invalid_request_error", "model_path", {}};
-    run_update(c, res, body, [&] {
-      if (c.ranks) c.ranks->update_from_disk(path);
-      else c.engine.update_weights_from_disk(path);
-    });
-  }));
-
-  s.Post("/update_weights_from_tensor", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    only_fields(body, {"named_tensors", "abort_all_requests", "weight_version", "flush_cache", "load_format"},
-                "/update_weights_from_tensor");
-    if (!body.contains("named_tensors") || !body["named_tensors"].is_array() || body["named_tensors"].empty())
-      throw HttpError{400, "'named_tensors' must be a non-empty list", "invalid_request_error", "named_tensors", {}};
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    size_t i = 0;
-    for (const auto& t : body["named_tensors"]) {
-      Tensor x = decode_tensor(t, i++);
-      tensors.emplace_back(t["name"].get<std::string>(), std::move(x));
-    }
-    // Validate before pausing anything: a refused tensor never disturbs generation.
-    auto update = c.engine.begin_update();
-    for (const auto& [name, tensor] : tensors) {
-      try {
-        update->update(name, tensor);
-      } catch (const std::exception& e) {
-        update->abort();
-        reply(res, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what(),
-              c.label_of(c.engine.weight_version()));
-        return;
-      }
-    }
-    if (c.ranks) {
-      // Validated here on rank 0 already; every rank validates its shard again and all
-      // commit or none does.
-      update->abort();
-      run_update(c, res, body, [&] { c.ranks->update_from_tensors(tensors); });
-    } else {
-      run_update(c, res, body, [&] { c.engine.commit(*update); });
-    }
-  }));
+  s.Post("/update_weights_from_disk", wrap(update_from_disk));
+  s.Post("/update_weights_from_tensor", wrap(update_from_tensor));
+  s.Post("/update_weight_version", wrap(update_weight_version));
 
   s.Post("/get_weights_by_name", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
-    only_fields(body, {"name", "truncate_size"}, "/get_weights_by_name");
+    ignore_unknown_fields(body, {"name", "truncate_size"}, "/get_weights_by_name");
     const std::string name = field<std::string>(body, "name", "");
     const int64_t truncate = field<int64_t>(body, "truncate_size", 100);
     if (truncate < 0) throw HttpError{400, "'truncate_size' must be >= 0", "invalid_request_error", "truncate_size", {}};
@@ -219,7 +276,6 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
     if (!pieces.front().sharding.empty()) out["sharding"] = pieces.front().sharding;  // a fused parameter's local rows
     reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()), out);
   }));
-
   s.Post("/pause_generation", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     only_fields(body, {"mode"}, "/pause_generation");
