@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/error.h"
@@ -130,9 +131,42 @@ std::unique_ptr<WeightUpdate> Engine::begin_update(const UpdateOptions& options)
 
 void Engine::commit(WeightUpdate& update) {
   if (update.failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", update.failure());
+  const std::vector<const SubShard*> written = update.staged_sub_shards();
   std::unique_lock lock(weights_mutex_);
   update.apply();
   ++weight_version_;
+  std::lock_guard released(released_mutex_);
+  for (const SubShard* s : written) released_.erase(s);
+  released_count_ = released_.size();
+}
+
+size_t Engine::release_weights() {
+  std::unique_lock lock(weights_mutex_);
+  std::lock_guard released(released_mutex_);
+  size_t bytes = 0;
+  for (const auto& p : model_->parameters().all()) {
+    for (const Tensor* t : {&p->data(), &p->scale()})
+      if (t->defined() && t->storage()) {
+        try {
+          bytes += t->storage()->discard_contents();
+        } catch (const Error&) {
+          // Not memory of ours (a view of a mapped file): nothing to give back, but the
+          // tensor still counts as released until it is sent again.
+        }
+      }
+    for (const SubShard& s : p->sub_shards()) released_.insert(&s);
+  }
+  released_count_ = released_.size();
+  ++weight_version_;  // what was served before is gone: nothing may be reused as if current
+  return bytes;
+}
+
+std::vector<std::string> Engine::released_weights() const {
+  std::lock_guard lock(released_mutex_);
+  std::vector<std::string> names;
+  for (const SubShard* s : released_) names.push_back(s->checkpoint_name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 uint64_t Engine::update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,

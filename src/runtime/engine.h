@@ -10,7 +10,9 @@
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -89,6 +91,16 @@ class Engine {
   // its model does not match the served one (dimensions, layers, heads, vocabulary).
   std::vector<std::string> checkpoint_names_present(const std::string& path) const;
 
+  // ---- memory release (vLLM's sleep level 2, SGLang's release_memory_occupation) ----
+  // Gives every parameter's memory back to the OS, keeping its addresses (law L2): the
+  // values are gone (they read as zero). Until every checkpoint tensor has been sent again
+  // (any update path), weights_released() names what is missing and generation must be
+  // refused. Returns the bytes given back.
+  size_t release_weights();
+  // Checkpoint names still released (empty: the weights are whole).
+  std::vector<std::string> released_weights() const;
+  bool weights_released() const { return released_count_.load() > 0; }
+
   // The lock generation steps hold (servers with their own loop take it per step).
   std::shared_mutex& weights_mutex() { return weights_mutex_; }
   LlamaModel& mutable_model() { return *model_; }
@@ -99,6 +111,9 @@ class Engine {
   std::string description_;
   std::atomic<uint64_t> weight_version_{1};
   std::shared_mutex weights_mutex_;
+  mutable std::mutex released_mutex_;
+  std::set<const SubShard*> released_;  // sub-shards released and not sent again since
+  std::atomic<size_t> released_count_{0};
 };
 
 }  // namespace refit

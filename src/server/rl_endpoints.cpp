@@ -36,14 +36,6 @@ json object_body(const httplib::Request& req) {
   return j;
 }
 
-void only_fields(const json& j, std::initializer_list<const char*> allowed, const char* endpoint) {
-  for (const auto& [k, v] : j.items()) {
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || k == a;
-    if (!ok) throw HttpError{400, fmt::format("unknown field '{}' for {}", k, endpoint), "invalid_request_error", k, {}};
-  }
-}
-
 template <typename T>
 T field(const json& j, const char* name, T fallback) {
   if (!j.contains(name) || j[name].is_null()) return fallback;
@@ -276,33 +268,8 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
     if (!pieces.front().sharding.empty()) out["sharding"] = pieces.front().sharding;  // a fused parameter's local rows
     reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()), out);
   }));
-  s.Post("/pause_generation", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    only_fields(body, {"mode"}, "/pause_generation");
-    const std::string mode = field<std::string>(body, "mode", "abort");
-    PauseMode m;
-    try {
-      m = pause_mode_from_name(mode);
-    } catch (const Error& e) {
-      throw HttpError{400, e.what(), "invalid_request_error", "mode", {}};
-    }
-    if (m == PauseMode::drain) throw HttpError{400, "mode must be abort, retract or in_place", "invalid_request_error", "mode", {}};
-    c.scheduler.pause(m);
-    reply(res, 200, true, fmt::format("generation paused ({})", pause_mode_name(m)), c.label_of(c.engine.weight_version()));
-  }));
-  s.Post("/continue_generation", wrap([](RlContext& c, const httplib::Request&, httplib::Response& res) {
-    c.scheduler.resume();
-    reply(res, 200, true, "generation continues", c.label_of(c.engine.weight_version()));
-  }));
-  s.Post("/flush_cache", wrap([](RlContext& c, const httplib::Request&, httplib::Response& res) {
-    const int64_t dropped = c.scheduler.flush_cache();
-    reply(res, 200, true, fmt::format("prefix cache flushed ({} cached KV blocks dropped)", dropped),
-          c.label_of(c.engine.weight_version()), json{{"flushed_cache_blocks", dropped}});
-  }));
-  s.Get("/get_weight_version", wrap([](RlContext& c, const httplib::Request&, httplib::Response& res) {
-    const uint64_t v = c.engine.weight_version();
-    reply(res, 200, true, "ok", c.label_of(v), json{{"version", v}});
-  }));
+  // /pause_generation, /continue_generation, /flush_cache and /get_weight_version live with
+  // the other lifecycle routes (server/lifecycle_endpoints.cpp).
 }
 
 }  // namespace refit
