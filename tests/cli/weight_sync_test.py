@@ -104,6 +104,11 @@ class Trainer:
         self.port, self.group, self.world_size = free_port(), group, world_size
         self.proc = subprocess.Popen(["/usr/bin/python3", TRAINER, "127.0.0.1", str(self.port), str(world_size), group],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Importing torch takes seconds on a busy machine: the engine's join (with its
+        # timeout) starts once the trainer is about to create its group.
+        started = self.line()
+        if started != "started":
+            raise SystemExit(f"the trainer did not start: {started!r} {self.proc.stderr.read()}")
 
     def line(self):
         return self.proc.stdout.readline().strip()
@@ -189,7 +194,7 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
         status, j = s.post("/update_weights_from_distributed", dict(meta(new), group_name=tr.group))
         check(status == 400 and "broken" in j["message"], f"tp {tp} update on the broken group: {status} {j}")
         # 6. A new trainer, a new group (slime's calling convention: its own group name, rank
-        #    offset 1, bucketed updates labelled by str(step)): joins and updates.
+        #    offset 1, bfloat16 tensors in a flattened bucket labelled by str(step)): joins and updates.
         tr2 = Trainer(1 + tp, "slime-pp_0")
         t, box = in_thread(lambda: s.post("/init_weights_update_group", {
             "master_address": "127.0.0.1", "master_port": tr2.port, "rank_offset": 1, "world_size": 1 + tp,
@@ -197,7 +202,8 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
         ready = tr2.line()
         t.join()
         check(box["r"][0] == 200 and ready == "ready", f"tp {tp} init after the failure: {box['r']}")
-        status, j = update(s, tr2, files["new"], new, weight_version="3", load_format="flattened_bucket")
+        status, j = update(s, tr2, files["new_bf16"], files["new_bf16_named"], weight_version="3",
+                           load_format="flattened_bucket")
         check(status == 200 and j["weight_version"] == "3" and tr2.line() == "ok", f"tp {tp} update after the failure: {status} {j}")
         check(s.outputs() == fresh_new, f"tp {tp}: after the new group's update the outputs differ from a fresh server's")
         for g in ("slime-pp_0", "refit_sync_a"):
@@ -249,7 +255,10 @@ def main():
         old_t = safetensors_io.load(os.path.join(HF, "model.safetensors"))
         names = sorted(old_t)
         g = torch.Generator().manual_seed(0)
-        new_t = {n: (t + 0.05 * t.std().clamp(min=1e-3) * torch.randn(t.shape, generator=g)) if t.dim() > 1 else t * 1.01
+        # Perturbed, then rounded to bfloat16 values: the same weights broadcast as float32
+        # or as bfloat16 (in a flattened bucket: torch 1.13's gloo cannot broadcast bf16).
+        new_t = {n: ((t + 0.05 * t.std().clamp(min=1e-3) * torch.randn(t.shape, generator=g)) if t.dim() > 1
+                     else t * 1.01).bfloat16().float()
                  for n, t in old_t.items()}
         new_dir = os.path.join(work, "new")
         os.makedirs(new_dir)
@@ -261,10 +270,12 @@ def main():
         wrong = [(q, new_t[q].t().contiguous()[:-1])]
         unknown = [("model.layers.0.self_attn.no_such.weight", new_t[q]), (q, new_t[q])]
         files = {}
-        for key, named in [("old", old), ("new", new), ("wrong_shape", wrong), ("unknown", unknown)]:
+        new_bf16 = [(n, t.bfloat16()) for n, t in new]
+        for key, named in [("old", old), ("new", new), ("new_bf16", new_bf16), ("wrong_shape", wrong),
+                           ("unknown", unknown)]:
             files[key] = os.path.join(work, key + ".pt")
             torch.save(named, files[key])
-        files["wrong_shape_named"], files["unknown_named"] = wrong, unknown
+        files["wrong_shape_named"], files["unknown_named"], files["new_bf16_named"] = wrong, unknown, new_bf16
 
         tps = [1] + ([2] if shutil.which("mpirun") else [])
         if len(tps) == 1:

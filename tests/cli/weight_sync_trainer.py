@@ -11,7 +11,8 @@ as slime/AReaL do:
       (SGLang's FlattenedTensorBucket); kill_after=k SIGKILLs this process after k broadcasts
   {"op": "exit"}
 
-It prints "ready" once the group exists and "ok" after each command.
+It prints "started" once torch is imported (the group's rendezvous comes next), "ready"
+once the group exists and "ok" after each command.
 usage: weight_sync_trainer.py HOST PORT WORLD_SIZE GROUP_NAME
 """
 import json
@@ -22,6 +23,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+print("started", flush=True)
 
 
 def init_custom_process_group(backend, init_method, timeout, world_size, rank, group_name):
