@@ -49,6 +49,12 @@ T field(const json& j, const char* name, T fallback) {
 // A refused update: SGLang's 400 {success: false, message, num_paused_requests}; nothing
 // changed, so the label is the current one.
 void refuse(RlContext& c, httplib::Response& res, const std::string& why) {
+  // The scheduler counts refused updates (refit_refit_failures_total): the refusal passes
+  // through it between two steps, in place, so nobody is drained, aborted or paused.
+  try {
+    c.scheduler.run_exclusive(PauseMode::in_place, [&] { throw Error(why); });
+  } catch (const std::exception&) {
+  }
   reply(res, 400, false, "weight update refused, the weights are unchanged: " + why,
         c.label_of(c.engine.weight_version()), json{{"num_paused_requests", 0}});
 }
