@@ -323,6 +323,13 @@ void HttpServer::routes() {
           ch["logprobs"] = lp;
         }
         if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c, prompt);
+        if (p.return_tokens_as_token_ids && chat && ch["logprobs"].is_object())  // vLLM: "token_id:N"
+          for (size_t k = 0; k < ch["logprobs"]["content"].size(); ++k) {
+            json& e = ch["logprobs"]["content"][k];
+            e["token"] = fmt::format("token_id:{}", c.tokens()[k]);
+            for (size_t t = 0; t < e["top_logprobs"].size(); ++t)
+              e["top_logprobs"][t]["token"] = fmt::format("token_id:{}", c.top()[k][t].token);
+          }
         if (p.return_tokens_as_token_ids && ch["logprobs"].is_object() && ch["logprobs"].contains("tokens"))
           for (size_t k = 0; k < ch["logprobs"]["tokens"].size(); ++k) {
             const std::vector<int32_t>& ids = c.tokens();
@@ -479,6 +486,7 @@ void HttpServer::routes() {
   register_weight_sync_endpoints(s, rl);
   sglang_generate_routes();
   lifecycle_routes();
+  vllm_routes();
 
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

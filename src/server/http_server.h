@@ -70,6 +70,7 @@ class HttpServer {
   void routes();
   void sglang_generate_routes();  // server/sglang_generate.cpp
   void lifecycle_routes();        // server/lifecycle_endpoints.cpp
+  void vllm_routes();             // server/vllm_endpoints.cpp
   // 503 naming what is missing while weights or KV memory are released.
   void check_can_generate() const;
   int max_logprobs() const;

@@ -38,8 +38,24 @@ TEST(ServeApi, completion_fields_are_parsed_with_openai_defaults) {
   EXPECT_FALSE(ids.max_tokens.has_value());
 }
 
+TEST(ServeApi, unknown_fields_are_ignored_as_vllm_and_sglang_do) {
+  // Real clients send fields of newer servers (cache_salt, return_tokens_as_token_ids...).
+  GenerationParams p = parse_generation_request(json{{"prompt", "x"}, {"bogus", 1}, {"cache_salt", "s"}}, false);
+  EXPECT_EQ(p.prompt_texts, std::vector<std::string>{"x"});
+  // Known fields of vLLM's are parsed, not ignored.
+  GenerationParams v = parse_generation_request(
+      json{{"prompt", "x"}, {"min_tokens", 3}, {"stop_token_ids", {7, 9}}, {"presence_penalty", 0.5},
+           {"prompt_logprobs", 2}, {"return_tokens_as_token_ids", true}}, false);
+  EXPECT_EQ(v.min_tokens, 3);
+  EXPECT_EQ(v.stop_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_FLOAT_EQ(v.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(v.prompt_logprobs, 2);
+  EXPECT_TRUE(v.return_tokens_as_token_ids);
+}
+
 TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
-  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"bogus", 1}}, false).param, "bogus");
+  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"min_tokens", -1}}, false).param, "min_tokens");
+  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"stop_token_ids", {-3}}}, false).param, "stop_token_ids");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"max_tokens", -1}}, false).param, "max_tokens");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"max_tokens", "ten"}}, false).param, "max_tokens");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"temperature", -0.5}}, false).param, "temperature");
@@ -47,14 +63,15 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"n", 0}}, false).param, "n");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"stop", {1}}}, false).param, "stop");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"logprobs", 21}}, false).param, "logprobs");
-  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"presence_penalty", 0.5}}, false).param, "presence_penalty");
+  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"presence_penalty", 2.5}}, false).param, "presence_penalty");
   EXPECT_EQ(parse_error(json{{"prompt", {-1}}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"max_tokens", 3}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"messages", json::array()}}, true).param, "messages");
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "tool"}, {"content", "x"}}}}}, true).param, "messages[0].role");
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true).param,
             "top_logprobs");
-  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"messages", 1}}, false).param, "messages");  // chat-only field
+  // A chat-only field on /v1/completions is a field that route does not know: ignored.
+  EXPECT_EQ(parse_generation_request(json{{"prompt", "x"}, {"messages", 1}}, false).prompt_texts.size(), 1u);
   EXPECT_EQ(parse_error(json::array(), false).status, 400);
   try {
     parse_json_body("{\"prompt\": ");

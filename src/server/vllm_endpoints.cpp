@@ -1,0 +1,116 @@
+// vLLM's utility routes that RL clients call beside the OpenAI ones, and the weight
+// routes prime-rl's vLLM server extension adds (prime-rl orchestrator/client.py):
+//
+//   POST /tokenize   {prompt | messages, add_special_tokens?}  -> {tokens, count, max_model_len}
+//   POST /detokenize {tokens}                                  -> {prompt}
+//   POST /update_weights {model_path | weight_dir}   a checkpoint (all or some tensors) from disk
+//   POST /reload_weights                             back to the weights the server started on
+//
+// The weight routes are the same transaction as /update_weights_from_disk: validated in
+// full, committed between two steps after started requests finish (each request sees one
+// weight version); a refused update changes nothing.
+#include <fmt/format.h>
+
+#include "server/api_types.h"
+#include "server/http_server.h"
+#include "server/http_util.h"
+#include "server/rank_group.h"
+#include "server/request_fields.h"
+
+namespace refit {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw HttpError{400, message, "invalid_request_error", param, {}};
+}
+
+}  // namespace
+
+void HttpServer::vllm_routes() {
+  httplib::Server& s = *http_;
+
+  s.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    const json body = object_body(req);
+    ignore_unknown_fields(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
+                          "/tokenize");
+    const Tokenizer* tok = engine_.tokenizer();
+    if (!tok) bad("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
+    std::vector<int32_t> ids;
+    if (body.contains("messages") && !body["messages"].is_null()) {
+      json chat = body;
+      chat.erase("add_special_tokens");
+      chat.erase("add_generation_prompt");
+      const GenerationParams p = parse_generation_request(chat, /*chat=*/true);
+      ids = tok->encode(chat_template_.render(p.messages), false, true);
+    } else {
+      if (!body.contains("prompt") || !body["prompt"].is_string()) bad("prompt", "'prompt' (a string) or 'messages' is required");
+      bool special = true;
+      if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
+        if (!body["add_special_tokens"].is_boolean()) bad("add_special_tokens", "'add_special_tokens' must be true or false");
+        special = body["add_special_tokens"].get<bool>();
+      }
+      ids = tok->encode(body["prompt"].get<std::string>(), special, true);
+    }
+    send_json(res, 200, json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", scheduler_->max_context()}});
+  }));
+
+  s.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    const json body = object_body(req);
+    ignore_unknown_fields(body, {"model", "tokens"}, "/detokenize");
+    const Tokenizer* tok = engine_.tokenizer();
+    if (!tok) bad("tokens", fmt::format("{} carries no tokenizer", engine_.description()));
+    if (!body.contains("tokens") || !body["tokens"].is_array()) bad("tokens", "'tokens' must be a list of token ids");
+    std::vector<int32_t> ids;
+    for (const auto& v : body["tokens"]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine_.config().vocab_size)
+        bad("tokens", fmt::format("token ids must be in 0..{}, got {}", engine_.config().vocab_size - 1, v.dump()));
+      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    send_json(res, 200, json{{"prompt", tok->decode(ids)}});
+  }));
+
+  // Loads every tensor of `path` this model has, between steps; the reply as vLLM's
+  // extension gives it, plus refit's version label.
+  auto load = [this](httplib::Response& res, const std::string& path) {
+    try {
+      const std::vector<std::string> names = engine_.checkpoint_names_present(path);
+      if (names.empty()) fail("{} holds none of this model's tensors", path);
+      const double seconds = scheduler_->run_exclusive(PauseMode::drain, [&] {
+        if (ranks_) ranks_->update_from_disk(path, names);
+        else engine_.update_weights_from_disk(path, names);
+      });
+      send_json(res, 200,
+                json{{"message", fmt::format("weights updated from {} ({} tensors, {:.3f} s)", path, names.size(), seconds)},
+                     {"success", true},
+                     {"weight_version", current_version_label()}});
+    } catch (const HttpError&) {
+      throw;
+    } catch (const std::exception& e) {
+      send_json(res, 400,
+                json{{"message", std::string("weight update refused, the weights are unchanged: ") + e.what()},
+                     {"success", false},
+                     {"weight_version", current_version_label()}});
+    }
+  };
+  s.Post("/update_weights", guarded([load](const httplib::Request& req, httplib::Response& res) {
+    const json body = object_body(req);
+    ignore_unknown_fields(body, {"model_path", "weight_dir"}, "/update_weights");
+    std::string path;
+    for (const char* key : {"model_path", "weight_dir"})
+      if (body.contains(key) && !body[key].is_null()) {
+        if (!body[key].is_string() || body[key].get<std::string>().empty())
+          bad(key, fmt::format("'{}' must be a non-empty string", key));
+        path = body[key].get<std::string>();
+      }
+    if (path.empty()) bad("model_path", "'model_path' (or 'weight_dir') is required");
+    load(res, path);
+  }));
+  s.Post("/reload_weights", guarded([this, load](const httplib::Request&, httplib::Response& res) {
+    load(res, engine_.description());
+  }));
+}
+
+}  // namespace refit
