@@ -29,8 +29,10 @@ from ._refit import (  # noqa: F401
     zeros,
 )
 from .llm import (  # noqa: F401  vLLM-shaped in-process generation (docs/python.md)
+    AsyncEngineArgs,
     AsyncLLMEngine,
     CompletionOutput,
+    EngineArgs,
     LLM,
     LLMEngine,
     Logprob,
@@ -40,9 +42,11 @@ from .llm import (  # noqa: F401  vLLM-shaped in-process generation (docs/python
 )
 
 __all__ = [
+    "AsyncEngineArgs",
     "AsyncLLMEngine",
     "CompletionOutput",
     "DispatchError",
+    "EngineArgs",
     "Engine",
     "Error",
     "ExportError",

@@ -42,8 +42,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 from . import _refit
 
 __all__ = [
+    "AsyncEngineArgs",
     "AsyncLLMEngine",
     "CompletionOutput",
+    "EngineArgs",
     "LLM",
     "LLMEngine",
     "Logprob",
@@ -224,6 +226,17 @@ class SamplingParams:
 
     # vLLM's checks (its messages name the field), then refit's own limits.
     def _verify(self) -> None:
+        # Callers set fields after construction (verl's update_sampling_params, OpenRLHF's
+        # agent loop): every request re-checks its params, normalizing as __init__ does.
+        if self.stop is None:
+            self.stop = []
+        elif isinstance(self.stop, str):
+            self.stop = [self.stop]
+        elif not isinstance(self.stop, list):
+            self.stop = list(self.stop)
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+
         def bad(name, why):
             raise ValueError(f"SamplingParams.{name} {why}, got {getattr(self, name)!r}")
 
@@ -299,6 +312,13 @@ class SamplingParams:
     @property
     def sampling_type(self) -> str:
         return "greedy" if self.temperature < _SAMPLING_EPS else ("random_seed" if self.seed is not None else "random")
+
+    def _snapshot(self) -> "SamplingParams":
+        import copy
+
+        c = copy.copy(self)
+        c.stop, c.stop_token_ids = list(self.stop), list(self.stop_token_ids)
+        return c
 
     def clone(self) -> "SamplingParams":
         import copy
@@ -587,6 +607,9 @@ _PLACEMENT_ARGS = {
     "disable_async_output_proc": False,
     "hf_overrides": None,
     "bundle_indices": None,
+    "disable_mm_preprocessor_cache": False,
+    "enable_lora": False,
+    "max_num_partial_prefills": 1,
 }
 
 
@@ -632,6 +655,8 @@ class LLM:
         unknown = sorted(set(placement_args) - set(_PLACEMENT_ARGS))
         if unknown:
             raise TypeError(f"LLM: unexpected engine argument(s) {', '.join(unknown)}")
+        if placement_args.get("enable_lora"):
+            raise ValueError("LLM: enable_lora=True: LoRA adapters are not supported by refit")
         self.ignored_engine_args = dict(placement_args)
         changed = [k for k, v in placement_args.items() if v != _PLACEMENT_ARGS[k]]
         if changed:
@@ -870,6 +895,8 @@ class LLM:
     def _new_request(self, request_id: Optional[str], prompt: Any, params: SamplingParams) -> _RequestState:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"sampling params must be refit.SamplingParams, got {type(params).__name__}")
+        params._verify()  # fields may have been set since construction
+        params = params._snapshot()  # the request keeps the values it was submitted with
         text = None
         if isinstance(prompt, str):
             text = prompt
@@ -1083,10 +1110,29 @@ class LLMEngine:
     def get_tokenizer(self):
         return self._llm.get_tokenizer()
 
+    def __getattr__(self, name: str):
+        # Everything else is the refit.Engine's (weights, updates, logits, config).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._llm.engine, name)
+
 
 # ---------------------------------------------------------------------------------------
 # AsyncLLMEngine: async generate() streams RequestOutputs
 # ---------------------------------------------------------------------------------------
+
+
+class EngineArgs:
+    """vLLM's EngineArgs / AsyncEngineArgs as a holder: EngineArgs(model, **engine_args).
+
+    The arguments are checked when the engine is built (LLM's)."""
+
+    def __init__(self, model: Any = None, **engine_args):
+        self.model = model
+        self.engine_args = engine_args
+
+
+AsyncEngineArgs = EngineArgs
 
 
 class AsyncLLMEngine:
@@ -1115,8 +1161,22 @@ class AsyncLLMEngine:
     def from_llm(cls, llm: LLM) -> "AsyncLLMEngine":
         return cls(llm=llm)
 
+    @classmethod
+    def from_engine_args(cls, engine_args: Union[EngineArgs, Dict[str, Any]], **_ignored_usage_args):
+        if isinstance(engine_args, dict):
+            args = dict(engine_args)
+            return cls(args.pop("model", None), **args)
+        return cls(engine_args.model, **engine_args.engine_args)
+
     @property
-    def engine(self):
+    def engine(self) -> "LLMEngine":
+        """vLLM's ``AsyncLLMEngine.engine``: the LLMEngine (reset_prefix_cache,
+        get_num_unfinished_requests, ...); other attributes are the refit.Engine's
+        (update_weights_from_tensors, logits, weight_version, state_dict, ...)."""
+        return self.llm.llm_engine
+
+    @property
+    def refit_engine(self):
         """The refit.Engine (weights, updates, logits)."""
         return self.llm.engine
 
@@ -1167,6 +1227,12 @@ class AsyncLLMEngine:
 
     async def reset_prefix_cache(self) -> bool:
         return self.llm.reset_prefix_cache()
+
+    async def sleep(self, level: int = 1) -> int:
+        return self.llm.sleep(level)
+
+    async def wake_up(self, tags: Optional[List[str]] = None) -> None:
+        self.llm.wake_up(tags)
 
     async def update_weights_from_tensors(self, tensors, *, mode: str = "drain", check_finite: bool = False) -> int:
         """LLM.update_weights_from_tensors off the event loop (requests keep streaming)."""

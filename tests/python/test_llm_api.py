@@ -702,3 +702,79 @@ def test_streamed_text_with_a_stop_string_is_never_taken_back(stories_llm):
     assert outs[-1].outputs[0].stop_reason == stop and outs[-1].finished
     assert all(stop not in o.outputs[0].text for o in outs)
     engine.shutdown()
+
+
+def test_openrlhf_async_agent_replay():
+    """openrlhf/trainer/ray/vllm_engine_async.py, LLMRayActorAsync: _init_vllm_engine() builds
+    vllm.AsyncEngineArgs(*args, **kwargs) and AsyncLLMEngine.from_engine_args(); add_requests()
+    runs one agent task per prompt (deepcopied sampling_params, at most 128 at once), each
+    calling generate_async_func(state, sampling_params) — self.llm.generate(prompts,
+    sampling_params, request_id) with a random uuid, keeping the final output — then sets
+    sampling_params.max_tokens = max_length - (prompt + output tokens) for the next turn;
+    reset_prefix_cache() calls self.llm.engine.reset_prefix_cache()."""
+    import copy
+    import uuid
+
+    engine_args = refit.AsyncEngineArgs(model=str(require(STORIES_GGUF)), enforce_eager=True, tensor_parallel_size=1,
+                                        seed=0, max_model_len=256, enable_prefix_caching=True, dtype="auto")
+    with pytest.warns(UserWarning, match="enforce_eager"):
+        llm = refit.AsyncLLMEngine.from_engine_args(engine_args)
+    max_length = 48
+
+    async def generate_async_func(prompts, sampling_params):
+        request_id = str(uuid.uuid4())
+        final_output = None
+        async for request_output in llm.generate(prompts, sampling_params, request_id):
+            final_output = request_output
+        return final_output
+
+    async def execute_agent(prompt, sampling_params):
+        state, turns = prompt, []
+        for _ in range(3):
+            if sampling_params.max_tokens <= 0:
+                break
+            budget = sampling_params.max_tokens
+            request_output = await generate_async_func(state, sampling_params)
+            assert len(request_output.outputs[0].token_ids) <= budget
+            action = request_output.outputs[0].text
+            sampling_params.max_tokens = max_length - (
+                len(request_output.prompt_token_ids) + len(request_output.outputs[0].token_ids))
+            turns.append(request_output)
+            state = state + action + " Then"
+        return turns
+
+    async def add_requests(sampling_params, prompts):
+        semaphore = asyncio.Semaphore(128)
+
+        async def with_semaphore(prompt, sp):
+            async with semaphore:
+                return await execute_agent(prompt, sp)
+
+        tasks = [asyncio.create_task(with_semaphore(p, copy.deepcopy(sampling_params))) for p in prompts]
+        return await asyncio.gather(*tasks)
+
+    params = refit.SamplingParams(temperature=1.0, top_p=1.0, max_tokens=16, seed=1)
+    prompts = ["Once upon a time", "The little dog", "Lily was"] * 2
+    all_turns = asyncio.run(add_requests(params, prompts))
+    assert params.max_tokens == 16  # each agent had its own copy
+    for turns in all_turns:
+        assert turns and all(t.finished for t in turns)
+        assert len(turns[0].outputs[0].token_ids) == 16 or turns[0].outputs[0].finish_reason == "stop"
+    assert llm.engine.reset_prefix_cache() is True
+    assert llm.engine.weight_version == llm.refit_engine.weight_version  # falls through to refit.Engine
+    assert llm.get_num_unfinished_requests() == 0
+    llm.shutdown()
+    llm.llm.close()
+
+
+def test_fields_set_after_construction_are_checked_per_request(stories_llm):
+    # verl's update_sampling_params and OpenRLHF's agent loop setattr on SamplingParams.
+    params = refit.SamplingParams(temperature=0, max_tokens=8)
+    params.max_tokens = 0
+    with pytest.raises(ValueError, match="max_tokens"):
+        stories_llm.generate({"prompt_token_ids": STORY_PROMPTS[0]}, params, use_tqdm=False)
+    params.max_tokens, params.stop = 30, "little"
+    out = stories_llm.generate({"prompt_token_ids": STORY_PROMPTS[1]}, params, use_tqdm=False)[0].outputs[0]
+    assert out.stop_reason == "little" or out.finish_reason == "length"
+    with pytest.raises(ValueError, match="enable_lora"):
+        refit.LLM(str(require(STORIES_GGUF)), enable_lora=True)
