@@ -106,9 +106,11 @@ def write_folder(path, tensors):
 # ---- servers -----------------------------------------------------------------------------
 
 class Server:
-    def __init__(self, model):
-        self.proc = subprocess.Popen([REFIT, "serve", "-m", model, "--port", "0", "-t", "1"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+    def __init__(self, model, tp=1):
+        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1"]
+        if tp > 1:
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -117,6 +119,7 @@ class Server:
             self.proc.kill()
             raise SystemExit(f"refit serve -m {model} did not start: {line!r} {''.join(self.stderr)}")
         self.port = int(m.group(1))
+        self.first_line = line
 
     def request(self, method, path, body=None, timeout=120):
         data = None if body is None else json.dumps(body).encode()
@@ -155,7 +158,11 @@ class Server:
         return j.get("values") if status == 200 else None
 
     def stop(self):
-        self.proc.terminate()
+        m = re.search(r"pid (\d+)", self.first_line)
+        if m and self.proc.args[0] == "mpirun":
+            os.kill(int(m.group(1)), 15)  # rank 0 stops every rank
+        else:
+            self.proc.terminate()
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -406,6 +413,33 @@ try:
     t.join(60)
     check(result and result[0] == base[0], f"after continue: {result}")
     check(server.greedy_all() == base, "after the keep_pause update back to A: not bitwise the first answers")
+
+    # ---- tensor parallel: every rank takes its slice of the same updates ---------------
+    # (TP 2 equals TP 1 token for token; its logprobs differ in the last bits, as the
+    # all-reduce sums in another order, so tokens are compared here.)
+    if shutil.which("mpirun"):
+        tp2 = Server(MODEL_A, tp=2)
+        try:
+            tokens = lambda outs: [o[0] for o in outs]
+            check(tokens(tp2.greedy_all()) == tokens(base), "tp 2 on A: not A's tokens")
+            for step, bucket in enumerate(thirds):
+                expect_ok(tp2, "/update_weights_from_tensor",
+                          {"serialized_named_tensors": slime_entries(bucket, ranks=2), "load_format": "flattened_bucket",
+                           "flush_cache": False, "weight_version": "slime-1"}, f"tp 2 slime bucket {step}")
+            check(tokens(tp2.greedy_all()) == tokens(on_b), "tp 2 after slime's buckets: not B's tokens")
+            expect_ok(tp2, "/update_weights_from_disk", {"model_path": MODEL_A}, "tp 2 back to A")
+            j = expect_ok(tp2, "/update_weights_from_disk", {"model_path": PARTIAL}, "tp 2 partial folder")
+            check(j.get("tensors_updated") == len(PARTIAL_NAMES), f"tp 2 partial folder: {j}")
+            check(tokens(tp2.greedy_all()) == tokens(on_ap), "tp 2 after the partial folder: not A + those tensors")
+            check(tp2.weight(untouched) == before_untouched, "tp 2: a tensor the partial folder lacks changed")
+            status, j = tp2.post("/update_weights_from_tensor", bad_cases[8][0])
+            check(status == 400 and q in j.get("message", ""), f"tp 2 wrong-shaped bucket: {status} {j}")
+            check(tokens(tp2.greedy_all()) == tokens(on_ap), "tp 2: a refused bucket changed the tokens")
+            print("tensor-parallel part: done", flush=True)
+        finally:
+            tp2.stop()
+    else:
+        print("mpirun not found: skipping the tensor-parallel part")
 finally:
     for s in (server, fresh_b, fresh_ap):
         s.stop()
