@@ -428,7 +428,16 @@ void Scheduler::loop() {
     const bool can_run = !paused_ && !exclusive_ && !kv_released_ && (!running_.empty() || (!waiting_.empty() && !draining_));
     if (!can_run) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
-      // Queue timeouts still apply while nothing runs.
+      // Cancelled requests leave even while nothing runs (an abort during a pause frees
+      // their KV blocks now and lets a client waiting for an idle server see it).
+      for (auto it = running_.begin(); it != running_.end();) {
+        if ((*it)->handle->cancelled()) {
+          finish(**it, "abort");
+          it = running_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       for (auto it = waiting_.begin(); it != waiting_.end();) {
         if ((*it)->handle->cancelled()) {
           finish(**it, "abort");

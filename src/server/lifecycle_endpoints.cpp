@@ -2,7 +2,8 @@
 // things, as RL frameworks call them between rollouts:
 //
 //   GET  /health_generate             generates one token for real (503 when it cannot)
-//   GET  /get_server_info, /server_info, /get_model_info, /get_weight_version, /is_sleeping
+//   GET  /get_server_info, /server_info, /get_model_info, /get_weight_version, /is_sleeping,
+//        /v1/loads (SGLang's load report: running and waiting requests, KV usage)
 //   GET|POST /flush_cache              refused (400) while requests run, as SGLang does: clients retry
 //   POST /reset_prefix_cache           vLLM's name; same effect, never refused
 //   POST /abort_request {rid | abort_all}
@@ -145,6 +146,28 @@ void HttpServer::lifecycle_routes() {
   };
   s.Get("/get_server_info", guarded(server_info));
   s.Get("/server_info", guarded(server_info));
+  // SGLang's load report (GetLoadsReqOutput), which slime polls after abort_all until
+  // the server is idle; ?include= sections are accepted, the core counters always sent.
+  s.Get("/v1/loads", guarded([this](const httplib::Request&, httplib::Response& res) {
+    const SchedulerStats st = scheduler_->stats();
+    const SchedulerOptions& so = scheduler_->options();
+    const int64_t total = so.kv_blocks * so.block_size;
+    const int64_t used = st.kv.used_blocks * so.block_size;
+    json load{{"dp_rank", 0},
+              {"timestamp", unix_now()},
+              {"num_running_reqs", st.running},
+              {"num_waiting_reqs", st.waiting},
+              {"num_total_reqs", st.running + st.waiting},
+              {"num_used_tokens", used},
+              {"max_total_num_tokens", total},
+              {"token_usage", st.kv.usage()},
+              {"max_running_requests", so.max_running},
+              {"cache_hit_rate", st.prefix_query_tokens ? static_cast<double>(st.prefix_hit_tokens) /
+                                                              static_cast<double>(st.prefix_query_tokens)
+                                                        : 0.0},
+              {"queues", json{{"waiting", st.waiting}}}};
+    send_json(res, 200, json{{"timestamp", unix_now()}, {"dp_rank_count", 1}, {"loads", json::array({load})}});
+  }));
   s.Get("/get_model_info", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200,
               json{{"model_path", engine_.description()},

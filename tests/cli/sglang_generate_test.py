@@ -247,6 +247,16 @@ try:
     check(fstatus == 400 and "pending" in json.dumps(fbody), f"/flush_cache while a request runs: {fstatus} {fbody}")
     status, ab = s.post("/abort_request", {"rid": "long-one"})
     check(status == 200 and ab.get("aborted") == 1, f"/abort_request: {status} {ab}")
+    # slime polls /v1/loads after abort_all until the server is idle: even while paused
+    # the aborted request leaves (server_control.py abort_server_until_idle).
+    idle = False
+    for _ in range(50):
+        status, loads = s.get("/v1/loads?include=core,disagg,queues")
+        if status == 200 and loads["loads"][0]["num_total_reqs"] == 0:
+            idle = True
+            break
+        time.sleep(0.05)
+    check(idle, f"/v1/loads never showed the aborted request gone: {status} {loads}")
     check(s.post("/continue_generation")[0] == 200, "continue_generation")
     th.join(60)
     last = chunks_seen[-1] if chunks_seen else {}
