@@ -11,7 +11,10 @@ carrier (src/server/weight_carrier.h) where SGLang's pickles carry CUDA IPC hand
          weight_version str(...)), posted as slime/backends/sglang_utils/sglang_engine.py
          SGLangEngine.update_weights_from_tensor does ({serialized_named_tensors,
          load_format, flush_cache: False, weight_version}); the per-dtype buckets of a
-         FlattenedTensorBucket without supports_multi_dtypes too.
+         FlattenedTensorBucket without supports_multi_dtypes too. Disk: pause_generation,
+         flush_cache, then {model_path, torch_empty_cache: True, load_format: "auto",
+         weight_version} as slime's fork miles/backends/sglang_utils/sglang_engine.py
+         SGLangEngine.update_weights_from_disk posts it, continue_generation.
   AReaL  areal/engine/sglang_remote.py RemoteSGLangEngine.update_weights (meta.type "disk"):
          POST /pause_generation, update_weights_from_disk({model_path, abort_all_request:
          True} — AReaL's misspelling, an unknown field SGLang ignores), POST
@@ -350,6 +353,18 @@ try:
                "load_format": None, "flush_cache": True}
     expect_ok(server, "/update_weights_from_tensor", payload, "verl tensor update")
     check(server.greedy_all() == on_b, "after verl's update: not bitwise the fresh server on B")
+
+    # ---- slime's disk path: pause, flush_cache, update_weights_from_disk, continue ------
+    # (slime's fork miles/backends/sglang_utils/sglang_engine.py SGLangEngine.
+    # update_weights_from_disk posts {model_path, torch_empty_cache: True, load_format,
+    # weight_version}; the stored THUDM/slime sglang_engine.py has no disk method.)
+    check(server.post("/pause_generation", {})[0] == 200, "slime pause_generation")
+    check(server.request("GET", "/flush_cache")[0] == 200, "slime flush_cache")
+    j = expect_ok(server, "/update_weights_from_disk", {"model_path": MODEL_A, "torch_empty_cache": True,
+                                                        "load_format": "auto", "weight_version": "3"}, "slime disk update")
+    check(j.get("weight_version") == "3" and server.label() == "3", f"slime disk update label: {j}")
+    check(server.post("/continue_generation", {})[0] == 200, "slime continue_generation")
+    check(server.greedy_all() == base, "after slime's disk update back to A: not bitwise the first answers")
 
     # ---- one-dtype buckets back to A (slime's path without supports_multi_dtypes) -------
     by_dtype = {}
