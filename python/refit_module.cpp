@@ -100,6 +100,18 @@ struct GenerateOutput {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Decoded text as a Python str: bytes that are not UTF-8 (a random model's byte tokens, a
+// character cut by max_tokens) become U+FFFD instead of failing the whole call.
+py::str utf8_text(const std::string& bytes) {
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace");
+  if (!s) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
+py::object optional_text(const std::optional<std::string>& text) {
+  return text ? py::object(utf8_text(*text)) : py::object(py::none());
+}
+
 std::string fspath(py::handle path) { return py::str(py::module_::import("os").attr("fspath")(path)); }
 
 std::vector<int32_t> token_ids(py::handle object, int64_t vocab_size, const char* what) {
@@ -311,14 +323,14 @@ void bind_engine(py::module_& m) {
   py::class_<GenerateOutput>(m, "GenerateOutput")
       .def_readonly("ids", &GenerateOutput::ids)
       .def_readonly("prompt_ids", &GenerateOutput::prompt_ids)
-      .def_readonly("text", &GenerateOutput::text)
+      .def_property_readonly("text", [](const GenerateOutput& o) { return optional_text(o.text); })
       .def_readonly("weight_version", &GenerateOutput::weight_version)
       .def_readonly("finish_reason", &GenerateOutput::finish_reason)
       .def_readonly("seed", &GenerateOutput::seed)
       .def_readonly("prefill_seconds", &GenerateOutput::prefill_seconds)
       .def_readonly("decode_seconds", &GenerateOutput::decode_seconds)
       .def("to_dict", [](const GenerateOutput& o) {
-        return py::dict("ids"_a = o.ids, "prompt_ids"_a = o.prompt_ids, "text"_a = o.text,
+        return py::dict("ids"_a = o.ids, "prompt_ids"_a = o.prompt_ids, "text"_a = optional_text(o.text),
                         "weight_version"_a = o.weight_version, "finish_reason"_a = o.finish_reason, "seed"_a = o.seed);
       })
       .def("__getitem__", [](const GenerateOutput& o, const std::string& key) -> py::object {
@@ -395,7 +407,7 @@ void bind_engine(py::module_& m) {
           "decode",
           [](const Engine& e, py::handle ids) {
             if (!e.tokenizer()) throw py::value_error("decode: this model has no tokenizer");
-            return e.tokenizer()->decode(token_ids(ids, e.config().vocab_size, "decode"));
+            return utf8_text(e.tokenizer()->decode(token_ids(ids, e.config().vocab_size, "decode")));
           },
           py::arg("ids"));
   bind_updates(m, engine_class);
