@@ -657,6 +657,7 @@ bool Scheduler::step() {
     ev.rank = rank_of(values, token);
     ev.weight_version = version;
     ev.top = top_of(values, s.spec.top_logprobs);
+    ev.cached_tokens = s.cached_tokens;
     s.tokens.push_back(token);
     ++counters_.generated_tokens;
     RequestHandle::Event te = make_event(RequestHandle::Event::token);

@@ -97,6 +97,7 @@ struct TokenEvent {
   uint64_t weight_version = 0;
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
   int64_t position = -1;          // prompt logprobs: the token's position in the prompt
+  int64_t cached_tokens = 0;      // prompt tokens the prefix cache served at admission
 };
 
 struct RequestSpec {

@@ -47,6 +47,7 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
       versions_.push_back(t.weight_version);
       top_.push_back(t.top);
       ranks_.push_back(t.rank);
+      cached_tokens_ = t.cached_tokens;
       const size_t before = text_.size();
       text_ += decoder_ ? decoder_->push(t.token) : std::to_string(t.token) + " ";
       if (!stop_.empty()) {
