@@ -18,7 +18,9 @@
 // RequestSpec fields travel as a dict (submit(prompt, {"max_tokens": 8, ...})): one table
 // below maps each key to its field, and a key the table lacks is refused by name, so a
 // sampling option the Scheduler does not implement cannot be silently dropped.
-// Scheduler.supported_fields lists the keys (refit/llm.py validates against it).
+// Scheduler.supported_fields lists the keys (refit/llm.py validates against it, so a new
+// RequestSpec field is wired by one row here). can_sleep and reports_rank say what the
+// Scheduler offers to the Python layer (both true since the Scheduler gained them).
 #include "llm_binding.h"
 
 #include <pybind11/functional.h>
@@ -65,51 +67,6 @@ T as(py::handle v, const char* name) {
   }
 }
 
-// Fields the Scheduler gained with its vLLM/SGLang sampling options (min_tokens, the
-// OpenAI penalties, logprob modes, prompt logprobs): wired when RequestSpec has them, so
-// this file builds against the Scheduler before and after they landed. Each lambda's body
-// goes through the dependent Spec type, so a missing field is never instantiated.
-template <typename Spec = RequestSpec>
-void add_optional_fields(std::vector<SpecField>& f) {
-  if constexpr (requires(Spec s) { s.min_tokens; })
-    f.push_back({"min_tokens", [](RequestSpec& s, py::handle v) {
-                   static_cast<Spec&>(s).min_tokens = as<int64_t>(v, "min_tokens");
-                 }});
-  if constexpr (requires(Spec s) { s.sampling.frequency_penalty; })
-    f.push_back({"frequency_penalty", [](RequestSpec& s, py::handle v) {
-                   static_cast<Spec&>(s).sampling.frequency_penalty = as<float>(v, "frequency_penalty");
-                 }});
-  if constexpr (requires(Spec s) { s.sampling.presence_penalty; })
-    f.push_back({"presence_penalty", [](RequestSpec& s, py::handle v) {
-                   static_cast<Spec&>(s).sampling.presence_penalty = as<float>(v, "presence_penalty");
-                 }});
-  if constexpr (requires(Spec s) { s.prompt_logprobs_from; })
-    f.push_back({"prompt_logprobs_from", [](RequestSpec& s, py::handle v) {
-                   static_cast<Spec&>(s).prompt_logprobs_from = as<int64_t>(v, "prompt_logprobs_from");
-                 }});
-  if constexpr (requires(Spec s) { s.prompt_top_logprobs; })
-    f.push_back({"prompt_top_logprobs", [](RequestSpec& s, py::handle v) {
-                   static_cast<Spec&>(s).prompt_top_logprobs = as<int>(v, "prompt_top_logprobs");
-                 }});
-  if constexpr (requires(Spec s) { s.logprob_mode; })
-    f.push_back({"logprob_mode", [](RequestSpec& s, py::handle v) {
-                   using Mode = decltype(std::declval<Spec&>().logprob_mode);
-                   const std::string name = as<std::string>(v, "logprob_mode");
-                   static const std::pair<const char*, Mode> modes[] = {
-                       {"raw_logprobs", Mode::raw_logprobs},         {"processed_logprobs", Mode::processed_logprobs},
-                       {"raw_logits", Mode::raw_logits},             {"processed_logits", Mode::processed_logits},
-                       {"sglang", Mode::sglang}};
-                   for (const auto& [n, m] : modes)
-                     if (name == n) {
-                       static_cast<Spec&>(s).logprob_mode = m;
-                       return;
-                     }
-                   throw py::value_error(fmt::format("logprob_mode: unknown mode '{}' (raw_logprobs, "
-                                                     "processed_logprobs, raw_logits, processed_logits)",
-                                                     name));
-                 }});
-}
-
 // Every RequestSpec (and SamplingParams) field a request may set from Python. A new
 // Scheduler feature is wired up here and nowhere else in C++.
 const std::vector<SpecField>& spec_fields() {
@@ -130,8 +87,24 @@ const std::vector<SpecField>& spec_fields() {
         {"top_logprobs", [](RequestSpec& s, py::handle v) { s.top_logprobs = as<int>(v, "top_logprobs"); }},
         {"restart_on_retract",
          [](RequestSpec& s, py::handle v) { s.restart_on_retract = as<bool>(v, "restart_on_retract"); }},
+        {"min_tokens", [](RequestSpec& s, py::handle v) { s.min_tokens = as<int64_t>(v, "min_tokens"); }},
+        {"frequency_penalty",
+         [](RequestSpec& s, py::handle v) { s.sampling.frequency_penalty = as<float>(v, "frequency_penalty"); }},
+        {"presence_penalty",
+         [](RequestSpec& s, py::handle v) { s.sampling.presence_penalty = as<float>(v, "presence_penalty"); }},
+        {"prompt_logprobs_from",
+         [](RequestSpec& s, py::handle v) { s.prompt_logprobs_from = as<int64_t>(v, "prompt_logprobs_from"); }},
+        {"prompt_top_logprobs",
+         [](RequestSpec& s, py::handle v) { s.prompt_top_logprobs = as<int>(v, "prompt_top_logprobs"); }},
+        {"logprob_mode",
+         [](RequestSpec& s, py::handle v) {
+           try {
+             s.logprob_mode = logprob_mode_from_name(as<std::string>(v, "logprob_mode"));
+           } catch (const Error& e) {
+             throw py::value_error(fmt::format("logprob_mode: {}", e.what()));
+           }
+         }},
     };
-    add_optional_fields(f);
     return f;
   }();
   return fields;
@@ -139,18 +112,7 @@ const std::vector<SpecField>& spec_fields() {
 
 // ---- events as tuples ----
 
-template <typename Token = TokenEvent>
-py::object token_rank(const Token& t) {
-  if constexpr (requires(Token x) { x.rank; })
-    return t.rank > 0 ? py::int_(t.rank) : py::object(py::none());
-  else
-    return py::none();  // this Scheduler does not report ranks
-}
-
-template <typename Token = TokenEvent>
-constexpr bool reports_rank() {
-  return requires(Token x) { x.rank; };
-}
+py::object token_rank(const TokenEvent& t) { return t.rank > 0 ? py::object(py::int_(t.rank)) : py::object(py::none()); }
 
 py::list top_list(const std::vector<TokenLogprob>& top) {
   py::list out;
@@ -158,30 +120,23 @@ py::list top_list(const std::vector<TokenLogprob>& top) {
   return out;
 }
 
-//   (id, "token", token, logprob, weight_version, [(token, logprob), ...], rank or None)
+//   (id, "token", token, logprob, weight_version, [(token, logprob), ...], rank)
 //   (id, "restart")                      retracted, re-run from its prompt (drop its tokens)
-//   (id, "finished", finish_reason, error, busy, cached_tokens or None)
+//   (id, "finished", finish_reason, error, busy, cached_tokens)
 //   (id, "prompt", [(position, token, logprob, rank, [(token, logprob), ...], weight_version), ...])
-template <typename Ev = RequestHandle::Event>
-py::tuple event_tuple(uint64_t id, const Ev& e) {
-  if (e.kind == Ev::token) {
-    const TokenEvent& t = e.token_event;
-    return py::make_tuple(id, "token", t.token, static_cast<double>(t.logprob), t.weight_version, top_list(t.top),
-                          token_rank(t));
-  }
-  if (e.kind == Ev::restart) return py::make_tuple(id, "restart");
-  if (e.kind == Ev::finished) {
-    py::object cached = py::none();
-    if constexpr (requires(Ev x) { x.cached_tokens; }) cached = py::int_(e.cached_tokens);
-    return py::make_tuple(id, "finished", e.finish_reason, e.error, e.busy, cached);
-  }
-  if constexpr (requires(Ev x) {
-                  Ev::prompt;
-                  x.prompt_logprobs;
-                }) {
-    if (e.kind == Ev::prompt) {
+py::tuple event_tuple(uint64_t id, const RequestHandle::Event& e) {
+  using Ev = RequestHandle::Event;
+  switch (e.kind) {
+    case Ev::token: {
+      const TokenEvent& t = e.token_event;
+      return py::make_tuple(id, "token", t.token, static_cast<double>(t.logprob), t.weight_version,
+                            top_list(t.top), token_rank(t));
+    }
+    case Ev::restart: return py::make_tuple(id, "restart");
+    case Ev::finished: return py::make_tuple(id, "finished", e.finish_reason, e.error, e.busy, e.cached_tokens);
+    case Ev::prompt: {
       py::list rows;
-      for (const auto& t : e.prompt_logprobs)
+      for (const TokenEvent& t : e.prompt_logprobs)
         rows.append(py::make_tuple(t.position, t.token, static_cast<double>(t.logprob), token_rank(t),
                                    top_list(t.top), t.weight_version));
       return py::make_tuple(id, "prompt", rows);
@@ -433,45 +388,20 @@ class PyScheduler {
   }
 
   // vLLM's sleep(): the KV pool's memory goes back to the OS (level 1); level 2 also
-  // releases the weights (they must all be sent again before generating). Needs a
-  // Scheduler with release_kv_memory (and an Engine with release_weights for level 2).
-  template <typename S = Scheduler>
-  static constexpr bool can_release_kv() {
-    return requires(S s) {
-      s.release_kv_memory();
-      s.resume_kv_memory();
-    };
-  }
-  template <typename E = Engine>
-  static constexpr bool can_release_weights() {
-    return requires(E e) { e.release_weights(); };
-  }
-  template <typename S = Scheduler, typename E = Engine>
+  // releases the weights (they must all be sent again before generating).
   size_t sleep(int level) {
     if (level != 1 && level != 2) throw py::value_error(fmt::format("level must be 1 or 2, got {}", level));
-    if constexpr (can_release_kv<S>()) {
-      if (level == 2 && !can_release_weights<E>())
-        throw py::value_error("level=2: this build's Engine cannot release its weights");
-      S& s = get();
-      size_t bytes = 0;
-      try {
-        py::gil_scoped_release release;
-        bytes = s.release_kv_memory();
-        if constexpr (can_release_weights<E>())
-          if (level == 2) bytes += static_cast<E&>(engine_).release_weights();
-      } catch (const Error& e) {
-        throw py::value_error(e.what());
-      }
+    Scheduler& s = get();
+    try {
+      py::gil_scoped_release release;
+      size_t bytes = s.release_kv_memory();
+      if (level == 2) bytes += engine_.release_weights();
       return bytes;
-    } else {
-      throw py::value_error("sleep: this build's Scheduler cannot release its KV cache memory");
+    } catch (const Error& e) {
+      throw py::value_error(e.what());
     }
   }
-  template <typename S = Scheduler>
-  void wake_up() {
-    if constexpr (can_release_kv<S>()) static_cast<S&>(get()).resume_kv_memory();
-    else throw py::value_error("wake_up: this build's Scheduler cannot release its KV cache memory");
-  }
+  void wake_up() { get().resume_kv_memory(); }
 
  private:
   py::object engine_obj_;  // keeps the Engine alive (declared first: destroyed last)
@@ -557,17 +487,16 @@ void bind_llm(py::module_& m) {
       .def_property_readonly("max_context", [](PyScheduler& s) { return s.get().max_context(); })
       .def_property_readonly("engine", &PyScheduler::engine)
       .def_property_readonly("eos_token_id", &PyScheduler::eos_token_id)
-      .def("sleep", &PyScheduler::sleep<>, py::arg("level") = 1,
+      .def("sleep", &PyScheduler::sleep, py::arg("level") = 1,
            "Gives the KV cache's memory back to the OS (level 2: the weights' too); no step runs until "
            "wake_up(). Refused while requests run. Returns the bytes released.")
-      .def("wake_up", &PyScheduler::wake_up<>)
+      .def("wake_up", &PyScheduler::wake_up)
       .def("close", &PyScheduler::close, "Stops the loop; pending requests end with 'abort'.");
   py::list names;
   for (const SpecField& f : spec_fields()) names.append(f.name);
   scheduler.attr("supported_fields") = py::tuple(names);
-  scheduler.attr("can_sleep") = PyScheduler::can_release_kv();
-  scheduler.attr("reports_rank") = reports_rank();
-  scheduler.attr("can_release_weights") = PyScheduler::can_release_weights();
+  scheduler.attr("can_sleep") = true;
+  scheduler.attr("reports_rank") = true;
 
   py::class_<PyDetokenizer>(m, "Detokenizer", "Incremental UTF-8-safe text of one token stream.")
       .def(py::init<py::object, bool>(), py::arg("engine"), py::arg("skip_special_tokens") = true)
