@@ -111,9 +111,17 @@ DistributedUpdate parse_update(const json& body, int64_t max_bytes) {
   if (format == "flattened_bucket") u.flattened_bucket = true;
   else if (!format.empty())
     throw bad("load_format", fmt::format("load_format '{}' is not supported here (null or 'flattened_bucket')", format));
+  // SGLang before batched updates (and AReaL's callers of that era) sent one tensor per
+  // request as {name, dtype, shape}: the same as lists of one.
+  json lists = body;
+  if (!body.contains("names") && body.contains("name")) {
+    lists["names"] = json::array({body["name"]});
+    lists["dtypes"] = json::array({body.value("dtype", json())});
+    lists["shapes"] = json::array({body.value("shape", json())});
+  }
   for (const char* f : {"names", "dtypes", "shapes"})
-    if (!body.contains(f) || !body[f].is_array()) throw bad(f, fmt::format("'{}' must be a list", f));
-  const json &names = body["names"], &dtypes = body["dtypes"], &shapes = body["shapes"];
+    if (!lists.contains(f) || !lists[f].is_array()) throw bad(f, fmt::format("'{}' must be a list", f));
+  const json &names = lists["names"], &dtypes = lists["dtypes"], &shapes = lists["shapes"];
   if (names.empty()) throw bad("names", "'names' must not be empty");
   if (dtypes.size() != names.size() || shapes.size() != names.size())
     throw bad("names", fmt::format("names, dtypes and shapes must have one entry per tensor: {}, {} and {}",
@@ -228,8 +236,8 @@ void register_weight_sync_endpoints(httplib::Server& s, RlContext c) {
   s.Post("/update_weights_from_distributed", wrap([](RlContext& c, SyncState& st, const httplib::Request& req,
                                                      httplib::Response& res) {
     const json body = object_body(req);
-    ignore_unknown_fields(body, {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests",
-                                 "weight_version", "load_format"},
+    ignore_unknown_fields(body, {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name", "flush_cache",
+                                 "abort_all_requests", "weight_version", "load_format"},
                           "/update_weights_from_distributed");
     std::lock_guard lock(st.mutex);
     const std::string group = string_field(body, "group_name", kDefaultGroup);

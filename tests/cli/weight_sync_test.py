@@ -178,6 +178,14 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
                   f"tp {tp} {what}: {status} {j}")
             print(f"tp {tp} {what}: {j['message']}")
             check(s.outputs() == fresh_new, f"tp {tp}: a refused update ({what}) changed the outputs")
+        # SGLang's older one-tensor form {name, dtype, shape} (AReaL's callers of that era).
+        q = "model.layers.0.self_attn.q_proj.weight"
+        t, box = in_thread(lambda: s.post("/update_weights_from_distributed", {
+            "name": q, "dtype": "float32", "shape": list(dict(new)[q].shape), "group_name": tr.group}))
+        tr.command(op="broadcast", file=files["new_q"], bucket=False, kill_after=None)
+        t.join()
+        check(box["r"][0] == 200 and box["r"][1]["success"] and tr.line() == "ok", f"tp {tp} one-tensor form: {box['r']}")
+        check(s.outputs() == fresh_new, f"tp {tp}: the one-tensor update (same values) changed the outputs")
         # 4. Back to the old weights in one flattened bucket (slime's newer path).
         status, j = update(s, tr, files["old"], old, load_format="flattened_bucket", weight_version="step-2",
                            flush_cache=False, abort_all_requests=True)
@@ -272,7 +280,7 @@ def main():
         files = {}
         new_bf16 = [(n, t.bfloat16()) for n, t in new]
         for key, named in [("old", old), ("new", new), ("new_bf16", new_bf16), ("wrong_shape", wrong),
-                           ("unknown", unknown)]:
+                           ("unknown", unknown), ("new_q", [(q, new_t[q])])]:
             files[key] = os.path.join(work, key + ".pt")
             torch.save(named, files[key])
         files["wrong_shape_named"], files["unknown_named"], files["new_bf16_named"] = wrong, unknown, new_bf16
