@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "models/batched_forward.h"
 #include "gtest_printers.h"
 #include "serve_test_model.h"
@@ -140,6 +141,70 @@ INSTANTIATE_TEST_SUITE_P(
     Serve, BatchedForwardTest,
     ::testing::Values(std::tuple{Architecture::llama, DType::f32}, std::tuple{Architecture::llama, DType::bf16},
                       std::tuple{Architecture::qwen2, DType::f32}, std::tuple{Architecture::qwen3, DType::f16}));
+
+// Element-wise kernels must give an element the same value wherever it sits in the flat
+// array: the number of rows moves the row/vector boundary (ffn 172 = 10 * 16 + 12), and
+// so do the pool's timing-dependent cuts. silu_mul once ran its tail through std::exp.
+TEST(ServeBatchedForward, silu_mul_of_a_row_does_not_depend_on_the_rows_around_it) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-9.0f, 9.0f);
+  for (int64_t F : {172L, 96L, 7L, 1000L}) {
+    for (int64_t T : {1L, 3L, 7L, 12L, 33L}) {
+      Tensor gate = Tensor::empty({T, F}, DType::f32), up = Tensor::empty({T, F}, DType::f32);
+      for (int64_t i = 0; i < T * F; ++i) {
+        gate.data<float>()[i] = dist(rng);
+        up.data<float>()[i] = dist(rng);
+      }
+      Tensor all = Tensor::empty({T, F}, DType::f32);
+      ops::silu_mul(gate, up, all);
+      for (int64_t t = 0; t < T; ++t) {
+        Tensor g1 = gate.narrow(0, t, 1).contiguous(), u1 = up.narrow(0, t, 1).contiguous();
+        Tensor one = Tensor::empty({1, F}, DType::f32);
+        ops::silu_mul(g1, u1, one);
+        ASSERT_EQ(row(one, 0), row(all, t)) << "F " << F << " T " << T << " row " << t;
+      }
+    }
+  }
+}
+
+// stories260K's shape: ffn 172 (not a multiple of the vector width), head_dim 8, GQA 2.
+// The prompt in one chunk and the prompt fed one token at a time give the same logits.
+TEST(ServeBatchedForward, odd_shapes_give_the_same_logits_in_one_chunk_and_token_by_token) {
+  ModelConfig c = testing::serve_test_config();
+  c.dim = 64;
+  c.n_layers = 3;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 8;
+  c.ffn_dim = 172;
+  c.vocab_size = 512;
+  auto model = testing::serve_test_model(c, DType::f32, 3);
+  const std::vector<int32_t> prompt = random_tokens(29, 11, c.vocab_size);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  auto run = [&](std::vector<int64_t> chunks) {
+    PagedKvCache cache = make_paged_cache(*model, 8, 16);
+    std::vector<int32_t> table;
+    EXPECT_TRUE(cache.reserve(table, n));
+    std::vector<std::vector<float>> rows;
+    int64_t pos = 0;
+    for (int64_t k : chunks) {
+      BatchSequence b{std::span<const int32_t>(prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(k)),
+                      pos, table, LogitsWanted::all};
+      BatchForwardResult r = batched_forward(*model, std::span<const BatchSequence>(&b, 1), cache);
+      for (int64_t j = 0; j < k; ++j) rows.push_back(row(r.logits, j));
+      pos += k;
+    }
+    return rows;
+  };
+  const auto expected = run({n});
+  std::vector<int64_t> decode{7};
+  decode.resize(static_cast<size_t>(n - 6), 1);
+  const auto got = run(decode);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t], expected[t]) << "position " << t;
+  const auto chunked = run({12, 5, 1, 11});
+  for (size_t t = 0; t < chunked.size(); ++t) EXPECT_EQ(chunked[t], expected[t]) << "position " << t;
+}
 
 TEST(ServeBatchedForward, refuses_a_block_table_that_does_not_cover_the_tokens) {
   const ModelConfig c = testing::serve_test_config();

@@ -73,19 +73,31 @@ void SoftmaxRow(float* HWY_RESTRICT x, int64_t D) {
   for (; d < D; ++d) x[d] *= inv;
 }
 
-// out = silu(g) * u = g / (1 + exp(-g)) * u over n elements.
-void SiluMul(const float* HWY_RESTRICT g, const float* HWY_RESTRICT u, int64_t n, float* out) {
+// silu(g) * u = g / (1 + exp(-g)) * u, lane by lane.
+HWY_INLINE VF SiluMulVec(DF df, VF gv, VF uv) {
+  // Clamp keeps Exp in its valid range; exp(88) already makes silu(g) ~ -1e-37 * |g|.
+  const VF e = hn::Exp(df, hn::Min(hn::Neg(gv), hn::Set(df, 88.0f)));
+  return hn::Mul(hn::Div(gv, hn::Add(hn::Set(df, 1.0f), e)), uv);
+}
+
+// out = silu(g) * u over n elements (out may be g). The tail goes through the same vector
+// arithmetic, padded to a whole vector, not std::exp: callers flatten [T, F], so where the
+// tail falls moves with the number of rows T (and with the pool's cuts), and a row's values
+// must not (batch invariance: F = 172 left 12 elements of some rows to a different exp).
+void SiluMul(const float* g, const float* HWY_RESTRICT u, int64_t n, float* out) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  const VF one = hn::Set(df, 1.0f), hi = hn::Set(df, 88.0f);
   int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const VF gv = hn::LoadU(df, g + i);
-    // Clamp keeps Exp in its valid range; exp(88) already makes silu(g) ~ -1e-37 * |g|.
-    const VF e = hn::Exp(df, hn::Min(hn::Neg(gv), hi));
-    hn::StoreU(hn::Mul(hn::Div(gv, hn::Add(one, e)), hn::LoadU(df, u + i)), df, out + i);
+  for (; i + L <= n; i += L)
+    hn::StoreU(SiluMulVec(df, hn::LoadU(df, g + i), hn::LoadU(df, u + i)), df, out + i);
+  if (i < n) {
+    float gb[HWY_MAX_BYTES / sizeof(float)] = {}, ub[HWY_MAX_BYTES / sizeof(float)] = {};
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    std::memcpy(gb, g + i, bytes);
+    std::memcpy(ub, u + i, bytes);
+    hn::StoreU(SiluMulVec(df, hn::LoadU(df, gb), hn::LoadU(df, ub)), df, gb);
+    std::memcpy(out + i, gb, bytes);
   }
-  for (; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 void Add(const float* a, const float* b, int64_t n, float* out) {
