@@ -53,12 +53,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, model, tp):
+    def __init__(self, model, tp, env=None):
         cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1"]
         if tp > 1:
             cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
         self.tp = tp
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.stderr = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -100,10 +100,10 @@ class Server:
 class Trainer:
     """The trainer process; init() runs its group creation and the engine's join together."""
 
-    def __init__(self, world_size, group):
+    def __init__(self, world_size, group, env=None):
         self.port, self.group, self.world_size = free_port(), group, world_size
         self.proc = subprocess.Popen(["/usr/bin/python3", TRAINER, "127.0.0.1", str(self.port), str(world_size), group],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Importing torch takes seconds on a busy machine: the engine's join (with its
         # timeout) starts once the trainer is about to create its group.
         started = self.line()
@@ -164,7 +164,8 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
             print("refit was built without gloo: skipping the weight sync test")
             tr.proc.kill()
             sys.exit(77)
-        check(status == 200 and j["success"] and ready == "ready", f"tp {tp} init: {status} {j} trainer {ready!r}")
+        check(status == 200 and j["success"] and ready == "ready" and f"keys under '/{tr.group}/{tr.group}/'" in j["message"],
+              f"tp {tp} init: {status} {j} trainer {ready!r}")
         # 2. A per-tensor update to the new weights: the engine equals a fresh one on them.
         status, j = update(s, tr, files["new"], new, weight_version="step-1")
         check(status == 200 and j["success"] and j["weight_version"] == "step-1" and tr.line() == "ok",
@@ -257,6 +258,28 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
         s.stop()
 
 
+def two_devices(new, files, fresh_new):
+    """GLOO_SOCKET_IFNAME=lo,lo on both sides: torch's ProcessGroupGloo then has two
+    contexts and runs broadcast tag t on context t % 2; the engine must do the same."""
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo,lo")
+    s = Server(HF, 1, env)
+    try:
+        tr = Trainer(2, "two_devices", env)
+        t, box = in_thread(lambda: s.post("/init_weights_update_group", {
+            "master_address": "127.0.0.1", "master_port": tr.port, "rank_offset": 1, "world_size": 2,
+            "group_name": tr.group, "backend": "gloo", "timeout": 60}))
+        ready = tr.line()
+        t.join()
+        check(box["r"][0] == 200 and ready == "ready" and "2 gloo device(s)" in box["r"][1]["message"],
+              f"two devices init: {box['r']}")
+        status, j = update(s, tr, files["new"], new, weight_version="2dev")
+        check(status == 200 and tr.line() == "ok", f"two devices update: {status} {j}")
+        check(s.outputs() == fresh_new, "two devices: the outputs differ from a fresh server's on the new weights")
+        tr.close()
+    finally:
+        s.stop()
+
+
 def main():
     work = tempfile.mkdtemp(prefix="refit-weight-sync-")
     try:
@@ -299,6 +322,8 @@ def main():
             check(fresh_old != fresh_new, "the perturbed weights give the same outputs: the test could not tell")
             run_tp(tp, old, new, files, fresh_old, fresh_new)
             print(f"tp {tp} done in {time.time() - t0:.1f} s", flush=True)
+            if tp == 1:
+                two_devices(new, files, fresh_new)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if failures:

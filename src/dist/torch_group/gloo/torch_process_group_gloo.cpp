@@ -205,8 +205,9 @@ const std::string& TorchProcessGroup::broken_reason() const { return impl_->brok
 
 std::string TorchProcessGroup::describe() const {
   const TorchGroupOptions& o = impl_->options;
-  return fmt::format("group '{}': rank {} of {}, store {}:{}, {} broadcasts", o.group_name, o.rank, o.world_size,
-                     o.master_address, o.master_port, impl_->next_tag);
+  return fmt::format("group '{}': rank {} of {}, store {}:{} (keys under '/{}'), {} gloo device(s), {} broadcasts",
+                     o.group_name, o.rank, o.world_size, o.master_address, o.master_port, impl_->prefix,
+                     impl_->contexts.size(), impl_->next_tag);
 }
 
 }  // namespace refit
