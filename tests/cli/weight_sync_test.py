@@ -100,9 +100,10 @@ class Server:
 class Trainer:
     """The trainer process; init() runs its group creation and the engine's join together."""
 
-    def __init__(self, world_size, group, env=None):
+    def __init__(self, world_size, group, env=None, plain=False):
         self.port, self.group, self.world_size = free_port(), group, world_size
-        self.proc = subprocess.Popen(["/usr/bin/python3", TRAINER, "127.0.0.1", str(self.port), str(world_size), group],
+        self.proc = subprocess.Popen(["/usr/bin/python3", TRAINER, "127.0.0.1", str(self.port), str(world_size), group]
+                                     + (["plain"] if plain else []),
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Importing torch takes seconds on a busy machine: the engine's join (with its
         # timeout) starts once the trainer is about to create its group.
@@ -260,17 +261,19 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
 
 def two_devices(new, files, fresh_new):
     """GLOO_SOCKET_IFNAME=lo,lo on both sides: torch's ProcessGroupGloo then has two
-    contexts and runs broadcast tag t on context t % 2; the engine must do the same."""
+    contexts and runs broadcast tag t on context t % 2; the engine must do the same. This
+    trainer also makes its group without SGLang's outer PrefixStore (keys under '/g/')."""
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo,lo")
     s = Server(HF, 1, env)
     try:
-        tr = Trainer(2, "two_devices", env)
+        tr = Trainer(2, "two_devices", env, plain=True)
         t, box = in_thread(lambda: s.post("/init_weights_update_group", {
             "master_address": "127.0.0.1", "master_port": tr.port, "rank_offset": 1, "world_size": 2,
             "group_name": tr.group, "backend": "gloo", "timeout": 60}))
         ready = tr.line()
         t.join()
-        check(box["r"][0] == 200 and ready == "ready" and "2 gloo device(s)" in box["r"][1]["message"],
+        check(box["r"][0] == 200 and ready == "ready" and "2 gloo device(s)" in box["r"][1]["message"]
+              and "keys under '/two_devices/')" in box["r"][1]["message"],
               f"two devices init: {box['r']}")
         status, j = update(s, tr, files["new"], new, weight_version="2dev")
         check(status == 200 and tr.line() == "ok", f"two devices update: {status} {j}")

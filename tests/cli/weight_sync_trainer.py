@@ -13,7 +13,8 @@ as slime/AReaL do:
 
 It prints "started" once torch is imported (the group's rendezvous comes next), "ready"
 once the group exists and "ok" after each command.
-usage: weight_sync_trainer.py HOST PORT WORLD_SIZE GROUP_NAME
+usage: weight_sync_trainer.py HOST PORT WORLD_SIZE GROUP_NAME [plain]
+  plain: _new_process_group_helper on the bare store (no outer PrefixStore)
 """
 import json
 import os
@@ -27,13 +28,14 @@ import torch.distributed as dist
 print("started", flush=True)
 
 
-def init_custom_process_group(backend, init_method, timeout, world_size, rank, group_name):
+def init_custom_process_group(backend, init_method, timeout, world_size, rank, group_name, outer_prefix=True):
     from torch.distributed import distributed_c10d as c10d
 
     rendezvous_iterator = c10d.rendezvous(init_method, rank, world_size, timeout=timeout)
     store, rank, world_size = next(rendezvous_iterator)
     store.set_timeout(timeout)
-    store = c10d.PrefixStore(group_name, store)
+    if outer_prefix:  # SGLang's helper; without it the group's keys have one prefix
+        store = c10d.PrefixStore(group_name, store)
     pg = c10d._new_process_group_helper(world_size, rank, [], c10d.Backend(backend), store, pg_options=None,
                                         group_name=group_name, timeout=timeout)
     if isinstance(pg, tuple):  # torch >= 2 returns (pg, prefix_store)
@@ -48,7 +50,9 @@ def init_custom_process_group(backend, init_method, timeout, world_size, rank, g
 
 def main():
     host, port, world_size, group_name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    group = init_custom_process_group("gloo", f"tcp://{host}:{port}", timedelta(seconds=60), world_size, 0, group_name)
+    outer = not (len(sys.argv) > 5 and sys.argv[5] == "plain")
+    group = init_custom_process_group("gloo", f"tcp://{host}:{port}", timedelta(seconds=60), world_size, 0, group_name,
+                                      outer)
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
