@@ -21,9 +21,9 @@ import torch
 import refit
 from conftest import STORIES_HF, SHARED, require
 
-# micro-llama (random weights, 32000-token vocabulary) for exactness: its logits rows are
-# bitwise the same whatever the batch. stories260K (a real story model, so text, stops and
-# EOS mean something) for the rest: its rows are not (see test_stories260k_batch_invariance).
+# micro-llama (random weights, 32000-token vocabulary) for exactness; stories260K (a real
+# story model, so text, stops and EOS mean something) for the rest, and for batch
+# invariance with an FFN width (172) that is not a multiple of the SIMD width.
 MICRO_GGUF = SHARED / "oracle" / "llamacpp" / "llama-f32" / "micro-llama-f32-s1.gguf"
 STORIES_GGUF = SHARED / "oracle" / "stories260K" / "stories260K.gguf"  # has a tokenizer
 PROMPTS = [[1, 9038, 2501, 263, 931], [1, 9038, 2501], [1, 450, 4996, 17354, 1701, 29916], [1, 15043, 3186],
@@ -579,9 +579,8 @@ def test_an_existing_engine_is_served_as_is():
     llm.close()
 
 
-@pytest.mark.xfail(strict=True, reason="stories260K's logits rows change with the number of rows in the step "
-                   "(intermediate_size 172 is not a multiple of 16: a synthetic one-layer llama with 172 is not "
-                   "invariant, with 176 it is); remove this mark when the kernels make it invariant")
+# stories260K's FFN width (172) is not a multiple of the SIMD width: silu_mul's tail once
+# made rows depend on the step's row count; now every row is computed the same way.
 def test_stories260k_batch_invariance(stories_llm):
     sp = refit.SamplingParams(temperature=0, max_tokens=6, logprobs=0, ignore_eos=True)
     alone = [stories_llm.generate({"prompt_token_ids": p}, sp, use_tqdm=False)[0].outputs[0] for p in STORY_PROMPTS]
@@ -779,3 +778,22 @@ def test_fields_set_after_construction_are_checked_per_request(stories_llm):
     assert out.stop_reason == "little" or out.finish_reason == "length"
     with pytest.raises(ValueError, match="enable_lora"):
         refit.LLM(str(require(STORIES_GGUF)), enable_lora=True)
+
+
+def test_abort_request_ends_a_generate_call_of_another_thread(llm):
+    params = refit.SamplingParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault(
+        "outs", llm.generate([{"prompt_token_ids": PROMPTS[0]}, {"prompt_token_ids": PROMPTS[1]}],
+                             [params, refit.SamplingParams(temperature=0, max_tokens=3)], use_tqdm=False)))
+    t.start()
+    assert wait_until(lambda: llm.scheduler.stats()["generated_tokens"] > 8)
+    with llm._lock:
+        ids = [rid for rid, r in llm._live.items() if r.params.max_tokens == 500]
+    assert len(ids) == 1
+    llm.abort_request(ids)
+    t.join()
+    long, short = box["outs"]
+    assert long.outputs[0].finish_reason == "abort" and long.request_id == ids[0]
+    assert short.outputs[0].finish_reason == "length" and len(short.outputs[0].token_ids) == 3
+    assert llm.get_num_unfinished_requests() == 0
