@@ -408,9 +408,12 @@ class _Sample:
         if reason == "stop" and self.tokens:
             last = self.tokens[-1]
             self.stop_reason = None if (last == self.req.eos and not p.ignore_eos) else last
-            if self.detok is not None and not p.include_stop_str_in_output and self.last_piece_len:
-                self.text = self.text[: len(self.text) - self.last_piece_len]
-        elif self.detok is not None:
+            # As vLLM: the stop token's own text is left out unless include_stop_str_in_output.
+            if self.detok is not None and not p.include_stop_str_in_output:
+                if self.last_piece_len:
+                    self.text = self.text[: len(self.text) - self.last_piece_len]
+                self.detok = None  # what it holds back belongs to the stop token
+        if self.detok is not None:
             self.text += self.detok.finish()
         self.finish_reason = reason
 
@@ -462,7 +465,6 @@ class _RequestState:
         self.samples = [_Sample(self, j, seeds[j]) for j in range(params.n)]
         self.prompt_logprobs: Optional[List[Optional[Dict[int, Logprob]]]] = None
         self._reset_prompt_logprobs()
-        self.final_sent = False
 
     def _reset_prompt_logprobs(self):
         if self.params.prompt_logprobs is not None:
@@ -490,7 +492,6 @@ class _RequestState:
             "repeat_last_n": p.repeat_last_n if p.repeat_last_n is not None else self.llm.max_model_len,
             "seed": self.samples[j].seed,
             "stop_tokens": stop,
-            # The sampled token's rank needs the top list where the Scheduler gives no rank.
             "top_logprobs": self.llm._top_wanted(p.logprobs),
             # Non-streaming consumers restart a retracted request (one weight version per output).
             "restart_on_retract": True,
@@ -513,10 +514,10 @@ class _RequestState:
         kind = ev[1]
         if kind == "token":
             if not sample.done:
-                sample.on_token(ev[2], ev[3], ev[4], ev[5], ev[6] if len(ev) > 6 else None)
+                sample.on_token(ev[2], ev[3], ev[4], ev[5], ev[6])
         elif kind == "finished":
             sample.on_finished(ev[2], ev[3], ev[4])
-            if sample.index == 0 and len(ev) > 5 and ev[5] is not None:
+            if sample.index == 0:
                 self.num_cached_tokens = ev[5]
         elif kind == "restart":
             sample.reset()
@@ -1091,6 +1092,7 @@ class LLMEngine:
                         with self._lock:
                             self._mine.pop(r.request_id, None)
                         self._llm._retire(r)
+                        r.raise_error()  # the forward pass failed: as vLLM's step(), raise
                 if timeout is not None:
                     break
             return outs
