@@ -809,3 +809,39 @@ def test_a_special_stop_token_text_follows_skip_special_tokens_and_include_stop_
     assert out.finish_reason == "stop" and out.stop_reason == 1 and out.token_ids[-1] == 1
     assert out.text.endswith("<s>") == (include and not skip)
     assert out.text.count("<s>") <= 1
+
+
+def test_many_async_requests_with_aborts_and_early_exits_leave_nothing_behind(stories_llm):
+    engine = refit.AsyncLLMEngine.from_llm(stories_llm)
+    params = refit.SamplingParams(temperature=1.0, seed=9, max_tokens=24, ignore_eos=True)
+    want = {i: stories_llm.generate({"prompt_token_ids": STORY_PROMPTS[i % 4]},
+                                    refit.SamplingParams(temperature=1.0, seed=9 + i, max_tokens=24, ignore_eos=True),
+                                    use_tqdm=False)[0].outputs[0].token_ids for i in range(8)}
+
+    async def one(i):
+        p = params.clone()
+        p.seed = 9 + i % 8
+        last = None
+        async for out in engine.generate({"prompt_token_ids": STORY_PROMPTS[i % 8 % 4]}, p, request_id=f"m{i}"):
+            last = out
+            n = len(out.outputs[0].token_ids)
+            if i % 5 == 1 and n >= 2:
+                await engine.abort(f"m{i}")
+            if i % 5 == 2 and n >= 3:
+                return i, None  # leaves early: the request is aborted
+        return i, last
+
+    async def main():
+        return await asyncio.gather(*(one(i) for i in range(100)))
+
+    for i, out in asyncio.run(main()):
+        if i % 5 == 2:
+            assert out is None
+        elif i % 5 == 1:
+            assert out.outputs[0].finish_reason in ("abort", "length")
+        else:
+            assert out.outputs[0].token_ids == want[i % 8]
+    assert engine.get_num_unfinished_requests() == 0
+    assert wait_until(lambda: stories_llm.scheduler.stats()["running"] == 0
+                      and stories_llm.scheduler.stats()["kv_blocks_used"] == 0)
+    engine.shutdown()
