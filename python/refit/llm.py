@@ -609,6 +609,7 @@ _PLACEMENT_ARGS = {
     "hf_overrides": None,
     "bundle_indices": None,
     "disable_mm_preprocessor_cache": False,
+    "limit_mm_per_prompt": None,
     "enable_lora": False,
     "max_num_partial_prefills": 1,
 }

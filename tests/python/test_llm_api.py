@@ -845,3 +845,96 @@ def test_many_async_requests_with_aborts_and_early_exits_leave_nothing_behind(st
     assert wait_until(lambda: stories_llm.scheduler.stats()["running"] == 0
                       and stories_llm.scheduler.stats()["kv_blocks_used"] == 0)
     engine.shutdown()
+
+
+def test_verl_rollout_replay():
+    """verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, vLLMRollout: __init__ builds
+    LLM(...) with these arguments, sleeps it (free_cache_engine), builds SamplingParams(n=1,
+    logprobs=0, max_tokens=response_length, detokenize=False) plus every config key that
+    SamplingParams() has; generate_sequences() strips the left padding (_pre_process_inputs),
+    sets greedy fields through update_sampling_params (setattr) when do_sample is False, calls
+    generate(prompts=[{"prompt_token_ids": ...}], sampling_params=..., lora_request=None,
+    use_tqdm=False) and reads outputs[sample_id].token_ids and .logprobs[i][token].logprob.
+    verl's sharding manager wakes the engine and loads the trainer's weights through vLLM's
+    model runner; refit's equivalent is update_weights_from_tensors."""
+    config = {"prompt_length": 8, "response_length": 12, "dtype": "bfloat16", "enforce_eager": True,
+              "gpu_memory_utilization": 0.5, "free_cache_engine": True, "load_format": "dummy_dtensor",
+              "disable_log_stats": True, "enable_chunked_prefill": True, "max_num_batched_tokens": 8192,
+              "temperature": 1.0, "top_k": -1, "top_p": 1.0, "n": 2, "seed": 0}
+    max_model_len = config["prompt_length"] + config["response_length"]
+    load_format = "dummy" if config["load_format"].startswith("dummy") else config["load_format"]
+    with pytest.warns(UserWarning):
+        inference_engine = refit.LLM(
+            model=str(require(MICRO_GGUF)),
+            enable_sleep_mode=config["free_cache_engine"],
+            tensor_parallel_size=1,
+            distributed_executor_backend="external_launcher",
+            dtype=config["dtype"],
+            enforce_eager=config["enforce_eager"],
+            gpu_memory_utilization=config["gpu_memory_utilization"],
+            disable_custom_all_reduce=True,
+            disable_mm_preprocessor_cache=True,
+            limit_mm_per_prompt=None,
+            skip_tokenizer_init=False,
+            max_model_len=max_model_len,
+            load_format=load_format,
+            disable_log_stats=config["disable_log_stats"],
+            max_num_batched_tokens=config["max_num_batched_tokens"],
+            enable_chunked_prefill=config["enable_chunked_prefill"],
+            enable_prefix_caching=True,
+            trust_remote_code=False,
+            seed=config.get("seed", 0),
+        )
+    inference_engine.sleep(level=1)
+    kwargs = dict(n=1, logprobs=0, max_tokens=config["response_length"], detokenize=False)
+    for k in config.keys():
+        if hasattr(refit.SamplingParams(), str(k)):
+            kwargs[k] = config.get(k)
+    sampling_params = refit.SamplingParams(**kwargs)
+    assert sampling_params.n == 2 and sampling_params.detokenize is False
+
+    # The sharding manager: wake up, then the trainer's weights.
+    inference_engine.wake_up()
+    state = {n: t.clone() for n, t in inference_engine.engine.state_dict().items()}
+    version = inference_engine.update_weights_from_tensors(state)
+
+    pad = 0
+    idx = torch.tensor([[pad] * (8 - len(p)) + p for p in PROMPTS[:3]])
+
+    def _pre_process_inputs(pad_token_id, prompt_token_ids):
+        non_pad_index = torch.nonzero(prompt_token_ids != pad_token_id, as_tuple=False)[0][0]
+        return prompt_token_ids[non_pad_index:].tolist()
+
+    def generate(do_sample):
+        vllm_inputs = [{"prompt_token_ids": _pre_process_inputs(pad, idx[i])} for i in range(idx.size(0))]
+        kw = {} if do_sample else {"best_of": 1, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "temperature": 0, "n": 1}
+        old = {}
+        for key, value in kw.items():  # update_sampling_params
+            if hasattr(sampling_params, key):
+                old[key] = getattr(sampling_params, key)
+                setattr(sampling_params, key, value)
+        try:
+            outputs = inference_engine.generate(prompts=vllm_inputs, sampling_params=sampling_params,
+                                                lora_request=None, use_tqdm=False)
+        finally:
+            for key, value in old.items():
+                setattr(sampling_params, key, value)
+        response, rollout_log_probs = [], []
+        for output in outputs:
+            for sample_id in range(len(output.outputs)):
+                response_ids = output.outputs[sample_id].token_ids
+                response.append(response_ids)
+                rollout_log_probs.append([lp[response_ids[i]].logprob
+                                          for i, lp in enumerate(output.outputs[sample_id].logprobs)])
+                assert output.outputs[sample_id].text == ""  # detokenize=False
+                assert output.outputs[sample_id].weight_versions == [version] * len(response_ids)
+        return outputs, response, rollout_log_probs
+
+    outputs, response, logps = generate(do_sample=True)
+    assert len(response) == 3 * 2 and all(len(r) <= config["response_length"] for r in response)
+    assert all(len(r) == len(lp) for r, lp in zip(response, logps))
+    outputs, response, logps = generate(do_sample=False)
+    assert len(response) == 3 and sampling_params.n == 2 and sampling_params.temperature == 1.0
+    for p, r in zip(PROMPTS[:3], response):
+        assert r == inference_engine.engine.generate(p, max_tokens=config["response_length"]).ids
+    inference_engine.close()
