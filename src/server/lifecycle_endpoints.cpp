@@ -26,6 +26,7 @@
 #include "server/api_types.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
+#include "server/rank_group.h"
 #include "server/request_fields.h"
 
 namespace refit {
@@ -267,16 +268,17 @@ void HttpServer::lifecycle_routes() {
     send_json(res, 200, json{{"is_paused", scheduler_->paused()}});
   }));
 
-  // Memory release. Under tensor parallelism only the lead would release: refused there.
+  // Memory release: the lead's own pages (the bytes reported), then every worker's.
   auto release = [this](Tags tags) {
-    if (ranks_) fail("releasing memory is not supported under --tp yet (each rank would have to release its own)");
     size_t bytes = 0;
     if (tags.kv_cache) bytes += scheduler_->release_kv_memory();
     if (tags.weights) {
       if (!tags.kv_cache && scheduler_->unfinished() > 0)
         fail("{} requests are unfinished; pause generation before releasing the weights", scheduler_->unfinished());
+      // Engine::release_weights takes the weights' write lock: it lands between two steps.
       bytes += engine_.release_weights();
     }
+    if (ranks_) ranks_->release_memory(tags.weights, tags.kv_cache);
     return bytes;
   };
   s.Post("/release_memory_occupation", guarded([this, ok, release](const httplib::Request& req, httplib::Response& res) {

@@ -504,6 +504,15 @@ void RankGroup::worker_update_tensors(const std::string& meta) {
   });
 }
 
+void RankGroup::release_memory(bool weights, bool kv) {
+  on_main([&] {
+    Writer w;
+    w.i64(weights ? 1 : 0);
+    w.i64(kv ? 1 : 0);
+    send(Command::release_memory, w.take());
+  });
+}
+
 void RankGroup::run_worker() {
   if (lead()) fail("run_worker() is for ranks other than 0");
   std::optional<PagedKvCache> cache;
@@ -563,6 +572,17 @@ void RankGroup::run_worker() {
       case Command::sync_destroy: {
         Reader r(payload);
         sync_destroy_here(r.str());
+        break;
+      }
+      case Command::release_memory: {
+        Reader r(payload);
+        const bool weights = r.i64() != 0, kv = r.i64() != 0;
+        try {
+          if (kv && cache) cache->discard_memory();
+          if (weights) engine_.release_weights();
+        } catch (const std::exception& e) {
+          fmt::print(stderr, "refit serve (rank {}): memory release failed: {}\n", rank(), e.what());
+        }
         break;
       }
       default:

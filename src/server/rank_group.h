@@ -92,6 +92,10 @@ class RankGroup {
   void run_lead();
   // Any thread: run_lead() returns once the work in hand is done. Later calls throw.
   void stop();
+  // Every worker gives its KV pool's pages (kv) and/or its weights' pages back to the OS,
+  // as the lead does for itself (/release_memory_occupation, /sleep). No step may be in
+  // flight: the lead's scheduler has stopped stepping first.
+  void release_memory(bool weights, bool kv);
   // Main thread, when run_lead() never ran (startup failed): the workers exit.
   void release_workers();
 
@@ -108,6 +112,7 @@ class RankGroup {
     sync_commit = 8,
     sync_abort = 9,
     sync_destroy = 10,
+    release_memory = 11,
   };
   void on_main(const std::function<void()>& fn);
   void send(Command command, const std::string& payload);

@@ -19,6 +19,8 @@ What it holds refit to:
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -41,9 +43,11 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, model, *extra):
-        self.proc = subprocess.Popen([REFIT, "serve", "-m", model, "--port", "0", "-t", "1", *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, model, *extra, tp=1):
+        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
+        if tp > 1:
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr = []
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
         line = self.proc.stdout.readline()
@@ -85,15 +89,31 @@ class Server:
                     events.append(line[6:])
         return events
 
-    def rss_kib(self):
-        with open(f"/proc/{self.pid}/status") as f:
+    def worker_pids(self):
+        """Under mpirun: the ranks other than the lead (mpirun's children, or theirs)."""
+        out = subprocess.run(["pgrep", "-f", "refit serve"], capture_output=True, text=True).stdout.split()
+        return [int(p) for p in out if int(p) not in (self.pid, self.proc.pid) and self._descends(int(p))]
+
+    def _descends(self, pid):
+        while pid > 1:
+            if pid == self.proc.pid:
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                return False
+        return False
+
+    def rss_kib(self, pid=None):
+        with open(f"/proc/{pid or self.pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         return 0
 
     def stop(self):
-        self.proc.terminate()
+        os.kill(self.pid, signal.SIGTERM)  # rank 0 stops every rank under mpirun
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -359,6 +379,36 @@ try:
     check(status == 503, f"generation after level-2 sleep without new weights: {status}")
 finally:
     w.stop()
+
+# ---- the same under tensor parallelism: every rank releases, and every rank is re-sent ----
+if shutil.which("mpirun"):
+    t = Server(LLAMA, tp=2)
+    try:
+        ids = [1, 15043, 3186]
+        status, base = t.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+        check(status == 200, f"tp 2 baseline: {status}")
+        workers = t.worker_pids()
+        check(len(workers) == 1, f"tp 2: expected one worker rank, found {workers}")
+        before = [t.rss_kib(p) for p in workers]
+        status, rel = t.post("/release_memory_occupation", {})
+        check(status == 200, f"tp 2 release: {status} {rel}")
+        time.sleep(0.2)  # the worker releases when the command reaches it
+        after = [t.rss_kib(p) for p in workers]
+        check(all(b - a >= rel["released_bytes"] // 1024 // 4 for b, a in zip(before, after)),
+              f"tp 2: the worker's RSS {before} -> {after} KiB; the lead released {rel['released_bytes']} bytes")
+        status, _ = t.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0})
+        check(status == 503, f"tp 2 generation after release: {status}")
+        check(t.post("/resume_memory_occupation", {})[0] == 200, "tp 2 resume")
+        status, up = t.post("/update_weights_from_disk", {"model_path": LLAMA})
+        check(status == 200 and up["success"], f"tp 2 re-send: {status} {up}")
+        status, again = t.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+        check(status == 200 and again["choices"][0]["token_ids"] == base["choices"][0]["token_ids"]
+              and again["choices"][0]["logprobs"]["token_logprobs"] == base["choices"][0]["logprobs"]["token_logprobs"],
+              f"tp 2 after release + re-send: {again} vs {base}")
+    finally:
+        t.stop()
+else:
+    print("mpirun not found: the tensor-parallel release check is skipped")
 
 # ---- --logprobs-mode: processed logprobs renormalise over the truncated set ----
 m = Server(STORIES, "--logprobs-mode", "processed_logprobs")
