@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -175,13 +176,13 @@ class PyRequestSet {
   void add(const PyRequest& r) {
     {
       std::lock_guard lock(mutex_);
-      handles_.push_back(r.handle);
+      entries_.push_back(std::make_shared<Entry>(r.handle));
     }
     cv_.notify_all();
   }
   size_t size() const {
     std::lock_guard lock(mutex_);
-    return handles_.size();
+    return entries_.size();
   }
   // Wakes every wait() (they return what they have, possibly nothing).
   void interrupt() {
@@ -195,6 +196,13 @@ class PyRequestSet {
   // Blocks (GIL released) until a request of the set has events, the timeout passes or
   // interrupt() is called; returns every event available then, as event_tuple()s.
   // A request leaves the set with its finished event. An empty set waits for add().
+  //
+  // RequestHandle can only be waited on one at a time, and looking at one costs a lock and
+  // a timed wait (a system call), so this polls with care: it sleeps on the oldest request
+  // that has produced tokens (admission is FIFO: the one most likely running, whose step's
+  // end wakes it at once), looks at the requests that have produced tokens on every turn,
+  // and at the others (still queued, or prefilling) every 16 ms or more (full_sweep_period).
+  // A scheduler-wide notification would let it wait on one condition instead.
   py::list wait(double timeout_seconds) {
     std::vector<std::pair<uint64_t, RequestHandle::Event>> got;
     {
@@ -207,27 +215,36 @@ class PyRequestSet {
         std::lock_guard lock(mutex_);
         interrupts = interrupts_;
       }
-      size_t turn = 0;
       for (;;) {
-        std::vector<std::shared_ptr<RequestHandle>> hs;
+        std::vector<std::shared_ptr<Entry>> es;
+        bool full;
         {
           std::unique_lock lock(mutex_);
-          if (handles_.empty())
-            cv_.wait_until(lock, deadline, [&] { return !handles_.empty() || interrupts_ != interrupts; });
+          if (entries_.empty())
+            cv_.wait_until(lock, deadline, [&] { return !entries_.empty() || interrupts_ != interrupts; });
           if (interrupts_ != interrupts) break;
-          hs = handles_;
+          es = entries_;
+          const auto now = Clock::now();
+          full = now - last_full_sweep_ >= full_sweep_period(es.size());
+          if (full) last_full_sweep_ = now;
         }
-        if (hs.empty()) break;  // the deadline passed with nothing in flight
-        for (const auto& h : hs) drain(h, got);
+        if (es.empty()) break;  // the deadline passed with nothing in flight
+        for (const auto& e : es)
+          if (full || e->active) drain(*e, got);
         if (!got.empty() || Clock::now() >= deadline) break;
-        // Nothing yet: sleep on one request's events (a short turn each, so the others are
-        // looked at again within ~2 ms).
-        const auto& h = hs[turn++ % hs.size()];
+        // Nothing yet: sleep on one request a short while (until the next full sweep at most).
+        const Entry* sleeper = es.front().get();
+        for (const auto& e : es)
+          if (e->active) {
+            sleeper = e.get();
+            break;
+          }
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        RequestHandle::Event e;
-        if (h->next(e, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(2)))) {
-          collect(h, std::move(e), got);
-          for (const auto& other : hs) drain(other, got);
+        RequestHandle::Event ev;
+        if (sleeper->handle->next(ev, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(16)))) {
+          collect(*sleeper, std::move(ev), got);
+          for (const auto& e : es)
+            if (e->active) drain(*e, got);
           break;
         }
         std::lock_guard lock(mutex_);
@@ -240,28 +257,44 @@ class PyRequestSet {
   }
 
  private:
-  void collect(const std::shared_ptr<RequestHandle>& h, RequestHandle::Event e,
-               std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
+  struct Entry {
+    explicit Entry(std::shared_ptr<RequestHandle> h) : handle(std::move(h)) {}
+    std::shared_ptr<RequestHandle> handle;
+    std::atomic<bool> active{false};  // it has had an event: looked at on every turn
+  };
+  // How often the requests without tokens yet are looked at: 16 ms, longer for many (a
+  // look at a request without events is a timed futex wait, ~10 us with its context
+  // switch), so even a queue of thousands costs a few percent of a core; a queued request
+  // that starts is noticed within that period (then on every turn).
+  static std::chrono::microseconds full_sweep_period(size_t n) {
+    return std::chrono::microseconds(std::clamp<int64_t>(static_cast<int64_t>(n) * 200, 16000, 1000000));
+  }
+
+  void collect(const Entry& entry, RequestHandle::Event e, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
     const bool finished = e.kind == RequestHandle::Event::finished;
-    got.emplace_back(h->id(), std::move(e));
+    got.emplace_back(entry.handle->id(), std::move(e));
+    const_cast<Entry&>(entry).active.store(true);
     if (finished) {
       std::lock_guard lock(mutex_);
-      handles_.erase(std::remove(handles_.begin(), handles_.end(), h), handles_.end());
+      entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                    [&](const std::shared_ptr<Entry>& x) { return x.get() == &entry; }),
+                     entries_.end());
     }
   }
-  void drain(const std::shared_ptr<RequestHandle>& h, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
+  void drain(const Entry& entry, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
     RequestHandle::Event e;
-    while (h->next(e, std::chrono::milliseconds(0))) {
+    while (entry.handle->next(e, std::chrono::milliseconds(0))) {
       const bool finished = e.kind == RequestHandle::Event::finished;
-      collect(h, std::move(e), got);
+      collect(entry, std::move(e), got);
       if (finished) break;
     }
   }
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<std::shared_ptr<RequestHandle>> handles_;
+  std::vector<std::shared_ptr<Entry>> entries_;  // submission order
   uint64_t interrupts_ = 0;
+  Clock::time_point last_full_sweep_{};
 };
 
 // ---- Scheduler ----
