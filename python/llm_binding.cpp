@@ -260,7 +260,7 @@ class PyRequestSet {
   struct Entry {
     explicit Entry(std::shared_ptr<RequestHandle> h) : handle(std::move(h)) {}
     std::shared_ptr<RequestHandle> handle;
-    std::atomic<bool> active{false};  // it has had an event: looked at on every turn
+    mutable std::atomic<bool> active{false};  // it has had an event: looked at on every turn
   };
   // How often the requests without tokens yet are looked at: 16 ms, longer for many (a
   // look at a request without events is a timed futex wait, ~10 us with its context
@@ -273,7 +273,7 @@ class PyRequestSet {
   void collect(const Entry& entry, RequestHandle::Event e, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
     const bool finished = e.kind == RequestHandle::Event::finished;
     got.emplace_back(entry.handle->id(), std::move(e));
-    const_cast<Entry&>(entry).active.store(true);
+    entry.active.store(true);
     if (finished) {
       std::lock_guard lock(mutex_);
       entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
