@@ -435,6 +435,8 @@ class PyScheduler {
     }
   }
   void wake_up() { get().resume_kv_memory(); }
+  // Checkpoint names released by sleep(level=2) and not sent again (empty: whole).
+  std::vector<std::string> released_weights() const { return engine_.released_weights(); }
 
  private:
   py::object engine_obj_;  // keeps the Engine alive (declared first: destroyed last)
@@ -524,6 +526,8 @@ void bind_llm(py::module_& m) {
            "Gives the KV cache's memory back to the OS (level 2: the weights' too); no step runs until "
            "wake_up(). Refused while requests run. Returns the bytes released.")
       .def("wake_up", &PyScheduler::wake_up)
+      .def_property_readonly("released_weights", &PyScheduler::released_weights,
+                             "Checkpoint names sleep(level=2) released and no update has sent again.")
       .def("close", &PyScheduler::close, "Stops the loop; pending requests end with 'abort'.");
   py::list names;
   for (const SpecField& f : spec_fields()) names.append(f.name);

@@ -946,6 +946,10 @@ class LLM:
         return _RequestState(self, request_id, text, ids, params, max_tokens)
 
     def _submit(self, req: _RequestState, consumer: _Consumer) -> None:
+        released = self.scheduler.released_weights
+        if released:  # sleep(level=2): the values are gone until every weight is sent again
+            raise ValueError(f"generate: {len(released)} weights were released by sleep(level=2) and not sent "
+                             f"again (e.g. {released[0]}); update_weights_from_tensors first")
         with self._lock:
             if req.request_id in self._live:
                 raise ValueError(f"request_id {req.request_id!r} is already in flight")

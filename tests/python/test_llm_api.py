@@ -938,3 +938,21 @@ def test_verl_rollout_replay():
     for p, r in zip(PROMPTS[:3], response):
         assert r == inference_engine.engine.generate(p, max_tokens=config["response_length"]).ids
     inference_engine.close()
+
+
+def test_sleep_level_2_refuses_generation_until_the_weights_are_sent_again():
+    llm = refit.LLM(str(require(MICRO_GGUF)), enable_sleep_mode=True)
+    p = refit.SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    before = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0].token_ids
+    state = {n: t.clone() for n, t in llm.engine.state_dict().items()}
+    assert llm.sleep(level=2) > 0
+    llm.wake_up()
+    with pytest.raises(ValueError, match="sleep"):
+        llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)
+    with pytest.raises(ValueError, match="sleep"):
+        llm.add_request("r", {"prompt_token_ids": PROMPTS[0]}, p)
+    assert llm.get_num_unfinished_requests() == 0
+    version = llm.update_weights_from_tensors(state)
+    again = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0]
+    assert again.token_ids == before and again.weight_versions == [version] * 8
+    llm.close()
