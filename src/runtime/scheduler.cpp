@@ -40,12 +40,21 @@ bool RequestHandle::next(Event& event, std::chrono::milliseconds timeout) {
   return true;
 }
 
+bool RequestHandle::try_next(Event& event) {
+  std::lock_guard lock(mutex_);
+  if (events_.empty()) return false;
+  event = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
 void RequestHandle::push(Event e) {
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(e));
   }
   cv_.notify_all();
+  if (on_event_) on_event_();
 }
 
 // ---- Scheduler ----
@@ -165,7 +174,18 @@ Scheduler::~Scheduler() {
   abort_all_locked();
 }
 
+void Scheduler::set_admission_check(std::function<void()> check) {
+  std::lock_guard lock(mutex_);
+  admission_check_ = std::move(check);
+}
+
 std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
+  std::function<void()> admission;
+  {
+    std::lock_guard lock(mutex_);
+    admission = admission_check_;
+  }
+  if (admission) admission();
   const ModelConfig& c = model_.config();
   if (spec.prompt.empty()) fail("the prompt is empty (no tokens)");
   for (int32_t t : spec.prompt)
@@ -187,6 +207,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
                                  n_prompt + spec.max_tokens));
   auto seq = std::make_unique<Sequence>();
   seq->handle = std::make_shared<RequestHandle>();
+  seq->handle->on_event_ = spec.on_event;
   seq->tokens = spec.prompt;
   seq->n_prompt = n_prompt;
   seq->prompt_lp_next = std::max<int64_t>(spec.prompt_logprobs_from, 1);

@@ -115,6 +115,10 @@ struct RequestSpec {
   int64_t prompt_logprobs_from = -1;
   int prompt_top_logprobs = 0;
   bool restart_on_retract = true;
+  // Called after every event pushed to the request's handle, outside its lock, on the
+  // scheduler's thread: lets one consumer wait for many requests without polling each.
+  // Must be quick and must not call back into the scheduler.
+  std::function<void()> on_event;
 };
 
 // What a request's consumer (an HTTP handler thread) reads. Thread-safe.
@@ -131,6 +135,8 @@ class RequestHandle {
   };
   // Blocks until the next event (or the timeout: then returns false).
   bool next(Event& event, std::chrono::milliseconds timeout);
+  // The next event if there is one; never waits.
+  bool try_next(Event& event);
   // The consumer is gone or has what it needs (stop string): the scheduler ends the
   // request and frees its blocks at the next step.
   void cancel() { cancelled_.store(true); }
@@ -141,6 +147,7 @@ class RequestHandle {
   friend class Scheduler;
   void push(Event e);
   uint64_t id_ = 0;
+  std::function<void()> on_event_;
   std::atomic<bool> cancelled_{false};
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -172,6 +179,9 @@ class Scheduler {
   // Queues a request. Throws Error for an invalid one (empty prompt, context overflow)
   // and ServerBusy when the queue is full or the request can never fit the cache.
   std::shared_ptr<RequestHandle> submit(RequestSpec spec);
+  // A check submit() runs first (it throws to refuse the request): the engine owner's
+  // "can these weights generate?" (released weights must never serve a token).
+  void set_admission_check(std::function<void()> check);
 
   // Runs fn with no step in flight (see the file comment); fn's exception propagates
   // after generation resumes. Returns fn's duration in seconds.
@@ -229,6 +239,7 @@ class Scheduler {
   bool exclusive_ = false;    // an exclusive fn is running
   bool stepping_ = false;     // the loop is inside a step
   bool kv_released_ = false;  // release_kv_memory(): no step until resumed
+  std::function<void()> admission_check_;
   uint64_t next_id_ = 1;
   SchedulerStats counters_;
   std::thread thread_;

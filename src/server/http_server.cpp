@@ -105,6 +105,8 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
     forward = [r = ranks_](std::span<const BatchSequence> batch, PagedKvCache& cache) { return r->forward(batch, cache); };
   scheduler_ = std::make_unique<Scheduler>(engine_.model(), engine_.weights_mutex(),
                                            [this] { return engine_.weight_version(); }, options_.scheduler, forward);
+  // Released weights never serve a token, whichever route submits (health checks too).
+  scheduler_->set_admission_check([this] { check_can_generate(); });
   // Every rank's pool gets the size the scheduler chose, before the first step.
   if (ranks_) ranks_->announce_cache(scheduler_->options().kv_blocks, scheduler_->options().block_size);
   http_ = std::make_unique<httplib::Server>();
