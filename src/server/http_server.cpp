@@ -34,7 +34,7 @@ struct Generation {
 
 // vLLM's prompt_logprobs: per prompt position null (the first) or {id: {logprob, rank,
 // decoded_token}} holding the prompt's token and the top ones.
-json vllm_prompt_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt) {
+json vllm_prompt_logprobs(const ChoiceStream& c) {
   json out = json::array();
   out.push_back(nullptr);
   for (const TokenEvent& t : c.prompt_logprobs()) {
@@ -48,7 +48,6 @@ json vllm_prompt_logprobs(const ChoiceStream& c, const std::vector<int32_t>& pro
     }
     out.push_back(entry);
   }
-  (void)prompt;
   return out;
 }
 
@@ -324,7 +323,7 @@ void HttpServer::routes() {
           if (p.echo && p.logprobs >= 0) lp = echo_logprobs(c, prompt, lp);
           ch["logprobs"] = lp;
         }
-        if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c, prompt);
+        if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c);
         if (p.return_tokens_as_token_ids && chat && ch["logprobs"].is_object())  // vLLM: "token_id:N"
           for (size_t k = 0; k < ch["logprobs"]["content"].size(); ++k) {
             json& e = ch["logprobs"]["content"][k];

@@ -332,7 +332,6 @@ void HttpServer::lifecycle_routes() {
   s.Get("/is_sleeping", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"is_sleeping", engine_.weights_released() || scheduler_->kv_released()}});
   }));
-  (void)refuse;
 }
 
 }  // namespace refit
