@@ -166,43 +166,100 @@ RequestSpec spec_from(std::vector<int32_t> prompt, const py::dict& fields) {
 
 // ---- Request, RequestSet ----
 
+struct SetCore;
+struct Entry;
+
+// A request's way to its RequestSet: RequestSpec::on_event (run on the scheduler's thread
+// after every event it pushes) marks the request ready in the set it was added to and
+// wakes that set's waiter. Made at submit(), before any set knows the request; add()
+// fills it in. Holds the set and its entry weakly (the handle holds this).
+struct EventLink {
+  std::mutex mutex;
+  std::weak_ptr<SetCore> core;
+  std::weak_ptr<Entry> entry;
+  void fire();
+};
+
 struct PyRequest {
   std::shared_ptr<RequestHandle> handle;
+  std::shared_ptr<EventLink> link;
   uint64_t id() const { return handle->id(); }
 };
 
+struct Entry {
+  explicit Entry(std::shared_ptr<RequestHandle> h) : handle(std::move(h)) {}
+  std::shared_ptr<RequestHandle> handle;
+  bool ready = false;  // queued in SetCore::ready (guarded by SetCore::mutex)
+};
+
+// What one RequestSet's waiters and its requests' on_event callbacks share.
+struct SetCore {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::shared_ptr<Entry>> entries;  // submission order
+  std::vector<std::shared_ptr<Entry>> ready;    // may have events, in the order they came
+  uint64_t interrupts = 0;
+
+  void mark_ready_locked(const std::shared_ptr<Entry>& e) {
+    if (e->ready) return;
+    e->ready = true;
+    ready.push_back(e);
+  }
+};
+
+void EventLink::fire() {
+  std::shared_ptr<SetCore> c;
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lock(mutex);
+    c = core.lock();
+    e = entry.lock();
+  }
+  if (!c || !e) return;  // not added to a set yet (add() looks at it then), or the set is gone
+  {
+    std::lock_guard lock(c->mutex);
+    c->mark_ready_locked(e);
+  }
+  c->cv.notify_all();
+}
+
 class PyRequestSet {
  public:
+  // A request belongs to one set: adding it to another moves its notifications there.
   void add(const PyRequest& r) {
-    {
-      std::lock_guard lock(mutex_);
-      entries_.push_back(std::make_shared<Entry>(r.handle));
+    auto entry = std::make_shared<Entry>(r.handle);
+    if (r.link) {
+      std::lock_guard lock(r.link->mutex);
+      r.link->core = core_;
+      r.link->entry = entry;
     }
-    cv_.notify_all();
+    {
+      std::lock_guard lock(core_->mutex);
+      core_->entries.push_back(entry);
+      core_->mark_ready_locked(entry);  // events pushed before it was linked
+    }
+    core_->cv.notify_all();
   }
   size_t size() const {
-    std::lock_guard lock(mutex_);
-    return entries_.size();
+    std::lock_guard lock(core_->mutex);
+    return core_->entries.size();
   }
   // Wakes every wait() (they return what they have, possibly nothing).
   void interrupt() {
     {
-      std::lock_guard lock(mutex_);
-      ++interrupts_;
+      std::lock_guard lock(core_->mutex);
+      ++core_->interrupts;
     }
-    cv_.notify_all();
+    core_->cv.notify_all();
   }
 
   // Blocks (GIL released) until a request of the set has events, the timeout passes or
   // interrupt() is called; returns every event available then, as event_tuple()s.
   // A request leaves the set with its finished event. An empty set waits for add().
   //
-  // RequestHandle can only be waited on one at a time, and looking at one costs a lock and
-  // a timed wait (a system call), so this polls with care: it sleeps on the oldest request
-  // that has produced tokens (admission is FIFO: the one most likely running, whose step's
-  // end wakes it at once), looks at the requests that have produced tokens on every turn,
-  // and at the others (still queued, or prefilling) every 16 ms or more (full_sweep_period).
-  // A scheduler-wide notification would let it wait on one condition instead.
+  // No polling: each request's on_event marks it ready here and notifies the set's one
+  // condition variable, and a wait drains only the ready requests (try_next, never a
+  // timed wait), so a set of thousands of queued requests costs nothing while idle.
   py::list wait(double timeout_seconds) {
     std::vector<std::pair<uint64_t, RequestHandle::Event>> got;
     {
@@ -210,45 +267,37 @@ class PyRequestSet {
       const auto deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(std::max(0.0, std::min(timeout_seconds, 1e6))));
-      uint64_t interrupts;
-      {
-        std::lock_guard lock(mutex_);
-        interrupts = interrupts_;
-      }
+      SetCore& c = *core_;
+      std::unique_lock lock(c.mutex);
+      const uint64_t interrupts = c.interrupts;
       for (;;) {
-        std::vector<std::shared_ptr<Entry>> es;
-        bool full;
-        {
-          std::unique_lock lock(mutex_);
-          if (entries_.empty())
-            cv_.wait_until(lock, deadline, [&] { return !entries_.empty() || interrupts_ != interrupts; });
-          if (interrupts_ != interrupts) break;
-          es = entries_;
-          const auto now = Clock::now();
-          full = now - last_full_sweep_ >= full_sweep_period(es.size());
-          if (full) last_full_sweep_ = now;
-        }
-        if (es.empty()) break;  // the deadline passed with nothing in flight
-        for (const auto& e : es)
-          if (full || e->active) drain(*e, got);
-        if (!got.empty() || Clock::now() >= deadline) break;
-        // Nothing yet: sleep on one request a short while (until the next full sweep at most).
-        const Entry* sleeper = es.front().get();
-        for (const auto& e : es)
-          if (e->active) {
-            sleeper = e.get();
-            break;
+        if (!c.cv.wait_until(lock, deadline, [&] { return !c.ready.empty() || c.interrupts != interrupts; })) break;
+        if (c.interrupts != interrupts) break;
+        std::vector<std::shared_ptr<Entry>> ready;
+        ready.swap(c.ready);
+        for (const auto& e : ready) e->ready = false;  // an event from now on marks it again
+        lock.unlock();
+        std::vector<const Entry*> finished;
+        for (const auto& e : ready) {
+          RequestHandle::Event ev;
+          while (e->handle->try_next(ev)) {
+            const bool done = ev.kind == RequestHandle::Event::finished;
+            got.emplace_back(e->handle->id(), std::move(ev));
+            if (done) {
+              finished.push_back(e.get());
+              break;
+            }
           }
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        RequestHandle::Event ev;
-        if (sleeper->handle->next(ev, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(16)))) {
-          collect(*sleeper, std::move(ev), got);
-          for (const auto& e : es)
-            if (e->active) drain(*e, got);
-          break;
         }
-        std::lock_guard lock(mutex_);
-        if (interrupts_ != interrupts) break;
+        lock.lock();
+        if (!finished.empty())
+          c.entries.erase(std::remove_if(c.entries.begin(), c.entries.end(),
+                                         [&](const std::shared_ptr<Entry>& x) {
+                                           return std::find(finished.begin(), finished.end(), x.get()) !=
+                                                  finished.end();
+                                         }),
+                          c.entries.end());
+        if (!got.empty()) break;  // else: woken for events another wait() took; wait on
       }
     }
     py::list out;
@@ -257,47 +306,15 @@ class PyRequestSet {
   }
 
  private:
-  struct Entry {
-    explicit Entry(std::shared_ptr<RequestHandle> h) : handle(std::move(h)) {}
-    std::shared_ptr<RequestHandle> handle;
-    mutable std::atomic<bool> active{false};  // it has had an event: looked at on every turn
-  };
-  // How often the requests without tokens yet are looked at: 16 ms, longer for many (a
-  // look at a request without events is a timed futex wait, ~10 us with its context
-  // switch), so even a queue of thousands costs a few percent of a core; a queued request
-  // that starts is noticed within that period (then on every turn).
-  static std::chrono::microseconds full_sweep_period(size_t n) {
-    return std::chrono::microseconds(std::clamp<int64_t>(static_cast<int64_t>(n) * 200, 16000, 1000000));
-  }
-
-  void collect(const Entry& entry, RequestHandle::Event e, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
-    const bool finished = e.kind == RequestHandle::Event::finished;
-    got.emplace_back(entry.handle->id(), std::move(e));
-    entry.active.store(true);
-    if (finished) {
-      std::lock_guard lock(mutex_);
-      entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
-                                    [&](const std::shared_ptr<Entry>& x) { return x.get() == &entry; }),
-                     entries_.end());
-    }
-  }
-  void drain(const Entry& entry, std::vector<std::pair<uint64_t, RequestHandle::Event>>& got) {
-    RequestHandle::Event e;
-    while (entry.handle->next(e, std::chrono::milliseconds(0))) {
-      const bool finished = e.kind == RequestHandle::Event::finished;
-      collect(entry, std::move(e), got);
-      if (finished) break;
-    }
-  }
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<std::shared_ptr<Entry>> entries_;  // submission order
-  uint64_t interrupts_ = 0;
-  Clock::time_point last_full_sweep_{};
+  std::shared_ptr<SetCore> core_ = std::make_shared<SetCore>();
 };
 
 // ---- Scheduler ----
+
+// What refit/llm.py's refusal says too (its _SEND_AGAIN).
+constexpr const char* kSendAgain =
+    "send them again (update_weights_from_tensors, update_weights_from_disk or update_weights_from_distributed) first";
+
 
 class PyScheduler {
  public:
@@ -328,6 +345,15 @@ class PyScheduler {
     py::gil_scoped_release release;
     scheduler_ = std::make_unique<Scheduler>(engine_.model(), engine_.weights_mutex(),
                                              [e = &engine_] { return e->weight_version(); }, o);
+    // Released weights (sleep(level=2)) read as zero: no request may be admitted on them,
+    // whoever submits (refit/llm.py refuses first with the same words, naming its call).
+    scheduler_->set_admission_check([e = &engine_] {
+      if (!e->weights_released()) return;
+      const std::vector<std::string> released = e->released_weights();
+      if (released.empty()) return;  // sent again in between
+      fail("submit: {} weights were released by sleep(level=2) and not sent again (e.g. {}); {}", released.size(),
+           released.front(), kSendAgain);
+    });
   }
   ~PyScheduler() { scheduler_.reset(); }  // the loop thread never takes the GIL
 
@@ -339,9 +365,11 @@ class PyScheduler {
   PyRequest submit(py::handle prompt, const py::dict& fields) {
     std::vector<int32_t> ids = as<std::vector<int32_t>>(prompt, "prompt_token_ids");
     RequestSpec spec = spec_from(std::move(ids), fields);
+    auto link = std::make_shared<EventLink>();
+    spec.on_event = [link] { link->fire(); };  // on the scheduler's thread: no GIL, no scheduler calls
     Scheduler& s = get();
     try {
-      return PyRequest{s.submit(std::move(spec))};
+      return PyRequest{s.submit(std::move(spec)), std::move(link)};
     } catch (const ServerBusy& e) {
       throw py::value_error(e.what());  // a request the cache can never hold, or a full queue
     } catch (const Error& e) {

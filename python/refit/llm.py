@@ -55,6 +55,10 @@ __all__ = [
 ]
 
 _SAMPLING_EPS = 1e-5  # vLLM's: a temperature below this is greedy
+# The end of the refusal after sleep(level=2); the Scheduler's admission check
+# (llm_binding.cpp, kSendAgain) says the same for any submission that gets past this layer.
+_SEND_AGAIN = ("send them again (update_weights_from_tensors, update_weights_from_disk or "
+               "update_weights_from_distributed) first")
 
 
 # ---------------------------------------------------------------------------------------
@@ -949,7 +953,7 @@ class LLM:
         released = self.scheduler.released_weights
         if released:  # sleep(level=2): the values are gone until every weight is sent again
             raise ValueError(f"generate: {len(released)} weights were released by sleep(level=2) and not sent "
-                             f"again (e.g. {released[0]}); update_weights_from_tensors first")
+                             f"again (e.g. {released[0]}); {_SEND_AGAIN}")
         with self._lock:
             if req.request_id in self._live:
                 raise ValueError(f"request_id {req.request_id!r} is already in flight")
