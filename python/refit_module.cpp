@@ -22,6 +22,7 @@
 #include "weights/layout_transform.h"
 #include "tensor_interop.h"
 #include "update_binding.h"
+#include "weight_sync_binding.h"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -422,6 +423,7 @@ PYBIND11_MODULE(_refit, m) {
   refit::python::bind_tensor(m);
   refit::python::bind_engine(m);
   refit::python::bind_llm(m);
+  refit::python::bind_weight_sync(m);
   m.attr("has_cuda") = refit::python::build_has_cuda();
   m.def(
       "zeros",

@@ -30,6 +30,7 @@ LLMEngine (add_request/step/abort_request, vLLM's engine loop shape) and AsyncLL
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
 import itertools
 import math
@@ -728,6 +729,8 @@ class LLM:
         self._live: Dict[str, _RequestState] = {}  # every unfinished request, whoever waits on it
         self._pieces: Dict[int, str] = {}
         self.llm_engine = LLMEngine(self)
+        self._sync = None  # _refit.WeightSync, made at the first init_weights_update_group
+        self._update_group = "weight_update_group"  # OpenRLHF's update_weight group (init_process_group's)
 
     # ---- generation ----
 
@@ -851,10 +854,117 @@ class LLM:
         return self.run_exclusive(
             lambda: self.engine.update_weights_from_disk(path, names=names, check_finite=check_finite), mode)
 
-    # Weight sync from a torch.distributed group (OpenRLHF's init_process_group /
-    # update_weight, verl's and SGLang's update_weights_from_distributed) belongs here:
-    # receive each broadcast tensor, then commit through run_exclusive(...) exactly as
-    # update_weights_from_tensors does, so a sync lands between two steps.
+    # ---- weights from a torch.distributed group (SGLang's and OpenRLHF's weight sync) ----
+    #
+    # The trainer (rank 0) creates a gloo group as SGLang's init_custom_process_group /
+    # OpenRLHF's init_process_group do (a TCPStore it hosts, PrefixStore(group_name),
+    # ProcessGroupGloo) and this engine joins it as rank_offset; each update the trainer
+    # broadcasts the tensors it announced here (one dist.broadcast per tensor, src=0, or one
+    # flattened uint8 bucket). Received tensors are validated and staged, then committed
+    # between two scheduler steps exactly as update_weights_from_tensors does.
+
+    def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                  group_name: str = "weight_update_group", backend: str = "gloo",
+                                  timeout: Any = None) -> str:
+        """Joins the trainer's torch.distributed group as rank `rank_offset` (SGLang's call).
+
+        Blocks (GIL released) until the trainer has created the group too, or `timeout`
+        (seconds or a datetime.timedelta; None: 30 minutes, torch's default) passes. A group
+        of the same name is replaced (a trainer that restarted). backend must be "gloo":
+        "nccl" needs GPUs (ValueError). Returns the group's description; raises refit.Error
+        when the group cannot be joined.
+        """
+        if isinstance(timeout, datetime.timedelta):
+            timeout = timeout.total_seconds()
+        for what, v in (("master_port", master_port), ("rank_offset", rank_offset), ("world_size", world_size)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError(f"init_weights_update_group: {what} must be an int, got {v!r}")
+        return self._weight_sync().init(str(master_address), master_port, rank_offset, world_size, group_name,
+                                        backend, timeout)
+
+    def update_weights_from_distributed(self, names, dtypes, shapes, group_name: str = "weight_update_group",
+                                        load_format: Optional[str] = None, *, flush_cache: bool = True,
+                                        mode: str = "drain", check_finite: bool = False) -> int:
+        """Receives the tensors the trainer broadcasts on `group_name` and commits them between steps.
+
+        names/dtypes/shapes: one entry per tensor in the trainer's broadcast order (dtypes as
+        torch dtypes or their names, "bfloat16" / "torch.bfloat16"; a single name, dtype and
+        shape is one tensor). load_format "flattened_bucket": one broadcast of every tensor's
+        bytes back to back (SGLang's FlattenedTensorBucket). mode: as run_exclusive ("drain":
+        started requests finish on the old weights first). The receive blocks with the GIL
+        released. Returns the new weight version.
+
+        Failures leave the engine on its old weights, bit for bit: the trainer gone or timed
+        out mid-broadcast raises refit.Error and breaks the group (init it again); a received
+        tensor the engine refuses (unknown name, wrong shape or dtype) raises
+        refit.UpdateError and the group stays usable; arguments that cannot be received
+        raise ValueError and leave the group. flush_cache: accepted for SGLang's callers — a
+        committed update always drops the prefix cache (its blocks came from the old weights).
+        """
+        if isinstance(names, str):  # one tensor (SGLang's older {name, dtype, shape})
+            names, dtypes, shapes = [names], [dtypes], [shapes]
+        if load_format not in (None, "flattened_bucket"):
+            raise ValueError(f"update_weights_from_distributed: load_format {load_format!r} is not supported "
+                             "(None or 'flattened_bucket')")
+        del flush_cache
+        dtypes = [_dtype_name(d) for d in _as_list(dtypes)]
+        shapes = [_shape_list(s) for s in _as_list(shapes)]
+        staged = self._weight_sync().receive(_as_list(names), dtypes, shapes, group_name,
+                                             load_format == "flattened_bucket", check_finite)
+        try:
+            return self.run_exclusive(staged.commit, mode)
+        finally:
+            if not staged.finished:
+                staged.abort()
+
+    def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
+        """Leaves the group (refit.Error when this engine has not joined one of that name)."""
+        self._weight_sync().destroy(group_name)
+
+    # OpenRLHF's worker-extension names (openrlhf/trainer/ray/vllm_worker_wrap.py), so its
+    # LLMRayActor maps 1:1: init_process_group(...) then update_weight(...) per parameter.
+    def init_process_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                           group_name: str = "weight_update_group", backend: str = "gloo", use_ray: bool = False,
+                           timeout: Any = None) -> str:
+        """OpenRLHF's WorkerWrap.init_process_group: init_weights_update_group; use_ray=True is refused."""
+        if use_ray:
+            raise ValueError("init_process_group: use_ray=True (ray.util.collective) is not supported by refit; "
+                             "use a torch.distributed gloo group (use_ray=False)")
+        if group_name == "":
+            raise ValueError("init_process_group: group name must not be empty")
+        description = self.init_weights_update_group(master_address, master_port, rank_offset, world_size,
+                                                     group_name, backend, timeout)
+        self._update_group = group_name
+        return description
+
+    def update_weight(self, name: str, dtype: Any, shape: Any, empty_cache: bool = False, *,
+                      group_name: Optional[str] = None, mode: str = "drain") -> int:
+        """OpenRLHF's WorkerWrap.update_weight: receives one broadcast tensor and commits it.
+
+        group_name defaults to the last init_process_group's. Each call is one transaction (one
+        weight version); empty_cache (CUDA's allocator) means nothing here. Returns the version.
+        """
+        del empty_cache
+        return self.update_weights_from_distributed([name], [dtype], [shape],
+                                                    group_name or self._update_group, mode=mode)
+
+    # The methods an OpenRLHF / vLLM caller reaches through collective_rpc on refit.
+    _RPC_METHODS = ("init_process_group", "update_weight", "init_weights_update_group",
+                    "update_weights_from_distributed", "destroy_weights_update_group")
+
+    def collective_rpc(self, method: Union[str, Callable], timeout: Optional[float] = None, args: tuple = (),
+                       kwargs: Optional[Dict[str, Any]] = None) -> List[Any]:
+        """vLLM's LLM.collective_rpc for the weight-sync methods above: one worker, so [result]."""
+        if not isinstance(method, str) or method not in self._RPC_METHODS:
+            raise ValueError(f"collective_rpc: {method!r} is not supported by refit (one in-process worker; "
+                             f"methods: {', '.join(self._RPC_METHODS)})")
+        del timeout
+        return [getattr(self, method)(*args, **(kwargs or {}))]
+
+    def _weight_sync(self):
+        if self._sync is None:
+            self._sync = _refit.WeightSync(self.engine)
+        return self._sync
 
     def sleep(self, level: int = 1) -> int:
         """vLLM's sleep: the KV cache's memory (level 2: the weights' too) goes back to the OS.
@@ -1014,6 +1124,29 @@ class LLM:
             if t not in d:
                 d[t] = Logprob(lp, i + 1, self._piece(t))
         return d
+
+
+def _as_list(v) -> List[Any]:
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        raise ValueError(f"update_weights_from_distributed: expected a list, got {v!r}")
+    return list(v)
+
+
+def _dtype_name(d) -> Any:
+    """A torch dtype (torch.bfloat16) or its name; anything else is passed on for the C++ to refuse by name."""
+    if isinstance(d, str):
+        return d
+    if type(d).__name__ == "dtype":  # torch.dtype / numpy.dtype: str() is its name
+        return str(d)
+    return d
+
+
+def _shape_list(s) -> Any:
+    if hasattr(s, "tolist") and not isinstance(s, (list, tuple)):
+        s = s.tolist()
+    if isinstance(s, (list, tuple)):  # torch.Size is a tuple of ints
+        return [int(x) if hasattr(x, "__index__") and not isinstance(x, bool) else x for x in s]
+    return s
 
 
 class _Tokenizer:
