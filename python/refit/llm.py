@@ -1384,6 +1384,20 @@ class AsyncLLMEngine:
         return await loop.run_in_executor(
             None, lambda: self.llm.update_weights_from_tensors(tensors, mode=mode, check_finite=check_finite))
 
+    # Weight sync from a torch.distributed trainer (LLM's methods, off the event loop: the
+    # join and the receive block on the trainer while requests keep streaming).
+    async def init_weights_update_group(self, *args, **kwargs) -> str:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.llm.init_weights_update_group(*args, **kwargs))
+
+    async def update_weights_from_distributed(self, *args, **kwargs) -> int:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.llm.update_weights_from_distributed(*args, **kwargs))
+
+    async def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.llm.destroy_weights_update_group(group_name))
+
     def shutdown(self) -> None:
         """Stops the pump thread (the LLM stays usable)."""
         self._closed = True

@@ -13,6 +13,7 @@ meanwhile); a trainer SIGKILLed mid-broadcast raises (the group is broken: re-in
 leaves the old weights; a new group then works; refusals (nccl, use_ray, malformed
 updates, unknown groups) name what was wrong.
 """
+import asyncio
 import json
 import os
 import pathlib
@@ -229,7 +230,11 @@ def test_a_trainer_killed_mid_broadcast_leaves_the_old_weights_and_a_new_group_w
         with pytest.raises(ValueError, match=r"^submit: \d+ weights were released by sleep\(level=2\)"):
             llm.scheduler.submit(PROMPTS[0], {"max_tokens": 2})
         tr2.broadcast(files["new"], bucket=True)
-        llm.update_weights_from_distributed(*meta(named["new"]), load_format="flattened_bucket")
+        engine = refit.AsyncLLMEngine.from_llm(llm)  # the async form, off the event loop
+        try:
+            asyncio.run(engine.update_weights_from_distributed(*meta(named["new"]), load_format="flattened_bucket"))
+        finally:
+            engine.shutdown()
         assert tr2.line() == "ok" and outputs(llm) == s["fresh_new"]
 
         # An update that cannot be received (its lists disagree) leaves the group: the
