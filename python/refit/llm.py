@@ -876,6 +876,9 @@ class LLM:
         """
         if isinstance(timeout, datetime.timedelta):
             timeout = timeout.total_seconds()
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+            raise TypeError(f"init_weights_update_group: timeout must be seconds or a datetime.timedelta, "
+                            f"got {timeout!r}")
         for what, v in (("master_port", master_port), ("rank_offset", rank_offset), ("world_size", world_size)):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise TypeError(f"init_weights_update_group: {what} must be an int, got {v!r}")
@@ -907,10 +910,14 @@ class LLM:
             raise ValueError(f"update_weights_from_distributed: load_format {load_format!r} is not supported "
                              "(None or 'flattened_bucket')")
         del flush_cache
-        dtypes = [_dtype_name(d) for d in _as_list(dtypes)]
-        shapes = [_shape_list(s) for s in _as_list(shapes)]
-        staged = self._weight_sync().receive(_as_list(names), dtypes, shapes, group_name,
-                                             load_format == "flattened_bucket", check_finite)
+        # Anything malformed is refused by the C++ (which then leaves the group: its
+        # broadcasts cannot be received), so only well-formed lists are normalized here.
+        if isinstance(dtypes, (list, tuple)):
+            dtypes = [_dtype_name(d) for d in dtypes]
+        if isinstance(shapes, (list, tuple)):
+            shapes = [_shape_list(s) for s in shapes]
+        staged = self._weight_sync().receive(names, dtypes, shapes, group_name, load_format == "flattened_bucket",
+                                             check_finite)
         try:
             return self.run_exclusive(staged.commit, mode)
         finally:
@@ -1124,12 +1131,6 @@ class LLM:
             if t not in d:
                 d[t] = Logprob(lp, i + 1, self._piece(t))
         return d
-
-
-def _as_list(v) -> List[Any]:
-    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
-        raise ValueError(f"update_weights_from_distributed: expected a list, got {v!r}")
-    return list(v)
 
 
 def _dtype_name(d) -> Any:
