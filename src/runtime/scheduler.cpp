@@ -373,11 +373,21 @@ double Scheduler::run_exclusive(PauseMode mode, const std::function<void()>& fn)
 
 void Scheduler::pause(PauseMode mode) {
   std::unique_lock lock(mutex_);
+  if (mode == PauseMode::drain && !paused_) {
+    // Stop admitting, let every started request finish, then pause (vLLM's /pause with
+    // wait_for_inflight_requests). Requests that never started stay queued.
+    cv_.wait(lock, [&] { return !exclusive_ && !draining_; });
+    draining_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !started_work_locked() || stop_; });
+    draining_ = false;
+    cv_.notify_all();
+  }
   paused_ = true;
   cv_.wait(lock, [&] { return !stepping_; });
   if (mode == PauseMode::abort) abort_all_locked();
   else if (mode == PauseMode::retract) retract_all_locked(true);
-  // in_place (and drain, which makes no sense as a pause): leave everything as it is.
+  // in_place: leave everything as it is.
 }
 
 void Scheduler::resume() {

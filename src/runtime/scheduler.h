@@ -22,7 +22,8 @@
 //             it (restart_on_retract, the server's non-streaming requests) restarts from
 //             its prompt, so its whole output is on one weight version; others keep their
 //             tokens and recompute the KV on resume;
-//   in_place  keep everything; requests continue on the new weights with their old KV.
+//   in_place  keep everything; requests continue on the new weights with their old KV;
+//   drain     stop admitting, let started requests finish, then pause (queued ones wait).
 // Every generated token records the weight version it was sampled under.
 //
 // Batch invariance: a request's logits do not depend on the batch or the chunking

@@ -255,8 +255,7 @@ void HttpServer::lifecycle_routes() {
     };
     const bool wait = flag("wait_for_inflight_requests", false);
     const bool clear = flag("clear_cache", true);
-    if (wait) scheduler_->run_exclusive(PauseMode::drain, [] {});
-    scheduler_->pause(wait ? PauseMode::in_place : PauseMode::abort);
+    scheduler_->pause(wait ? PauseMode::drain : PauseMode::abort);
     if (clear) scheduler_->flush_cache();
     ok(res, "generation paused");
   }));

@@ -292,6 +292,41 @@ try:
     status, ab = s.post("/abort_request", {"abort_all": True})
     check(status == 200, f"abort_all {status}")
 
+    # ---- vLLM's /pause: by default in-flight requests end (abort); with
+    # wait_for_inflight_requests they finish first, and /pause answers after them ----
+    for wait in (False, True):
+        req = {"input_ids": PROMPT, "stream": True,
+               "sampling_params": {"max_new_tokens": 1500, "temperature": 0, "ignore_eos": True}}
+        seen, paused = [], {}
+
+        def stream_and_pause():
+            r = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", data=json.dumps(req).encode())
+            pauser = None
+            with urllib.request.urlopen(r, timeout=120) as resp:
+                for line in resp:
+                    line = line.decode().strip()
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    seen.append(json.loads(line[6:]))
+                    if pauser is None:  # mid-generation: pause now
+                        def pause():
+                            paused["status"] = s.post("/pause" + ("?wait_for_inflight_requests=true" if wait else ""))[0]
+                            paused["loads"] = s.get("/v1/loads")[1]["loads"][0]["num_total_reqs"]
+                        pauser = threading.Thread(target=pause)
+                        pauser.start()
+            pauser.join(60)
+
+        th = threading.Thread(target=stream_and_pause)
+        th.start()
+        th.join(90)
+        fr = seen[-1]["meta_info"]["finish_reason"]["type"] if seen else None
+        check(paused.get("status") == 200 and s.get("/is_paused")[1] == {"is_paused": True}, f"/pause (wait {wait})")
+        check(fr == ("length" if wait else "abort"), f"/pause (wait {wait}): the in-flight request ended with {fr}")
+        check(paused.get("loads") == 0, f"/pause (wait {wait}) answered with {paused.get('loads')} requests left")
+        check(s.post("/resume")[0] == 200 and s.get("/is_paused")[1] == {"is_paused": False}, "/resume")
+    status, _ = s.post("/pause?wait_for_inflight_requests=maybe")
+    check(status == 400, f"/pause with a malformed flag: {status}")
+
     # ---- health and info ----
     status, h = s.get("/health_generate")
     check(status == 200 and h["status"] == "ok", f"/health_generate {status} {h}")
