@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.path.join(ROOT, "..", "shared", "oracle")
 STORIES = os.path.join(SHARED, "stories260K", "stories260K.gguf")
 LLAMA = os.path.join(SHARED, "llamacpp", "llama-f32", "micro-llama-f32-s1.gguf")
+LLAMA_Q8 = os.path.join(SHARED, "llamacpp", "llama-q8_0", "micro-llama-q8_0-s1.gguf")
 failures = []
 
 
@@ -366,6 +367,19 @@ try:
     check(gen(s, {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3, "temperature": 0}})["output_ids"] == g[:3],
           "the server changed its answer after bad requests")
 
+    # ---- vLLM's /tokenize and /detokenize ----
+    status, tk = s.post("/tokenize", {"prompt": "Once upon a time"})
+    check(status == 200 and tk["count"] == len(tk["tokens"]) == t["meta_info"]["prompt_tokens"] and tk["tokens"][0] == 1,
+          f"/tokenize (the /generate text prompt had {t['meta_info']['prompt_tokens']} tokens): {status} {tk}")
+    status, dt = s.post("/detokenize", {"tokens": tk["tokens"]})
+    check(status == 200 and dt["prompt"].strip() == "Once upon a time", f"/detokenize: {status} {dt}")
+    status, tkc = s.post("/tokenize", {"messages": [{"role": "user", "content": "Hi"}]})
+    check(status == 200 and tkc["count"] > 0, f"/tokenize messages: {status} {tkc}")
+    for path, body in [("/tokenize", {}), ("/tokenize", {"prompt": 3}), ("/detokenize", {"tokens": [99999]}),
+                       ("/detokenize", {"tokens": "x"}), ("/update_weights", {}), ("/update_weights", {"model_path": ""})]:
+        status, err = s.post(path, body)
+        check(400 <= status < 500, f"{path} {body} -> {status} {err}")
+
     # ---- memory: KV release gives memory back and refuses generation; resume restores ----
     rss_before = s.rss_kib()
     status, rel = s.post("/release_memory_occupation", {"tags": ["kv_cache"]})
@@ -407,6 +421,21 @@ try:
     check(status == 200 and again["choices"][0]["token_ids"] == base["choices"][0]["token_ids"]
           and again["choices"][0]["logprobs"]["token_logprobs"] == base["choices"][0]["logprobs"]["token_logprobs"],
           "after release + re-send the weights are not bitwise the original")
+    # prime-rl's weight routes: /update_weights {model_path} (a folder or file), a refused
+    # path changes nothing, /reload_weights goes back to the weights the server started on
+    status, up = w.post("/update_weights", {"model_path": LLAMA_Q8})
+    check(status == 200 and up["success"], f"/update_weights: {status} {up}")
+    status, q8 = w.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+    check(q8["choices"][0]["logprobs"]["token_logprobs"] != base["choices"][0]["logprobs"]["token_logprobs"],
+          "/update_weights changed nothing")
+    status, bad_up = w.post("/update_weights", {"weight_dir": "/nonexistent/step-3"})
+    check(status == 400 and not bad_up["success"] and "nonexistent" in bad_up["message"], f"bad /update_weights: {bad_up}")
+    status, same = w.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+    check(same["choices"][0]["logprobs"] == q8["choices"][0]["logprobs"], "a refused /update_weights changed the weights")
+    status, rl = w.post("/reload_weights")
+    check(status == 200 and rl["success"], f"/reload_weights: {status} {rl}")
+    status, again = w.post("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})
+    check(again["choices"][0]["logprobs"] == base["choices"][0]["logprobs"], "/reload_weights is not the original")
     # vLLM sleep level 2: the weights go too
     check(w.post("/sleep?level=2")[0] == 200, "sleep level 2")
     check(w.post("/wake_up")[0] == 200, "wake_up after level 2")
