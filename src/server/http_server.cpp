@@ -10,6 +10,7 @@
 #include "server/api_types.h"
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
+#include "server/event_signal.h"
 #include "server/rank_group.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
@@ -30,6 +31,7 @@ struct Generation {
   std::vector<std::vector<int32_t>> prompts;  // per choice
   int64_t prompt_tokens = 0;  // summed over prompts (once per prompt, not per n)
   std::shared_ptr<RequestRegistry::Entry> registration;
+  std::shared_ptr<EventSignal> signal = EventSignal::make();
 };
 
 // vLLM's prompt_logprobs: per prompt position null (the first) or {id: {logprob, rank,
@@ -242,6 +244,7 @@ void HttpServer::routes() {
           spec.stop_tokens = stop_tokens;
           spec.top_logprobs = std::max(p.logprobs, 0);
           spec.restart_on_retract = !p.stream;
+          spec.on_event = g->signal->notifier();
           auto h = scheduler_->submit(std::move(spec));
           submitted.push_back(h);
           ChoiceOptions co;
@@ -271,16 +274,18 @@ void HttpServer::routes() {
       return v;
     };
     // Waits for the next event of any unfinished choice; returns its index or -1.
+    // (Every choice's on_event wakes g->signal, so nothing is polled in turn.)
     auto poll = [g](std::chrono::milliseconds wait) -> int {
-      for (size_t i = 0; i < g->choices.size(); ++i) {
-        ChoiceStream& c = *g->choices[i];
-        if (c.done()) continue;
-        RequestHandle::Event e;
-        const auto w = g->choices.size() == 1 ? wait : std::chrono::milliseconds(2);
-        if (c.handle().next(e, w)) {
-          c.apply(e);
-          return static_cast<int>(i);
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        for (size_t i = 0; i < g->choices.size(); ++i) {
+          ChoiceStream& c = *g->choices[i];
+          RequestHandle::Event e;
+          if (!c.done() && c.handle().try_next(e)) {
+            c.apply(e);
+            return static_cast<int>(i);
+          }
         }
+        if (attempt == 0) g->signal->wait(wait);
       }
       return -1;
     };
