@@ -99,7 +99,7 @@ Tensor Tensor::from_floats(Shape shape, std::span<const float> values) {
     fail("from_floats: shape {} needs {} values, got {}", shape_str(shape), product(shape),
          values.size());
   Tensor t = empty(std::move(shape), DType::f32);
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));  // data() may be null
   return t;
 }
 
