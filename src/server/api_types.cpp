@@ -68,8 +68,19 @@ std::string message_content(const nlohmann::json& c, size_t index) {
 }  // namespace
 
 nlohmann::json parse_json_body(const std::string& body) {
+  // The depth is checked while parsing, before anything recurses over the value (dumping
+  // a million-deep array for an error message would overflow the stack). No request of
+  // any route nests deeper than a few levels.
+  static constexpr int kMaxDepth = 64;
+  const auto depth_limit = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    if (depth > kMaxDepth &&
+        (event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start))
+      throw HttpError{400, fmt::format("the request body nests deeper than {} levels", kMaxDepth),
+                      "invalid_request_error", {}, {}};
+    return true;
+  };
   try {
-    return nlohmann::json::parse(body);
+    return nlohmann::json::parse(body, depth_limit);
   } catch (const nlohmann::json::parse_error& e) {
     throw HttpError{400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", {}, {}};
   }

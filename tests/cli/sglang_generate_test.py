@@ -355,6 +355,12 @@ try:
         check(400 <= status < 500 and field in json.dumps(err), f"bad {body} -> {status} {err}")
     status, err = s.post("/generate", raw=b"{not json")
     check(status == 400, f"broken JSON -> {status}")
+    # A body nested a million levels deep is refused while parsing (it once overflowed the
+    # stack of the JSON serializer and killed the server), on every route.
+    deep = b'{"input_ids": ' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}"
+    for path in ("/generate", "/v1/completions", "/update_weights_from_disk", "/abort_request"):
+        status, err = s.post(path, raw=deep)
+        check(status == 400 and "nests deeper" in json.dumps(err), f"{path} with a deep body -> {status} {str(err)[:200]}")
     for path, body in [("/abort_request", {}), ("/abort_request", {"rid": 3}),
                        ("/release_memory_occupation", {"tags": ["gpu"]}), ("/pause_generation", {"mode": "sideways"})]:
         status, err = s.post(path, body)
