@@ -192,7 +192,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
     if (t < 0 || t >= c.vocab_size) fail("prompt token id {} is outside the vocabulary (0..{})", t, c.vocab_size - 1);
   if (spec.max_tokens < 0) fail("max_tokens must be >= 0, got {}", spec.max_tokens);
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
-  if (n_prompt + std::max<int64_t>(spec.max_tokens, 1) > c.max_seq_len)
+  if (spec.max_tokens > c.max_seq_len || n_prompt + std::max<int64_t>(spec.max_tokens, 1) > c.max_seq_len)
     fail("this model's maximum context length is {} tokens; the request has {} prompt tokens and max_tokens {} ({} in all)",
          c.max_seq_len, n_prompt, spec.max_tokens, n_prompt + spec.max_tokens);
   spec.sampling.validate();

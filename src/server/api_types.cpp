@@ -72,7 +72,9 @@ nlohmann::json parse_json_body(const std::string& body) {
   // a million-deep array for an error message would overflow the stack). No request of
   // any route nests deeper than a few levels.
   static constexpr int kMaxDepth = 64;
-  const auto depth_limit = [](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+  std::string last_key;  // for an error inside a value: the field it belongs to
+  const auto depth_limit = [&last_key](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && parsed.is_string()) last_key = parsed.get<std::string>();
     if (depth > kMaxDepth &&
         (event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start))
       throw HttpError{400, fmt::format("the request body nests deeper than {} levels", kMaxDepth),
@@ -83,6 +85,10 @@ nlohmann::json parse_json_body(const std::string& body) {
     return nlohmann::json::parse(body, depth_limit);
   } catch (const nlohmann::json::parse_error& e) {
     throw HttpError{400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", {}, {}};
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e999
+    throw HttpError{400,
+                    fmt::format("'{}' holds a number out of range: {}", last_key.empty() ? "the body" : last_key, e.what()),
+                    "invalid_request_error", last_key, {}};
   }
 }
 

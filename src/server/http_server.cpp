@@ -218,7 +218,7 @@ void HttpServer::routes() {
         const int64_t n_prompt = static_cast<int64_t>(prompts[pi].size());
         if (n_prompt == 0) throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
         const int64_t max_tokens = p.max_tokens ? *p.max_tokens : (chat ? ctx - n_prompt : 16);
-        if (n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)
+        if (max_tokens > ctx || n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)  // no overflow
           throw HttpError{400,
                           fmt::format("this model's maximum context length is {} tokens; the request has {} prompt tokens "
                                       "and max_tokens {} ({} in all)",

@@ -337,7 +337,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
             fmt::format(
                 "'logprob_start_len' must be -1 or in 0..{} (the prompt has {} tokens), got {}",
                 n_prompt - 1, n_prompt, it.logprob_start));
-      if (n_prompt + std::max<int64_t>(ss.max_new_tokens, 1) > ctx)
+      if (ss.max_new_tokens > ctx || n_prompt + std::max<int64_t>(ss.max_new_tokens, 1) > ctx)  // no overflow
         throw HttpError{400,
                         fmt::format("this model's maximum context length is {} tokens; the request "
                                     "has {} prompt tokens "

@@ -348,11 +348,20 @@ try:
                         ({"input_ids": PROMPT, "return_logprob": True, "logprob_start_len": 99}, "logprob_start_len"),
                         ({"input_ids": [-1]}, "input_ids"),
                         ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": -2}}, "max_new_tokens"),
+                        ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2**63 - 1}}, "max_new_tokens"),
                         ({"input_ids": PROMPT, "sampling_params": {"regex": "a+"}}, "regex"),
                         ({"input_ids": [PROMPT], "sampling_params": [{}, {}]}, "sampling_params"),
                         ({"input_ids": PROMPT, "image_data": "x.png"}, "image_data")]:
         status, err = s.post("/generate", body)
         check(400 <= status < 500 and field in json.dumps(err), f"bad {body} -> {status} {err}")
+    status, err = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 2**63 - 1})
+    check(status == 400 and "max_tokens" in json.dumps(err), f"/v1/completions max_tokens 2^63-1 -> {status} {err}")
+    # 1e999 is valid JSON that parses to infinity: a 400 naming the field, not a 500.
+    for path, raw in [("/v1/completions", b'{"prompt": [1, 2], "max_tokens": 2, "temperature": 1e999}'),
+                      ("/generate", b'{"input_ids": [1, 2], "sampling_params": {"temperature": 1e999}}')]:
+        status, err = s.post(path, raw=raw)
+        check(status == 400 and "temperature" in json.dumps(err) and "not valid JSON" not in json.dumps(err),
+              f"{path} temperature 1e999 -> {status} {err}")
     status, err = s.post("/generate", raw=b"{not json")
     check(status == 400, f"broken JSON -> {status}")
     # A body nested a million levels deep is refused while parsing (it once overflowed the
