@@ -49,6 +49,10 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
   params_.validate();
+  // Below vLLM's sampling epsilon a draw is greedy: dividing by a temperature near the
+  // smallest float turns logits into infinities whose softmax is NaN (it once picked the
+  // least likely token every step).
+  if (params_.temperature < kGreedyTemperature) params_.temperature = 0.0f;
 }
 
 std::span<const float> Sampler::process(std::span<const float> logits, std::span<const int32_t> history,

@@ -1,4 +1,4 @@
-// Token sampling. Greedy when temperature <= 0 (argmax; ties go to the lowest id, as
+// Token sampling. Greedy when temperature < 1e-5 (argmax; ties go to the lowest id, as
 // llama2.c and llama.cpp do). Otherwise: penalties -> temperature -> top-k -> top-p ->
 // min-p -> draw. The random stream is a 64-bit Mersenne Twister turned into doubles by
 // bit manipulation (not std::uniform_real_distribution, whose output varies between
@@ -44,6 +44,8 @@ const char* logprob_mode_name(LogprobMode mode);
 
 class Sampler {
  public:
+  // Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
+  static constexpr float kGreedyTemperature = 1e-5f;
   explicit Sampler(const SamplingParams& params);
   const SamplingParams& params() const { return params_; }
 

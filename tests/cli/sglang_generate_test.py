@@ -354,6 +354,8 @@ try:
                         ({"input_ids": PROMPT, "image_data": "x.png"}, "image_data")]:
         status, err = s.post("/generate", body)
         check(400 <= status < 500 and field in json.dumps(err), f"bad {body} -> {status} {err}")
+    status, tiny = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 1e-38, "logprobs": 0})
+    check(status == 200 and tiny["choices"][0]["token_ids"] == g, f"temperature 1e-38 is not greedy: {tiny}")
     status, err = s.post("/v1/completions", {"prompt": PROMPT, "max_tokens": 2**63 - 1})
     check(status == 400 and "max_tokens" in json.dumps(err), f"/v1/completions max_tokens 2^63-1 -> {status} {err}")
     # 1e999 is valid JSON that parses to infinity: a 400 naming the field, not a 500.
