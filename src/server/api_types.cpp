@@ -121,6 +121,9 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant" && role != "developer")
         bad(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported (system, user, assistant)", role));
+      // OpenAI: only an assistant turn (one that called tools) may come without content.
+      if (role != "assistant" && (!m.contains("content") || m["content"].is_null()))
+        bad(fmt::format("messages[{}].content", i), fmt::format("messages[{}] ({}) needs 'content'", i, role));
       p.messages.push_back({role == "developer" ? "system" : role, message_content(m.value("content", nlohmann::json()), i)});
       ++i;
     }

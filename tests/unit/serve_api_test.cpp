@@ -68,6 +68,10 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   EXPECT_EQ(parse_error(json{{"max_tokens", 3}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"messages", json::array()}}, true).param, "messages");
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "tool"}, {"content", "x"}}}}}, true).param, "messages[0].role");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}}}}}, true).param, "messages[0].content");
+  EXPECT_EQ(parse_generation_request(json{{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}}}}}, true)
+                .messages.size(),
+            2u);  // an assistant turn may omit its content
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true).param,
             "top_logprobs");
   // A chat-only field on /v1/completions is a field that route does not know: ignored.
