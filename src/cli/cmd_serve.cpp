@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <chrono>
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -30,13 +32,42 @@ struct ServeOptions {
   bool no_prefix_cache = false;
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
+  double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
 };
 
-HttpServer* g_server = nullptr;
+// SIGINT/SIGTERM: the handler only counts (async-signal-safe); a watcher thread shuts the
+// server down gracefully on the first; a second exits at once.
+std::atomic<int> g_signals{0};
 
 extern "C" void on_signal(int) {
-  if (g_server) g_server->stop();
+  if (g_signals.fetch_add(1) >= 1) _exit(130);
 }
+
+// Runs `server.shutdown` once a signal came; returns when that is done or `done` is set.
+class ShutdownWatcher {
+ public:
+  ShutdownWatcher(HttpServer& server, std::chrono::milliseconds drain)
+      : thread_([this, &server, drain] {
+          while (!done_.load()) {
+            if (g_signals.load() > 0) {
+              server.shutdown(drain);
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+  }
+  ~ShutdownWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 ServerOptions server_options(const ServeOptions& o) {
   ServerOptions s;
@@ -81,9 +112,7 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<C
   }
   HttpServer server(engine, server_options(o), &group);  // the group's destructor frees the workers on error
   server.bind();
-  g_server = &server;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  ShutdownWatcher watcher(server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
   announce(o, engine, server.port());
   std::exception_ptr error;
   std::thread http([&] {
@@ -97,7 +126,6 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<C
   });
   group.run_lead();  // returns after stop(), having told the workers to exit
   http.join();
-  g_server = nullptr;
   if (error) std::rethrow_exception(error);
   return 0;
 }
@@ -108,12 +136,9 @@ int run(const ServeOptions& o) {
   if (o.engine.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
   HttpServer server(engine, server_options(o));
   server.bind();
-  g_server = &server;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  ShutdownWatcher watcher(server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
   announce(o, engine, server.port());
   server.serve();
-  g_server = nullptr;
   return 0;
 }
 
@@ -138,6 +163,11 @@ CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weig
       ->check(CLI::IsMember({"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", "sglang"}));
   sub.add_option("--max-logprobs", o->max_logprobs, "Most top logprobs a request may ask for (-1: the whole vocabulary)")
       ->default_val(-1);
+  sub.add_option("--shutdown-timeout", o->shutdown_timeout,
+                 "Seconds requests in flight may finish after SIGTERM before they end with 'abort' (a second signal exits "
+                 "at once)")
+      ->default_val(30)
+      ->check(CLI::NonNegativeNumber);
   return std::function<int()>([o] { return run(*o); });
 }}};
 

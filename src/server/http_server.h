@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,8 +60,15 @@ class HttpServer {
   void bind();
   void serve();
   void stop();
+  // SIGTERM's path: stops accepting connections, lets the requests in flight finish for up
+  // to `drain` (none can while generation is paused: they end at once), then ends what is
+  // left with finish_reason "abort" so every client is answered and serve() returns.
+  void shutdown(std::chrono::milliseconds drain);
   // After serve() returned: stops the scheduler (pending requests end with "abort").
-  void stop_scheduler() { scheduler_.reset(); }
+  void stop_scheduler() {
+    std::lock_guard lock(shutdown_mutex_);  // never under a running shutdown()
+    scheduler_.reset();
+  }
   int port() const { return port_; }
 
  private:
@@ -84,6 +92,7 @@ class HttpServer {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
   RequestRegistry registry_;
+  std::mutex shutdown_mutex_;  // shutdown() against stop_scheduler()
   int port_ = 0;
   mutable std::mutex labels_mutex_;
   std::map<uint64_t, std::string> labels_;  // weight version -> the label a refit gave it

@@ -22,6 +22,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
+#include <thread>
 
 #include "server/api_types.h"
 #include "server/http_server.h"
@@ -62,6 +64,21 @@ Tags parse_tags(const json& v, const char* field) {
 std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 }  // namespace
+
+void HttpServer::shutdown(std::chrono::milliseconds drain) {
+  std::lock_guard lock(shutdown_mutex_);
+  stop();
+  const auto deadline = std::chrono::steady_clock::now() + drain;
+  while (scheduler_ && scheduler_->unfinished() > 0 && !scheduler_->paused() &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (scheduler_ && scheduler_->unfinished() > 0) {
+    std::fputs(fmt::format("refit serve: ending {} unfinished requests (finish_reason abort)\n", scheduler_->unfinished()).c_str(),
+               stderr);
+    scheduler_->pause(PauseMode::abort);
+    scheduler_->resume();
+  }
+}
 
 void HttpServer::check_can_generate() const {
   if (engine_.weights_released()) {

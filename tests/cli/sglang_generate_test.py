@@ -504,6 +504,72 @@ try:
 finally:
     m.stop()
 
+# ---- SIGTERM: requests in flight finish (drain), a paused server still exits and its
+# frozen requests are answered ("abort"), a second signal exits at once ----
+def long_stream(server, box):
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}/generate", data=json.dumps(
+        {"input_ids": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 1500, "temperature": 0,
+                                                                   "ignore_eos": True}}).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            for line in r:
+                line = line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    box.append(json.loads(line[6:]))
+    except Exception as e:  # noqa: BLE001 - what the client saw is checked below
+        box.append({"error": str(e)})
+
+
+for paused in (False, True):
+    d = Server(STORIES)
+    box = []
+    th = threading.Thread(target=long_stream, args=(d, box))
+    th.start()
+    for _ in range(400):
+        if box:
+            break
+        time.sleep(0.005)
+    if paused:
+        d.post("/pause_generation", {"mode": "in_place"})
+    t0 = time.time()
+    os.kill(d.pid, signal.SIGTERM)
+    try:
+        rc = d.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        rc = "timeout"
+    th.join(30)
+    last = box[-1] if box else {}
+    want = "abort" if paused else "length"
+    check(rc == 0, f"SIGTERM (paused {paused}): exit {rc} after {time.time() - t0:.1f} s")
+    check(last.get("meta_info", {}).get("finish_reason", {}).get("type") == want,
+          f"SIGTERM (paused {paused}): the request in flight ended with {str(last)[:200]}, wanted {want}")
+
+# A drain with work left (8 long streams, a 60 s shutdown timeout): the second signal
+# exits at once with 130.
+d = Server(STORIES, "--shutdown-timeout", "60")
+boxes = [[] for _ in range(8)]
+threads = [threading.Thread(target=long_stream, args=(d, b)) for b in boxes]
+for th in threads:
+    th.start()
+for _ in range(400):
+    if all(boxes):
+        break
+    time.sleep(0.005)
+os.kill(d.pid, signal.SIGTERM)
+time.sleep(0.1)
+drained_early = d.proc.poll() is not None
+os.kill(d.pid, signal.SIGTERM)
+try:
+    rc = d.proc.wait(timeout=30)
+except subprocess.TimeoutExpired:
+    d.proc.kill()
+    rc = "timeout"
+for th in threads:
+    th.join(30)
+print(f"second SIGTERM during the drain: exit {rc} (drained before it: {drained_early})")
+check(drained_early or rc == 130, f"a second SIGTERM during the drain: exit {rc}")
+
 if failures:
     print(f"{len(failures)} checks failed")
     sys.exit(1)
