@@ -114,6 +114,21 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   const int threads = options_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(size_t{8} << 30);  // tensor updates are large
+  // Every other route's body is small: refused by its declared length before it is read
+  // (64 MiB holds any prompt a context can take; tensors travel only to one route).
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    constexpr size_t kBodyLimit = size_t{64} << 20;
+    if (req.path == "/update_weights_from_tensor" || !req.has_header("Content-Length"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string& length = req.get_header_value("Content-Length");
+    const unsigned long long n = std::strtoull(length.c_str(), nullptr, 10);
+    if (n <= kBodyLimit) return httplib::Server::HandlerResponse::Unhandled;
+    send_json(res, 413,
+              HttpError{413, fmt::format("the request body ({} bytes) is over {}'s limit of {} bytes", n, req.path, kBodyLimit),
+                        "invalid_request_error", {}, "body_too_large"}
+                  .body());
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_->set_read_timeout(600);
   http_->set_write_timeout(600);
   routes();

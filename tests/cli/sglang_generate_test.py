@@ -364,6 +364,13 @@ try:
         status, err = s.post(path, raw=raw)
         check(status == 400 and "temperature" in json.dumps(err) and "not valid JSON" not in json.dumps(err),
               f"{path} temperature 1e999 -> {status} {err}")
+    # A body over a route's limit is refused by its declared length, before it is read.
+    import socket
+    with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 70000000\r\n\r\n{\"text\": \"aaaa")
+        answer = sock.recv(4096).decode(errors="replace")
+    check(answer.startswith("HTTP/1.1 413") and "limit" in answer, f"a 70 MB /generate body -> {answer[:200]!r}")
     status, err = s.post("/generate", raw=b"{not json")
     check(status == 400, f"broken JSON -> {status}")
     # A body nested a million levels deep is refused while parsing (it once overflowed the
