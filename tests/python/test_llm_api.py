@@ -319,7 +319,7 @@ def test_async_delta_and_final_only_outputs(llm):
 
 
 def test_abort_mid_generation_frees_the_request(llm):
-    params = refit.SamplingParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    params = refit.SamplingParams(temperature=0.0, max_tokens=1000, ignore_eos=True)
     llm.add_request("long", {"prompt_token_ids": PROMPTS[0]}, params)
     llm.add_request("short", {"prompt_token_ids": PROMPTS[1]}, refit.SamplingParams(temperature=0, max_tokens=4))
     assert llm.get_num_unfinished_requests() == 2 and llm.has_unfinished_requests()
@@ -347,7 +347,7 @@ def test_abort_mid_generation_frees_the_request(llm):
 
 def test_async_abort_and_a_consumer_that_leaves(llm):
     engine = refit.AsyncLLMEngine.from_llm(llm)
-    params = refit.SamplingParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    params = refit.SamplingParams(temperature=0.0, max_tokens=1000, ignore_eos=True)
 
     async def aborted():
         last = None
@@ -781,17 +781,19 @@ def test_fields_set_after_construction_are_checked_per_request(stories_llm):
 
 
 def test_abort_request_ends_a_generate_call_of_another_thread(llm):
-    params = refit.SamplingParams(temperature=0.0, max_tokens=500, ignore_eos=True)
+    params = refit.SamplingParams(temperature=0.0, max_tokens=1000, ignore_eos=True)
     box = {}
     t = threading.Thread(target=lambda: box.setdefault(
         "outs", llm.generate([{"prompt_token_ids": PROMPTS[0]}, {"prompt_token_ids": PROMPTS[1]}],
                              [params, refit.SamplingParams(temperature=0, max_tokens=3)], use_tqdm=False)))
     t.start()
     assert wait_until(lambda: llm.scheduler.stats()["generated_tokens"] > 8)
+    llm.scheduler.pause("in_place")  # frozen mid-generation: the abort cannot race its end
     with llm._lock:
-        ids = [rid for rid, r in llm._live.items() if r.params.max_tokens == 500]
+        ids = [rid for rid, r in llm._live.items() if r.params.max_tokens == 1000]
     assert len(ids) == 1
     llm.abort_request(ids)
+    llm.scheduler.resume()
     t.join()
     long, short = box["outs"]
     assert long.outputs[0].finish_reason == "abort" and long.request_id == ids[0]
