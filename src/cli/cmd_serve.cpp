@@ -3,9 +3,10 @@
 // `mpirun -np N refit serve --tp N`: tensor-parallel serving (server/rank_group.h).
 #include <fmt/format.h>
 
-#include <csignal>
-#include <chrono>
 #include <atomic>
+#include <chrono>
+#include <climits>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
@@ -162,7 +163,8 @@ CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weig
                  "also sglang. Default: raw_logprobs on /v1/*, SGLang's semantics on /generate")
       ->check(CLI::IsMember({"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", "sglang"}));
   sub.add_option("--max-logprobs", o->max_logprobs, "Most top logprobs a request may ask for (-1: the whole vocabulary)")
-      ->default_val(-1);
+      ->default_val(-1)
+      ->check(CLI::Range(-1, INT_MAX));
   sub.add_option("--shutdown-timeout", o->shutdown_timeout,
                  "Seconds requests in flight may finish after SIGTERM before they end with 'abort' (a second signal exits "
                  "at once)")
