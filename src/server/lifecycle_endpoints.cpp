@@ -326,8 +326,9 @@ void HttpServer::lifecycle_routes() {
     }
     // Whatever is in flight ends ("abort") first: its KV is about to go.
     if (scheduler_->unfinished() > 0) {
+      const bool was_paused = scheduler_->paused();
       scheduler_->pause(PauseMode::abort);
-      scheduler_->resume();
+      if (!was_paused) scheduler_->resume();  // a client's own pause stays
     }
     const size_t bytes = release(Tags{level == 2, true});
     ok(res, fmt::format("sleeping (level {}; {} returned to the OS)", level, mib(bytes)), json{{"released_bytes", bytes}});
