@@ -303,6 +303,18 @@ int64_t Scheduler::invalidate_prefix_cache_locked() {
   return dropped;
 }
 
+template <typename Queue>
+void Scheduler::drop_cancelled_locked(Queue& queue) {
+  for (auto it = queue.begin(); it != queue.end();) {
+    if ((*it)->handle->cancelled()) {
+      finish(**it, "abort");
+      it = queue.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void Scheduler::abort_all_locked() {
   for (auto& s : running_) finish(*s, "abort");
   for (auto& s : waiting_) finish(*s, "abort");
@@ -461,22 +473,8 @@ void Scheduler::loop() {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
       // Cancelled requests leave even while nothing runs (an abort during a pause frees
       // their KV blocks now and lets a client waiting for an idle server see it).
-      for (auto it = running_.begin(); it != running_.end();) {
-        if ((*it)->handle->cancelled()) {
-          finish(**it, "abort");
-          it = running_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      for (auto it = waiting_.begin(); it != waiting_.end();) {
-        if ((*it)->handle->cancelled()) {
-          finish(**it, "abort");
-          it = waiting_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      drop_cancelled_locked(running_);
+      drop_cancelled_locked(waiting_);
       continue;
     }
     lock.unlock();
@@ -509,14 +507,7 @@ bool Scheduler::step() {
   }
   const auto now = Clock::now();
   // Cancelled requests leave, freeing their blocks.
-  for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->handle->cancelled()) {
-      finish(**it, "abort");
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  drop_cancelled_locked(running_);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence& s = **it;
     const double waited = std::chrono::duration<double>(now - s.queued_at).count();

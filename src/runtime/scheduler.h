@@ -214,6 +214,9 @@ class Scheduler {
   void finish(Sequence& s, const std::string& reason, const std::string& error = {}, bool busy = false);
   void retract(Sequence& s, bool restart);
   void abort_all_locked();
+  // Ends the cancelled requests of running_ or waiting_ ("abort"), freeing their blocks.
+  template <typename Queue>
+  void drop_cancelled_locked(Queue& queue);
   void retract_all_locked(bool honour_restart);
   bool started_work_locked() const;
   void attach_cached_prefix_locked(Sequence& s);

@@ -52,6 +52,13 @@ struct GenerationParams {
 // ignored (server/request_fields.h). `max_logprobs` caps logprobs/top_logprobs/prompt_logprobs.
 GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs = 20);
 
+// A 400 naming the request field `param` (empty: the body as a whole).
+[[noreturn]] void bad_request(const std::string& param, const std::string& message);
+// The value of field `name` as a number, an integer or a bool; a 400 naming it otherwise.
+double json_number(const nlohmann::json& value, const std::string& name);
+int64_t json_integer(const nlohmann::json& value, const std::string& name);
+bool json_boolean(const nlohmann::json& value, const std::string& name);
+
 // Parses a request body; HttpError 400 with the parser's message when it is not JSON.
 nlohmann::json parse_json_body(const std::string& body);
 

@@ -195,7 +195,6 @@ void HttpServer::routes() {
     if (p.stream && (p.echo || p.prompt_logprobs >= 0))
       throw HttpError{400, "'echo' and 'prompt_logprobs' are not supported with 'stream': true", "invalid_request_error",
                       p.echo ? "echo" : "prompt_logprobs", {}};
-    check_can_generate();
     if (!p.model.empty() && p.model != options_.model_name)
       throw HttpError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", p.model, options_.model_name),
                       "invalid_request_error", "model", "model_not_found"};

@@ -37,10 +37,6 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw HttpError{400, message, "invalid_request_error", param, {}};
-}
-
 // SGLang's tags: null/absent = all; else a list of "weights", "kv_cache" (and
 // "cuda_graph", which a CPU engine has nothing for).
 struct Tags {
@@ -50,13 +46,13 @@ struct Tags {
 Tags parse_tags(const json& v, const char* field) {
   Tags t;
   if (v.is_null()) return Tags{true, true};
-  if (!v.is_array()) bad(field, fmt::format("'{}' must be a list of \"weights\", \"kv_cache\"", field));
+  if (!v.is_array()) bad_request(field, fmt::format("'{}' must be a list of \"weights\", \"kv_cache\"", field));
   for (const auto& x : v) {
     const std::string tag = x.is_string() ? x.get<std::string>() : x.dump();
     if (tag == "weights") t.weights = true;
     else if (tag == "kv_cache") t.kv_cache = true;
     else if (tag == "cuda_graph") continue;
-    else bad(field, fmt::format("unknown memory tag '{}' (weights, kv_cache, cuda_graph)", tag));
+    else bad_request(field, fmt::format("unknown memory tag '{}' (weights, kv_cache, cuda_graph)", tag));
   }
   return t;
 }
@@ -111,7 +107,6 @@ void HttpServer::lifecycle_routes() {
       send_json(res, 200, json{{"status", "ok"}, {"paused", true}});
       return;
     }
-    check_can_generate();
     RequestSpec spec;
     const Tokenizer* tok = engine_.tokenizer();
     const int32_t bos = tok && tok->vocab().bos() >= 0 ? tok->vocab().bos() : 0;
@@ -227,13 +222,13 @@ void HttpServer::lifecycle_routes() {
     ignore_unknown_fields(body, {"rid", "abort_all", "finished_reason", "abort_message"}, "/abort_request");
     const bool all = body.contains("abort_all") && !body["abort_all"].is_null() &&
                      (body["abort_all"].is_boolean() ? body["abort_all"].get<bool>()
-                                                     : (bad("abort_all", "'abort_all' must be true or false"), false));
+                                                     : (bad_request("abort_all", "'abort_all' must be true or false"), false));
     std::string rid;
     if (body.contains("rid") && !body["rid"].is_null()) {
-      if (!body["rid"].is_string()) bad("rid", "'rid' must be a string");
+      if (!body["rid"].is_string()) bad_request("rid", "'rid' must be a string");
       rid = body["rid"].get<std::string>();
     }
-    if (!all && rid.empty()) bad("rid", "give 'rid' (the request to abort) or 'abort_all': true");
+    if (!all && rid.empty()) bad_request("rid", "give 'rid' (the request to abort) or 'abort_all': true");
     const size_t n = all ? registry_.abort_all() : registry_.abort(rid);
     send_json(res, 200, json{{"success", true}, {"aborted", n}, {"message", fmt::format("{} requests aborted", n)}});
   }));
@@ -243,16 +238,16 @@ void HttpServer::lifecycle_routes() {
     ignore_unknown_fields(body, {"mode"}, "/pause_generation");
     std::string mode = "abort";
     if (body.contains("mode") && !body["mode"].is_null()) {
-      if (!body["mode"].is_string()) bad("mode", "'mode' must be a string: abort, retract or in_place");
+      if (!body["mode"].is_string()) bad_request("mode", "'mode' must be a string: abort, retract or in_place");
       mode = body["mode"].get<std::string>();
     }
     PauseMode m;
     try {
       m = pause_mode_from_name(mode);
     } catch (const Error& e) {
-      bad("mode", e.what());
+      bad_request("mode", e.what());
     }
-    if (m == PauseMode::drain) bad("mode", "mode must be abort, retract or in_place");
+    if (m == PauseMode::drain) bad_request("mode", "mode must be abort, retract or in_place");
     scheduler_->pause(m);
     ok(res, fmt::format("generation paused ({})", pause_mode_name(m)));
   }));
@@ -268,7 +263,7 @@ void HttpServer::lifecycle_routes() {
       const std::string v = req.get_param_value(name);
       if (v == "true" || v == "True" || v == "1") return true;
       if (v == "false" || v == "False" || v == "0") return false;
-      bad(name, fmt::format("'{}' must be true or false, got '{}'", name, v));
+      bad_request(name, fmt::format("'{}' must be true or false, got '{}'", name, v));
     };
     const bool wait = flag("wait_for_inflight_requests", false);
     const bool clear = flag("clear_cache", true);
@@ -321,7 +316,7 @@ void HttpServer::lifecycle_routes() {
     int level = 1;
     if (req.has_param("level")) {
       const std::string v = req.get_param_value("level");
-      if (v != "1" && v != "2") bad("level", fmt::format("'level' must be 1 or 2, got '{}'", v));
+      if (v != "1" && v != "2") bad_request("level", fmt::format("'level' must be 1 or 2, got '{}'", v));
       level = v == "2" ? 2 : 1;
     }
     // Whatever is in flight ends ("abort") first: its KV is about to go.
@@ -340,7 +335,7 @@ void HttpServer::lifecycle_routes() {
       for (size_t i = 0; i < req.get_param_value_count("tags"); ++i) {
         const std::string tag = req.get_param_value("tags", i);
         if (tag == "kv_cache") kv = true;
-        else if (tag != "weights") bad("tags", fmt::format("unknown tag '{}' (weights, kv_cache)", tag));
+        else if (tag != "weights") bad_request("tags", fmt::format("unknown tag '{}' (weights, kv_cache)", tag));
       }
     }
     if (kv) scheduler_->resume_kv_memory();

@@ -8,6 +8,7 @@
 
 #include "formats/checkpoint.h"
 #include "server/api_types.h"
+#include "server/http_util.h"
 #include "server/rank_group.h"
 #include "server/request_fields.h"
 #include "server/weight_carrier.h"
@@ -28,12 +29,6 @@ void reply(httplib::Response& res, int status, bool success, const std::string& 
   j["weight_version"] = version;
   res.status = status;
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-json object_body(const httplib::Request& req) {
-  json j = req.body.empty() ? json::object() : parse_json_body(req.body);
-  if (!j.is_object()) throw HttpError{400, "the request body must be a JSON object", "invalid_request_error", {}, {}};
-  return j;
 }
 
 template <typename T>

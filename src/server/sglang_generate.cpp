@@ -115,7 +115,6 @@ void HttpServer::sglang_generate_routes() {
     limits.logprob_mode =
         options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
     SglangGenerateRequest parsed = parse_sglang_generate(object_body(req), limits);
-    check_can_generate();
     g->single = parsed.single;
     g->text_in_logprobs = parsed.text_in_logprobs;
     try {

@@ -15,10 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw HttpError{400, message, "invalid_request_error", param, {}};
-}
-
 // One prompt's sampling parameters under SGLang's names (sampling_params.py).
 struct SglangSampling {
   SamplingParams sampling;
@@ -33,27 +29,13 @@ struct SglangSampling {
   bool seed_given = false;
 };
 
-double num(const json& v, const std::string& name) {
-  if (!v.is_number()) bad(name, fmt::format("'{}' must be a number, got {}", name, v.dump()));
-  return v.get<double>();
-}
-int64_t integer(const json& v, const std::string& name) {
-  if (!v.is_number_integer())
-    bad(name, fmt::format("'{}' must be an integer, got {}", name, v.dump()));
-  return v.get<int64_t>();
-}
-bool boolean(const json& v, const std::string& name) {
-  if (!v.is_boolean()) bad(name, fmt::format("'{}' must be true or false, got {}", name, v.dump()));
-  return v.get<bool>();
-}
-
 SglangSampling parse_sampling(const json& sp) {
   SglangSampling out;
   out.sampling.temperature = 1.0f;  // SGLang's default
   out.sampling.repeat_last_n = -1;  // penalties see the whole sequence, as in SGLang
   if (sp.is_null()) return out;
   if (!sp.is_object())
-    bad("sampling_params", "'sampling_params' must be an object (or a list of objects)");
+    bad_request("sampling_params", "'sampling_params' must be an object (or a list of objects)");
   static const char* known[] = {"max_new_tokens",
                                 "min_new_tokens",
                                 "stop",
@@ -88,85 +70,85 @@ SglangSampling parse_sampling(const json& sp) {
     }
     if (value.is_null()) continue;
     if (key == "max_new_tokens") {
-      out.max_new_tokens = integer(value, name);
+      out.max_new_tokens = json_integer(value, name);
       if (out.max_new_tokens < 0)
-        bad(name, fmt::format("'{}' must be >= 0, got {}", name, out.max_new_tokens));
+        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, out.max_new_tokens));
     } else if (key == "min_new_tokens") {
-      out.min_new_tokens = integer(value, name);
+      out.min_new_tokens = json_integer(value, name);
       if (out.min_new_tokens < 0)
-        bad(name, fmt::format("'{}' must be >= 0, got {}", name, out.min_new_tokens));
+        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, out.min_new_tokens));
     } else if (key == "stop") {
       if (value.is_string())
         out.stop.push_back(value.get<std::string>());
       else if (value.is_array())
         for (const auto& x : value) {
           if (!x.is_string())
-            bad(name, "'sampling_params.stop' must be a string or a list of strings");
+            bad_request(name, "'sampling_params.stop' must be a string or a list of strings");
           out.stop.push_back(x.get<std::string>());
         }
       else
-        bad(name, "'sampling_params.stop' must be a string or a list of strings");
+        bad_request(name, "'sampling_params.stop' must be a string or a list of strings");
       for (const auto& x : out.stop)
-        if (x.empty()) bad(name, "stop strings must not be empty");
+        if (x.empty()) bad_request(name, "stop strings must not be empty");
     } else if (key == "stop_token_ids") {
       if (!value.is_array())
-        bad(name, "'sampling_params.stop_token_ids' must be a list of token ids");
+        bad_request(name, "'sampling_params.stop_token_ids' must be a list of token ids");
       for (const auto& x : value) {
         if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-          bad(name, fmt::format("stop token ids must be non-negative integers, got {}", x.dump()));
+          bad_request(name, fmt::format("stop token ids must be non-negative integers, got {}", x.dump()));
         out.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
       }
     } else if (key == "temperature") {
-      out.sampling.temperature = static_cast<float>(num(value, name));
+      out.sampling.temperature = static_cast<float>(json_number(value, name));
       if (!(out.sampling.temperature >= 0))
-        bad(name, fmt::format("'{}' must be >= 0, got {}", name, value.dump()));
+        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, value.dump()));
     } else if (key == "top_p") {
-      out.sampling.top_p = static_cast<float>(num(value, name));
+      out.sampling.top_p = static_cast<float>(json_number(value, name));
       if (!(out.sampling.top_p > 0 && out.sampling.top_p <= 1))
-        bad(name, "'sampling_params.top_p' must be in (0, 1]");
+        bad_request(name, "'sampling_params.top_p' must be in (0, 1]");
     } else if (key == "top_k") {
-      const int64_t k = integer(value, name);
+      const int64_t k = json_integer(value, name);
       if (k < -1 || k == 0)
-        bad(name, fmt::format("'{}' must be -1 (off) or >= 1, got {}", name, k));
+        bad_request(name, fmt::format("'{}' must be -1 (off) or >= 1, got {}", name, k));
       out.sampling.top_k = k < 0 ? 0 : static_cast<int>(std::min<int64_t>(k, INT32_MAX));
     } else if (key == "min_p") {
-      out.sampling.min_p = static_cast<float>(num(value, name));
+      out.sampling.min_p = static_cast<float>(json_number(value, name));
       if (!(out.sampling.min_p >= 0 && out.sampling.min_p <= 1))
-        bad(name, "'sampling_params.min_p' must be in [0, 1]");
+        bad_request(name, "'sampling_params.min_p' must be in [0, 1]");
     } else if (key == "ignore_eos") {
-      out.ignore_eos = boolean(value, name);
+      out.ignore_eos = json_boolean(value, name);
     } else if (key == "skip_special_tokens") {
-      out.skip_special_tokens = boolean(value, name);
+      out.skip_special_tokens = json_boolean(value, name);
     } else if (key == "spaces_between_special_tokens") {
-      boolean(value, name);  // refit's decoder never inserts spaces between special tokens
+      json_boolean(value, name);  // refit's decoder never inserts spaces between special tokens
     } else if (key == "no_stop_trim") {
-      out.no_stop_trim = boolean(value, name);
+      out.no_stop_trim = json_boolean(value, name);
     } else if (key == "repetition_penalty") {
-      out.sampling.repetition_penalty = static_cast<float>(num(value, name));
+      out.sampling.repetition_penalty = static_cast<float>(json_number(value, name));
       if (!(out.sampling.repetition_penalty > 0 && out.sampling.repetition_penalty <= 2))
-        bad(name, "'sampling_params.repetition_penalty' must be in (0, 2]");
+        bad_request(name, "'sampling_params.repetition_penalty' must be in (0, 2]");
     } else if (key == "frequency_penalty") {
-      out.sampling.frequency_penalty = static_cast<float>(num(value, name));
+      out.sampling.frequency_penalty = static_cast<float>(json_number(value, name));
       if (!(out.sampling.frequency_penalty >= -2 && out.sampling.frequency_penalty <= 2))
-        bad(name, "'sampling_params.frequency_penalty' must be in [-2, 2]");
+        bad_request(name, "'sampling_params.frequency_penalty' must be in [-2, 2]");
     } else if (key == "presence_penalty") {
-      out.sampling.presence_penalty = static_cast<float>(num(value, name));
+      out.sampling.presence_penalty = static_cast<float>(json_number(value, name));
       if (!(out.sampling.presence_penalty >= -2 && out.sampling.presence_penalty <= 2))
-        bad(name, "'sampling_params.presence_penalty' must be in [-2, 2]");
+        bad_request(name, "'sampling_params.presence_penalty' must be in [-2, 2]");
     } else if (key == "n") {
-      const int64_t n = integer(value, name);
-      if (n < 1 || n > 64) bad(name, fmt::format("'{}' must be in 1..64, got {}", name, n));
+      const int64_t n = json_integer(value, name);
+      if (n < 1 || n > 64) bad_request(name, fmt::format("'{}' must be in 1..64, got {}", name, n));
       out.n = static_cast<int>(n);
     } else if (key == "sampling_seed") {
       if (!value.is_number_integer())
-        bad(name, "'sampling_params.sampling_seed' must be an integer");
+        bad_request(name, "'sampling_params.sampling_seed' must be an integer");
       out.sampling.seed = value.is_number_unsigned() ? value.get<uint64_t>()
                                                      : static_cast<uint64_t>(value.get<int64_t>());
       out.seed_given = true;
     } else if (key == "json_schema" || key == "regex" || key == "ebnf" || key == "structural_tag") {
-      bad(name, fmt::format("'{}' (constrained decoding) is not supported by refit", name));
+      bad_request(name, fmt::format("'{}' (constrained decoding) is not supported by refit", name));
     } else if (key == "logit_bias") {
-      if (!value.empty()) bad(name, "'sampling_params.logit_bias' is not supported by refit");
+      if (!value.empty()) bad_request(name, "'sampling_params.logit_bias' is not supported by refit");
     }
     // custom_params, stream_interval: accepted; refit has no custom logit processors and
     // streams every token.
@@ -189,7 +171,7 @@ const json& per_prompt(const json& v, size_t i, size_t batch, const char* name) 
   if (v.is_null()) return null_value;
   if (!v.is_array()) return v;
   if (v.size() != batch)
-    bad(name, fmt::format("'{}' has {} entries for {} prompts", name, v.size(), batch));
+    bad_request(name, fmt::format("'{}' has {} entries for {} prompts", name, v.size(), batch));
   return v[i];
 }
 
@@ -219,20 +201,20 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   for (const char* k :
        {"image_data", "video_data", "audio_data", "input_embeds", "lora_path", "token_ids_logprob"})
     if (body.contains(k) && !body[k].is_null() && !(body[k].is_array() && body[k].empty()))
-      bad(k,
+      bad_request(k,
           fmt::format(
               "'{}' is not supported by refit (text-only models, no LoRA, no per-id logprobs)", k));
   const Tokenizer* tok = limits.tokenizer;
   const bool has_text = body.contains("text") && !body["text"].is_null();
   const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
   if (has_text == has_ids)
-    bad(has_text ? "input_ids" : "text", "give exactly one of 'text' and 'input_ids'");
+    bad_request(has_text ? "input_ids" : "text", "give exactly one of 'text' and 'input_ids'");
 
   // The prompts, as token ids; single or batch.
   std::vector<std::vector<int32_t>> prompts;
   bool single = true;
   if (has_text) {
-    if (!tok) bad("text", fmt::format("{} carries no tokenizer: send 'input_ids'", limits.model));
+    if (!tok) bad_request("text", fmt::format("{} carries no tokenizer: send 'input_ids'", limits.model));
     const json& t = body["text"];
     std::vector<std::string> texts;
     if (t.is_string())
@@ -240,24 +222,24 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
     else if (t.is_array() && !t.empty()) {
       single = false;
       for (const auto& x : t) {
-        if (!x.is_string()) bad("text", "'text' must be a string or a list of strings");
+        if (!x.is_string()) bad_request("text", "'text' must be a string or a list of strings");
         texts.push_back(x.get<std::string>());
       }
     } else
-      bad("text", "'text' must be a string or a non-empty list of strings");
+      bad_request("text", "'text' must be a string or a non-empty list of strings");
     for (const auto& x : texts)
       prompts.push_back(tok->encode(x, /*add_special=*/true, /*parse_special=*/true));
   } else {
     const json& ids = body["input_ids"];
     if (!ids.is_array() || ids.empty())
-      bad("input_ids", "'input_ids' must be a non-empty list of token ids (or of lists)");
+      bad_request("input_ids", "'input_ids' must be a non-empty list of token ids (or of lists)");
     auto id_list = [](const json& list) {
       if (!list.is_array())
-        bad("input_ids", "'input_ids' must be a list of token ids or a list of such lists");
+        bad_request("input_ids", "'input_ids' must be a list of token ids or a list of such lists");
       std::vector<int32_t> out;
       for (const auto& v : list) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-          bad("input_ids",
+          bad_request("input_ids",
               fmt::format("token ids must be non-negative integers, got {}", v.dump()));
         out.push_back(static_cast<int32_t>(v.get<int64_t>()));
       }
@@ -273,7 +255,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   const size_t batch = prompts.size();
   const json sp_all = body.value("sampling_params", json());
   if (sp_all.is_array() && sp_all.size() != batch)
-    bad("sampling_params",
+    bad_request("sampling_params",
         fmt::format("'sampling_params' has {} entries for {} prompts", sp_all.size(), batch));
   std::vector<SglangSampling> samplings;
   for (size_t i = 0; i < batch; ++i)
@@ -281,18 +263,18 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   const int n = samplings[0].n;
   for (const auto& x : samplings)
     if (x.n != n)
-      bad("sampling_params.n", "every prompt's sampling_params.n must be the same (SGLang's rule)");
+      bad_request("sampling_params.n", "every prompt's sampling_params.n must be the same (SGLang's rule)");
   if (n > 1) single = false;
   const bool stream =
-      body.contains("stream") && !body["stream"].is_null() && boolean(body["stream"], "stream");
+      body.contains("stream") && !body["stream"].is_null() && json_boolean(body["stream"], "stream");
   const bool text_in_logprobs = body.contains("return_text_in_logprobs") &&
                                 !body["return_text_in_logprobs"].is_null() &&
-                                boolean(body["return_text_in_logprobs"], "return_text_in_logprobs");
+                                json_boolean(body["return_text_in_logprobs"], "return_text_in_logprobs");
   const json rid_field = body.value("rid", json());
   if (!rid_field.is_null() && !rid_field.is_string() && !(rid_field.is_array() && !single))
-    bad("rid", "'rid' must be a string (or, for a batch, a list of strings)");
+    bad_request("rid", "'rid' must be a string (or, for a batch, a list of strings)");
   if (rid_field.is_array() && rid_field.size() != batch)
-    bad("rid", fmt::format("'rid' has {} entries for {} prompts", rid_field.size(), batch));
+    bad_request("rid", fmt::format("'rid' has {} entries for {} prompts", rid_field.size(), batch));
 
   const int64_t ctx = limits.context;
   const int vocab = static_cast<int>(limits.vocab);
@@ -314,26 +296,26 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
         it.rid = single ? rid_field.get<std::string>()
                         : fmt::format("{}_{}", rid_field.get<std::string>(), k);
       else if (rid_field.is_array()) {
-        if (!rid_field[i].is_string()) bad("rid", "'rid' entries must be strings");
+        if (!rid_field[i].is_string()) bad_request("rid", "'rid' entries must be strings");
         it.rid = n > 1 ? fmt::format("{}_{}", rid_field[i].get<std::string>(), j)
                        : rid_field[i].get<std::string>();
       } else
         it.rid = random_id("gen");
       const json& rl = per_prompt(member(body, "return_logprob"), i, batch, "return_logprob");
-      it.return_logprob = !rl.is_null() && boolean(rl, "return_logprob");
+      it.return_logprob = !rl.is_null() && json_boolean(rl, "return_logprob");
       const json& ls = per_prompt(member(body, "logprob_start_len"), i, batch, "logprob_start_len");
-      it.logprob_start = ls.is_null() ? -1 : integer(ls, "logprob_start_len");
+      it.logprob_start = ls.is_null() ? -1 : json_integer(ls, "logprob_start_len");
       const json& tn = per_prompt(member(body, "top_logprobs_num"), i, batch, "top_logprobs_num");
       it.top_logprobs = tn.is_null() ? 0
                                      : static_cast<int>(std::clamp<int64_t>(
-                                           integer(tn, "top_logprobs_num"), -1, INT32_MAX));
+                                           json_integer(tn, "top_logprobs_num"), -1, INT32_MAX));
       if (it.top_logprobs < 0 || it.top_logprobs > limits.max_logprobs)
-        bad("top_logprobs_num", fmt::format("'top_logprobs_num' must be in 0..{}, got {}",
+        bad_request("top_logprobs_num", fmt::format("'top_logprobs_num' must be in 0..{}, got {}",
                                             limits.max_logprobs, it.top_logprobs));
       const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
-      if (n_prompt == 0) bad(has_text ? "text" : "input_ids", "the prompt is empty (no tokens)");
+      if (n_prompt == 0) bad_request(has_text ? "text" : "input_ids", "the prompt is empty (no tokens)");
       if (it.logprob_start < -1 || it.logprob_start >= std::max<int64_t>(n_prompt, 1))
-        bad("logprob_start_len",
+        bad_request("logprob_start_len",
             fmt::format(
                 "'logprob_start_len' must be -1 or in 0..{} (the prompt has {} tokens), got {}",
                 n_prompt - 1, n_prompt, it.logprob_start));

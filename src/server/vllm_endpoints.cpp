@@ -21,14 +21,6 @@ namespace refit {
 
 using nlohmann::json;
 
-namespace {
-
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw HttpError{400, message, "invalid_request_error", param, {}};
-}
-
-}  // namespace
-
 void HttpServer::vllm_routes() {
   httplib::Server& s = *http_;
 
@@ -37,7 +29,7 @@ void HttpServer::vllm_routes() {
     ignore_unknown_fields(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
                           "/tokenize");
     const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) bad("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
+    if (!tok) bad_request("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
     std::vector<int32_t> ids;
     if (body.contains("messages") && !body["messages"].is_null()) {
       json chat = body;
@@ -46,10 +38,10 @@ void HttpServer::vllm_routes() {
       const GenerationParams p = parse_generation_request(chat, /*chat=*/true);
       ids = tok->encode(chat_template_.render(p.messages), false, true);
     } else {
-      if (!body.contains("prompt") || !body["prompt"].is_string()) bad("prompt", "'prompt' (a string) or 'messages' is required");
+      if (!body.contains("prompt") || !body["prompt"].is_string()) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
       bool special = true;
       if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
-        if (!body["add_special_tokens"].is_boolean()) bad("add_special_tokens", "'add_special_tokens' must be true or false");
+        if (!body["add_special_tokens"].is_boolean()) bad_request("add_special_tokens", "'add_special_tokens' must be true or false");
         special = body["add_special_tokens"].get<bool>();
       }
       ids = tok->encode(body["prompt"].get<std::string>(), special, true);
@@ -61,12 +53,12 @@ void HttpServer::vllm_routes() {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"model", "tokens"}, "/detokenize");
     const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) bad("tokens", fmt::format("{} carries no tokenizer", engine_.description()));
-    if (!body.contains("tokens") || !body["tokens"].is_array()) bad("tokens", "'tokens' must be a list of token ids");
+    if (!tok) bad_request("tokens", fmt::format("{} carries no tokenizer", engine_.description()));
+    if (!body.contains("tokens") || !body["tokens"].is_array()) bad_request("tokens", "'tokens' must be a list of token ids");
     std::vector<int32_t> ids;
     for (const auto& v : body["tokens"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine_.config().vocab_size)
-        bad("tokens", fmt::format("token ids must be in 0..{}, got {}", engine_.config().vocab_size - 1, v.dump()));
+        bad_request("tokens", fmt::format("token ids must be in 0..{}, got {}", engine_.config().vocab_size - 1, v.dump()));
       ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
     send_json(res, 200, json{{"prompt", tok->decode(ids)}});
@@ -102,10 +94,10 @@ void HttpServer::vllm_routes() {
     for (const char* key : {"model_path", "weight_dir"})
       if (body.contains(key) && !body[key].is_null()) {
         if (!body[key].is_string() || body[key].get<std::string>().empty())
-          bad(key, fmt::format("'{}' must be a non-empty string", key));
+          bad_request(key, fmt::format("'{}' must be a non-empty string", key));
         path = body[key].get<std::string>();
       }
-    if (path.empty()) bad("model_path", "'model_path' (or 'weight_dir') is required");
+    if (path.empty()) bad_request("model_path", "'model_path' (or 'weight_dir') is required");
     load(res, path);
   }));
   s.Post("/reload_weights", guarded([this, load](const httplib::Request&, httplib::Response& res) {

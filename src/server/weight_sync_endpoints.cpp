@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_types.h"
+#include "server/http_util.h"
 #include "server/rank_group.h"
 #include "server/request_fields.h"
 #include "server/weight_sync.h"
@@ -41,12 +42,6 @@ void reply(httplib::Response& res, RlContext& c, int status, bool success, const
 
 HttpError bad(const std::string& field, const std::string& message) {
   return HttpError{400, message, "invalid_request_error", field, {}};
-}
-
-json object_body(const httplib::Request& req) {
-  json j = req.body.empty() ? json::object() : parse_json_body(req.body);
-  if (!j.is_object()) throw bad("", "the request body must be a JSON object");
-  return j;
 }
 
 std::string string_field(const json& j, const char* name, const std::string& fallback, bool required = false) {
