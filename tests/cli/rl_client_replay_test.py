@@ -22,18 +22,14 @@ Models: stories260K (Hugging Face folder + its llama2.c tokenizer) and micro-lla
 (GGUF, prompts as token ids). Servers start with `--port 0 -t 1` (port read from stdout's
 first line, as tests/cli/serve_tp_test.py does).
 """
-import json
-import math
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
+
+from refit_server import RefitServer  # tests/cli/refit_server.py
 
 REFIT = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -81,41 +77,9 @@ def llama_reference():
     return [int(x) for x in kv["prompt_ids"].split()], [int(x) for x in kv["generated_ids"].split()]
 
 
-class Server:
+class Server(RefitServer):
     def __init__(self, model, *extra):
-        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
-        self.model = model
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.stderr = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://[^:]+:(\d+) .*pid (\d+)\)", line)
-        if not m:
-            self.proc.kill()
-            raise SystemExit(f"server for {model} did not start: {line!r} {''.join(self.stderr)}")
-        self.port, self.pid = int(m.group(1)), int(m.group(2))
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def request(self, method, path, body=None, timeout=120):
-        """(status, parsed JSON or the raw text)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        try:
-            return status, json.loads(raw) if raw else {}
-        except ValueError:
-            return status, raw.decode(errors="replace")
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
+        super().__init__(REFIT, model, *extra)
 
     def metric(self, name):
         status, text = self.get("/metrics")
@@ -133,12 +97,7 @@ class Server:
         return False
 
     def stop(self):
-        os.kill(self.pid, signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = "timeout"
+        rc = super().stop()
         check(rc == 0, f"server {self.model} exited with {rc}: {''.join(self.stderr)[-2000:]}")
 
 

@@ -18,15 +18,15 @@ What it holds refit to:
 """
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
+
+from refit_server import RefitServer  # tests/cli/refit_server.py
 
 REFIT = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,82 +43,8 @@ def check(cond, what):
         print("FAIL:", what, flush=True)
 
 
-class Server:
-    def __init__(self, model, *extra, tp=1):
-        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1", *extra]
-        if tp > 1:
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.stderr = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://[^:]+:(\d+) .*pid (\d+)\)", line)
-        if not m:
-            self.proc.kill()
-            raise SystemExit(f"server did not start: {line!r} {''.join(self.stderr)}")
-        self.port, self.pid = int(m.group(1)), int(m.group(2))
-
-    def request(self, method, path, body=None, raw=None):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                text = r.read().decode()
-                return r.status, (json.loads(text) if text.strip().startswith(("{", "[")) else text)
-        except urllib.error.HTTPError as e:
-            text = e.read().decode()
-            try:
-                return e.code, json.loads(text)
-            except ValueError:
-                return e.code, text
-
-    def post(self, path, body=None, raw=None):
-        return self.request("POST", path, body if body is not None else {}, raw)
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def stream(self, path, body):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        events = []
-        with urllib.request.urlopen(req, timeout=120) as r:
-            for line in r:
-                line = line.decode().strip()
-                if line.startswith("data: "):
-                    events.append(line[6:])
-        return events
-
-    def worker_pids(self):
-        """Under mpirun: the ranks other than the lead (mpirun's children, or theirs)."""
-        out = subprocess.run(["pgrep", "-f", "refit serve"], capture_output=True, text=True).stdout.split()
-        return [int(p) for p in out if int(p) not in (self.pid, self.proc.pid) and self._descends(int(p))]
-
-    def _descends(self, pid):
-        while pid > 1:
-            if pid == self.proc.pid:
-                return True
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                return False
-        return False
-
-    def rss_kib(self, pid=None):
-        with open(f"/proc/{pid or self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
-
-    def stop(self):
-        os.kill(self.pid, signal.SIGTERM)  # rank 0 stops every rank under mpirun
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def Server(model, *extra, tp=1):
+    return RefitServer(REFIT, model, *extra, tp=tp)
 
 
 def gen(server, body):

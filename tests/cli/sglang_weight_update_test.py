@@ -32,18 +32,17 @@ import base64
 import importlib.util
 import json
 import os
-import re
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import torch
+
+from refit_server import RefitServer  # tests/cli/refit_server.py
 
 REFIT = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,22 +107,11 @@ def write_folder(path, tensors):
 
 # ---- servers -----------------------------------------------------------------------------
 
-class Server:
+class Server(RefitServer):
     def __init__(self, model, tp=1):
-        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1"]
-        if tp > 1:
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.stderr = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if not m:
-            self.proc.kill()
-            raise SystemExit(f"refit serve -m {model} did not start: {line!r} {''.join(self.stderr)}")
-        self.port = int(m.group(1))
-        self.first_line = line
+        super().__init__(REFIT, model, tp=tp)
 
+    # Non-JSON error bodies come back as {"message": text}, which the checks below read.
     def request(self, method, path, body=None, timeout=120):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
@@ -161,15 +149,7 @@ class Server:
         return j.get("values") if status == 200 else None
 
     def stop(self):
-        m = re.search(r"pid (\d+)", self.first_line)
-        if m and self.proc.args[0] == "mpirun":
-            os.kill(int(m.group(1)), 15)  # rank 0 stops every rank
-        else:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        return super().stop(timeout=60)
 
 
 def expect_ok(server, path, body, what):

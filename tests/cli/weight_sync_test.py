@@ -14,23 +14,21 @@ timeout. Exit 77 (CTest skip) when the build has no gloo.
 """
 import json
 import os
-import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import safetensors_io  # noqa: E402
+
+from refit_server import RefitServer  # tests/cli/refit_server.py
 
 REFIT = sys.argv[1]
 HF = os.path.join(ROOT, "..", "shared", "oracle", "stories260K", "hf")
@@ -52,30 +50,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Server:
+class Server(RefitServer):
     def __init__(self, model, tp, env=None):
-        cmd = [REFIT, "serve", "-m", model, "--port", "0", "-t", "1"]
-        if tp > 1:
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(tp)] + cmd + ["--tp", str(tp)]
+        super().__init__(REFIT, model, tp=tp, env=env)
         self.tp = tp
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.stderr = []
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on http://[^:]+:(\d+) .*pid (\d+)\)", line)
-        if not m:
-            self.proc.kill()
-            raise SystemExit(f"server (tp {tp}) did not start: {line!r} {''.join(self.stderr)}")
-        self.port, self.lead_pid = int(m.group(1)), int(m.group(2))
-
-    def post(self, path, body, timeout=120):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
 
     def outputs(self):
         """Greedy token ids and logprobs for every prompt (one request each)."""
@@ -90,11 +68,7 @@ class Server:
         return out
 
     def stop(self):
-        os.kill(self.lead_pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        return super().stop(timeout=60)
 
 
 class Trainer:
