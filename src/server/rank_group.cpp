@@ -9,57 +9,11 @@
 #include <shared_mutex>
 
 #include "core/error.h"
+#include "server/command_wire.h"
 
 namespace refit {
 
 namespace {
-
-// The wire format of a command's payload: little-endian int64 fields and length-prefixed
-// strings, read back with bounds checks (a short payload is a protocol bug, not a crash).
-class Writer {
- public:
-  void i64(int64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
-  void str(const std::string& s) {
-    i64(static_cast<int64_t>(s.size()));
-    out_ += s;
-  }
-  void i32s(std::span<const int32_t> v) { out_.append(reinterpret_cast<const char*>(v.data()), v.size_bytes()); }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& in) : in_(in) {}
-  int64_t i64() {
-    int64_t v;
-    std::memcpy(&v, need(sizeof v), sizeof v);
-    return v;
-  }
-  std::string str() {
-    const int64_t n = i64();
-    if (n < 0) fail("tensor-parallel serving: negative string length in a command");
-    return std::string(need(static_cast<size_t>(n)), static_cast<size_t>(n));
-  }
-  std::vector<int32_t> i32s(int64_t n) {
-    if (n < 0) fail("tensor-parallel serving: negative count in a command");
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), need(v.size() * sizeof(int32_t)), v.size() * sizeof(int32_t));
-    return v;
-  }
-
- private:
-  const char* need(size_t n) {
-    if (n > in_.size() - at_) fail("tensor-parallel serving: a command's payload is shorter than its fields");
-    const char* p = in_.data() + at_;
-    at_ += n;
-    return p;
-  }
-  const std::string& in_;
-  size_t at_ = 0;
-};
 
 struct DecodedBatch {
   std::vector<std::vector<int32_t>> tokens, tables;
@@ -67,7 +21,7 @@ struct DecodedBatch {
 };
 
 std::string encode_batch(std::span<const BatchSequence> batch) {
-  Writer w;
+  WireWriter w;
   w.i64(static_cast<int64_t>(batch.size()));
   for (const BatchSequence& s : batch) {
     w.i64(static_cast<int64_t>(s.tokens.size()));
@@ -81,7 +35,7 @@ std::string encode_batch(std::span<const BatchSequence> batch) {
 }
 
 DecodedBatch decode_batch(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload, "tensor-parallel serving");
   DecodedBatch d;
   const int64_t B = r.i64();
   if (B < 0 || B > (int64_t{1} << 24)) fail("tensor-parallel serving: a forward command with {} sequences", B);
@@ -199,7 +153,7 @@ void RankGroup::release_workers() {
 
 void RankGroup::announce_cache(int64_t n_blocks, int64_t block_size) {
   on_main([&] {
-    Writer w;
+    WireWriter w;
     w.i64(n_blocks);
     w.i64(block_size);
     send(Command::cache, w.take());
@@ -252,7 +206,7 @@ void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdat
 
 void RankGroup::update_from_disk(const std::string& path, const std::vector<std::string>& names) {
   on_main([&] {
-    Writer w;
+    WireWriter w;
     w.str(path);
     w.i64(static_cast<int64_t>(names.size()));
     for (const std::string& n : names) w.str(n);
@@ -264,7 +218,7 @@ void RankGroup::update_from_disk(const std::string& path, const std::vector<std:
 void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors) {
   on_main([&] {
     std::vector<Tensor> data;
-    Writer w;
+    WireWriter w;
     w.i64(static_cast<int64_t>(tensors.size()));
     for (const auto& [name, tensor] : tensors) {
       data.push_back(tensor.contiguous());
@@ -329,7 +283,7 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
 std::vector<WeightPiece> RankGroup::read_weight(const std::string& name, int64_t wanted) {
   std::vector<WeightPiece> pieces;
   on_main([&] {
-    Writer w;
+    WireWriter w;
     w.str(name);
     w.i64(wanted);
     send(Command::read_weight, w.take());
@@ -343,7 +297,7 @@ std::vector<WeightPiece> RankGroup::read_weight(const std::string& name, int64_t
 namespace {
 
 std::string encode_group_options(const TorchGroupOptions& o) {
-  Writer w;
+  WireWriter w;
   w.str(o.master_address);
   w.i64(o.master_port);
   w.i64(o.rank);
@@ -355,7 +309,7 @@ std::string encode_group_options(const TorchGroupOptions& o) {
 }
 
 TorchGroupOptions decode_group_options(const std::string& payload) {
-  Reader r(payload);
+  WireReader r(payload, "tensor-parallel serving");
   TorchGroupOptions o;
   o.master_address = r.str();
   o.master_port = static_cast<int>(r.i64());
@@ -472,7 +426,7 @@ void RankGroup::sync_abort() {
 
 void RankGroup::sync_destroy(const std::string& group_name) {
   on_main([&] {
-    Writer w;
+    WireWriter w;
     w.str(group_name);
     send(Command::sync_destroy, w.take());
     sync_destroy_here(group_name);
@@ -482,7 +436,7 @@ void RankGroup::sync_destroy(const std::string& group_name) {
 // ---- workers ----
 
 void RankGroup::worker_update_tensors(const std::string& meta) {
-  Reader r(meta);
+  WireReader r(meta, "tensor-parallel serving");
   const int64_t count = r.i64();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (int64_t i = 0; i < count; ++i) {
@@ -506,7 +460,7 @@ void RankGroup::worker_update_tensors(const std::string& meta) {
 
 void RankGroup::release_memory(bool weights, bool kv) {
   on_main([&] {
-    Writer w;
+    WireWriter w;
     w.i64(weights ? 1 : 0);
     w.i64(kv ? 1 : 0);
     send(Command::release_memory, w.take());
@@ -522,7 +476,7 @@ void RankGroup::run_worker() {
       case Command::exit:
         return;
       case Command::cache: {
-        Reader r(payload);
+        WireReader r(payload, "tensor-parallel serving");
         const int64_t n_blocks = r.i64(), block_size = r.i64();
         cache.emplace(make_paged_cache(engine_.model(), n_blocks, block_size));
         break;
@@ -540,7 +494,7 @@ void RankGroup::run_worker() {
         break;
       }
       case Command::update_disk: {
-        Reader r(payload);
+        WireReader r(payload, "tensor-parallel serving");
         const std::string path = r.str();
         std::vector<std::string> names(static_cast<size_t>(std::max<int64_t>(r.i64(), 0)));
         for (std::string& n : names) n = r.str();
@@ -551,7 +505,7 @@ void RankGroup::run_worker() {
         worker_update_tensors(payload);
         break;
       case Command::read_weight: {
-        Reader r(payload);
+        WireReader r(payload, "tensor-parallel serving");
         const std::string name = r.str();
         exchange_pieces(name, r.i64());
         break;
@@ -570,12 +524,12 @@ void RankGroup::run_worker() {
         pending_sync_ = {};
         break;
       case Command::sync_destroy: {
-        Reader r(payload);
+        WireReader r(payload, "tensor-parallel serving");
         sync_destroy_here(r.str());
         break;
       }
       case Command::release_memory: {
-        Reader r(payload);
+        WireReader r(payload, "tensor-parallel serving");
         const bool weights = r.i64() != 0, kv = r.i64() != 0;
         try {
           if (kv && cache) cache->discard_memory();

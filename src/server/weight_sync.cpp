@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "server/command_wire.h"
 
 namespace refit {
 
@@ -24,64 +25,24 @@ std::optional<DType> dtype_from_torch_name(const std::string& given) {
   return std::nullopt;
 }
 
-// ---- the command payload (RankGroup): int64s and length-prefixed strings ----
-
-namespace {
-
-void put_i64(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
-void put_str(std::string& out, const std::string& s) {
-  put_i64(out, static_cast<int64_t>(s.size()));
-  out += s;
-}
-
-class Cursor {
- public:
-  explicit Cursor(const std::string& in) : in_(in) {}
-  int64_t i64() {
-    int64_t v;
-    std::memcpy(&v, take(sizeof v), sizeof v);
-    return v;
-  }
-  std::string str() {
-    const int64_t n = i64();
-    if (n < 0 || static_cast<uint64_t>(n) > in_.size()) fail("weight sync: a string length {} out of range in a command", n);
-    return std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n));
-  }
-  int64_t count(int64_t limit, const char* what) {
-    const int64_t n = i64();
-    if (n < 0 || n > limit) fail("weight sync: {} {} out of range in a command", what, n);
-    return n;
-  }
-
- private:
-  const char* take(size_t n) {
-    if (n > in_.size() - at_) fail("weight sync: a command is shorter than its fields");
-    const char* p = in_.data() + at_;
-    at_ += n;
-    return p;
-  }
-  const std::string& in_;
-  size_t at_ = 0;
-};
-
-}  // namespace
+// ---- the command payload (RankGroup): server/command_wire.h ----
 
 std::string DistributedUpdate::encode() const {
-  std::string out;
-  put_str(out, group_name);
-  put_i64(out, flattened_bucket ? 1 : 0);
-  put_i64(out, static_cast<int64_t>(names.size()));
+  WireWriter w;
+  w.str(group_name);
+  w.i64(flattened_bucket ? 1 : 0);
+  w.i64(static_cast<int64_t>(names.size()));
   for (size_t i = 0; i < names.size(); ++i) {
-    put_str(out, names[i]);
-    put_i64(out, static_cast<int64_t>(dtypes[i]));
-    put_i64(out, static_cast<int64_t>(shapes[i].size()));
-    for (int64_t d : shapes[i]) put_i64(out, d);
+    w.str(names[i]);
+    w.i64(static_cast<int64_t>(dtypes[i]));
+    w.i64(static_cast<int64_t>(shapes[i].size()));
+    for (int64_t d : shapes[i]) w.i64(d);
   }
-  return out;
+  return w.take();
 }
 
 DistributedUpdate DistributedUpdate::decode(const std::string& payload) {
-  Cursor c(payload);
+  WireReader c(payload, "weight sync");
   DistributedUpdate u;
   u.group_name = c.str();
   u.flattened_bucket = c.i64() != 0;
