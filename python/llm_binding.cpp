@@ -370,7 +370,7 @@ class PyScheduler {
     Scheduler& s = get();
     try {
       return PyRequest{s.submit(std::move(spec)), std::move(link)};
-    } catch (const ServerBusy& e) {
+    } catch (const CapacityExceeded& e) {
       throw py::value_error(e.what());  // a request the cache can never hold, or a full queue
     } catch (const Error& e) {
       throw py::value_error(e.what());

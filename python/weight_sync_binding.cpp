@@ -35,7 +35,7 @@
 
 #include "errors.h"
 #include "runtime/engine.h"
-#include "server/weight_sync.h"
+#include "parallel/weight_sync.h"
 
 namespace py = pybind11;
 

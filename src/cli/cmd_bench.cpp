@@ -18,11 +18,11 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "runtime/bench_report.h"
+#include "benchmarks/bench_report.h"
 #include "runtime/engine.h"
-#include "runtime/memory_bandwidth.h"
-#include "runtime/refit_bench.h"
-#include "runtime/token_bench.h"
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/refit_bench.h"
+#include "benchmarks/token_bench.h"
 
 namespace refit::cli {
 namespace {

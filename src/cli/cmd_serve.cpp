@@ -19,7 +19,7 @@
 #include "runtime/engine.h"
 #include "dist/communicator.h"
 #include "server/http_server.h"
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 
 namespace refit::cli {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "cli/command.h"
 #include "core/error.h"
-#include "models/synthetic_checkpoint.h"
-#include "models/synthetic_model.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
 
 namespace refit::cli {
 namespace {

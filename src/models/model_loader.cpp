@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/float_formats.h"
-#include "core/interleave_4x16.h"
+#include "kernels/interleave_4x16.h"
 #include "kernels/cpu/matmul_int8_dot.h"
 #include "models/tensor_names.h"
 

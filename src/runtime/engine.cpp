@@ -9,7 +9,7 @@
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "formats/checkpoint.h"
-#include "models/demo_model.h"
+#include "synthetic/demo_model.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
 #include "tokenizer/vocab_loaders.h"

@@ -203,7 +203,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   if (spec.min_tokens < 0) fail("min_tokens must be >= 0, got {}", spec.min_tokens);
   if (spec.prompt_logprobs_from < -1) fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
   if (cache_.blocks_for(n_prompt + std::max<int64_t>(spec.max_tokens, 1)) > cache_.n_blocks())
-    throw ServerBusy(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
+    throw CapacityExceeded(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
                                  n_prompt + spec.max_tokens));
   auto seq = std::make_unique<Sequence>();
   seq->handle = std::make_shared<RequestHandle>();
@@ -217,10 +217,10 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   std::shared_ptr<RequestHandle> handle = seq->handle;
   {
     std::lock_guard lock(mutex_);
-    if (stop_) throw ServerBusy("the server is shutting down");
+    if (stop_) throw CapacityExceeded("the server is shutting down");
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
       ++counters_.requests_rejected;
-      throw ServerBusy(fmt::format("the server is at capacity: {} requests running and {} queued (limit {}); retry later",
+      throw CapacityExceeded(fmt::format("the server is at capacity: {} requests running and {} queued (limit {}); retry later",
                                    running_.size(), waiting_.size(), options_.max_waiting));
     }
     handle->id_ = next_id_++;

@@ -9,7 +9,7 @@
 // KV pressure: a request needing a new block when none is free preempts the most recently
 // admitted running request (its blocks are freed and it re-queues at the front, to be
 // recomputed). Requests wait in a bounded queue; a full queue, or waiting longer than
-// queue_timeout, ends them with ServerBusy (HTTP 503).
+// queue_timeout, ends them with CapacityExceeded (a front end answers "retry later").
 //
 // Refit between steps. run_exclusive(mode, fn) runs fn (a weight update) while no step
 // is in flight:
@@ -61,8 +61,9 @@
 
 namespace refit {
 
-// The server is full (queue limit, queue timeout, a request larger than the cache): 503.
-class ServerBusy : public Error {
+// The scheduler is full (queue limit, queue timeout, a request larger than the cache, shutting
+// down): the request is refused without any work done, and a retry later may succeed.
+class CapacityExceeded : public Error {
  public:
   using Error::Error;
 };
@@ -73,7 +74,7 @@ struct SchedulerOptions {
   size_t kv_memory_bytes = size_t{1} << 30;
   int64_t max_running = 64;       // sequences per step
   int64_t max_step_tokens = 256;  // new tokens per step (prefill chunks share it)
-  int64_t max_waiting = 4096;     // queued requests before 503
+  int64_t max_waiting = 4096;     // queued requests before CapacityExceeded
   double queue_timeout_seconds = 120;
   bool prefix_cache = true;       // share full KV blocks between requests with a common prefix
 };
@@ -130,7 +131,7 @@ class RequestHandle {
     TokenEvent token_event;       // kind == token
     std::string finish_reason;    // kind == finished: "stop", "length", "abort", "error"
     std::string error;            // kind == finished with "error"
-    bool busy = false;            // the error is ServerBusy (503)
+    bool busy = false;            // the error is CapacityExceeded (retry later)
     int64_t cached_tokens = 0;    // kind == finished: prompt tokens whose KV came from the prefix cache
     std::vector<TokenEvent> prompt_logprobs;  // kind == prompt: the next prompt positions' logprobs
   };
@@ -178,7 +179,7 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Queues a request. Throws Error for an invalid one (empty prompt, context overflow)
-  // and ServerBusy when the queue is full or the request can never fit the cache.
+  // and CapacityExceeded when the queue is full or the request can never fit the cache.
   std::shared_ptr<RequestHandle> submit(RequestSpec spec);
   // A check submit() runs first (it throws to refuse the request): the engine owner's
   // "can these weights generate?" (released weights must never serve a token).

@@ -11,7 +11,7 @@
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
 #include "server/event_signal.h"
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
@@ -170,7 +170,7 @@ HttpServer::Handler HttpServer::guarded(Handler handler) {
       return;
     } catch (const HttpError& e) {
       send_json(res, e.status, e.body());
-    } catch (const ServerBusy& e) {
+    } catch (const CapacityExceeded& e) {
       send_json(res, 503, HttpError{503, e.what(), "service_unavailable", {}, "server_busy"}.body());
     } catch (const Error& e) {
       send_json(res, 400, HttpError{400, e.what(), "invalid_request_error", {}, {}}.body());

@@ -9,10 +9,10 @@
 #include "formats/checkpoint.h"
 #include "server/api_types.h"
 #include "server/http_util.h"
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 #include "server/request_fields.h"
 #include "server/weight_carrier.h"
-#include "server/weight_readback.h"
+#include "parallel/weight_readback.h"
 #include "server/weight_update_request.h"
 
 namespace refit {

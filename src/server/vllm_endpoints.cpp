@@ -14,7 +14,7 @@
 #include "server/api_types.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 #include "server/request_fields.h"
 
 namespace refit {

@@ -10,9 +10,9 @@
 
 #include "server/api_types.h"
 #include "server/http_util.h"
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 #include "server/request_fields.h"
-#include "server/weight_sync.h"
+#include "parallel/weight_sync.h"
 
 namespace refit {
 

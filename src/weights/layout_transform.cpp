@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/interleave_4x16.h"
+#include "kernels/interleave_4x16.h"
 
 namespace refit {
 

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/float_convert.h"
-#include "core/interleave_4x16.h"
+#include "kernels/interleave_4x16.h"
 #include "core/storage.h"
 #include "core/thread_pool.h"
 #include "weights/quant_reference.h"

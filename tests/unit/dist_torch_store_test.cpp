@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "dist/torch_group/tcp_store_client.h"
-#include "server/weight_sync.h"
+#include "parallel/weight_sync.h"
 
 namespace refit {
 namespace {

@@ -19,11 +19,11 @@
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
 #include "formats_test_util.h"
-#include "models/synthetic_model.h"
-#include "models/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
+#include "synthetic/synthetic_checkpoint.h"
 #include "refit_test_support.h"
 #include "runtime/engine.h"
-#include "server/weight_readback.h"
+#include "parallel/weight_readback.h"
 #include "weights/layout_transform.h"
 
 namespace refit {

@@ -14,14 +14,14 @@
 #include "core/thread_pool.h"
 #include "formats_test_util.h"
 #include "kernels/cpu/stream_read.h"
-#include "models/demo_model.h"
+#include "synthetic/demo_model.h"
 #include "models/quantize_model.h"
-#include "models/synthetic_checkpoint.h"
-#include "models/synthetic_model.h"
-#include "runtime/bench_report.h"
-#include "runtime/memory_bandwidth.h"
-#include "runtime/refit_bench.h"
-#include "runtime/token_bench.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
+#include "benchmarks/bench_report.h"
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/refit_bench.h"
+#include "benchmarks/token_bench.h"
 
 namespace refit {
 namespace {

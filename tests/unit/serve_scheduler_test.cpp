@@ -158,14 +158,14 @@ TEST_F(SchedulerTest, a_full_queue_and_an_oversized_request_get_server_busy) {
   o.max_waiting = 2;
   o.max_running = 1;
   auto sched = make(o);
-  EXPECT_THROW(sched->submit(greedy(random_tokens(60, 1, config_.vocab_size), 20)), ServerBusy);
+  EXPECT_THROW(sched->submit(greedy(random_tokens(60, 1, config_.vocab_size), 20)), CapacityExceeded);
   sched->pause(PauseMode::in_place);  // nothing is admitted: the queue fills
   auto a = sched->submit(greedy(random_tokens(5, 1, config_.vocab_size), 4));
   auto b = sched->submit(greedy(random_tokens(5, 2, config_.vocab_size), 4));
   try {
     sched->submit(greedy(random_tokens(5, 3, config_.vocab_size), 4));
-    FAIL() << "expected ServerBusy";
-  } catch (const ServerBusy& e) {
+    FAIL() << "expected CapacityExceeded";
+  } catch (const CapacityExceeded& e) {
     EXPECT_NE(std::string(e.what()).find("capacity"), std::string::npos) << e.what();
   }
   sched->resume();

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "models/llama_model.h"
-#include "models/synthetic_model.h"
+#include "synthetic/synthetic_model.h"
 
 namespace refit::testing {
 

@@ -13,8 +13,8 @@
 #include "formats/hf_folder.h"
 #include "formats_test_util.h"
 #include "gtest_printers.h"
-#include "models/synthetic_checkpoint.h"
-#include "models/synthetic_model.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
 #include "models/tensor_names.h"
 
 namespace refit {

@@ -16,9 +16,9 @@
 #include "formats/gguf_writer.h"
 #include "formats/hf_folder.h"
 #include "formats_test_util.h"
-#include "models/synthetic_checkpoint.h"
-#include "models/synthetic_model.h"
-#include "models/synthetic_vocab.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
+#include "synthetic/synthetic_vocab.h"
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {

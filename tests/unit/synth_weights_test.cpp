@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
-#include "models/synthetic_model.h"
+#include "synthetic/synthetic_model.h"
 
 namespace refit {
 namespace {

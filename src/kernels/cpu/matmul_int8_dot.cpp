@@ -17,7 +17,7 @@
 #endif
 
 #include "core/float_formats.h"
-#include "core/interleave_4x16.h"
+#include "kernels/interleave_4x16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_quantized_rows.h"

@@ -1,4 +1,4 @@
-#include "models/synthetic_vocab.h"
+#include "synthetic/synthetic_vocab.h"
 
 #include <fmt/format.h>
 

@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/memory_bandwidth.h"
-#include "runtime/refit_bench.h"
-#include "runtime/token_bench.h"
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/refit_bench.h"
+#include "benchmarks/token_bench.h"
 
 namespace refit {
 

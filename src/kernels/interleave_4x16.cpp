@@ -1,4 +1,4 @@
-#include "core/interleave_4x16.h"
+#include "kernels/interleave_4x16.h"
 
 #include <cstring>
 

@@ -1,9 +1,9 @@
-#include "server/weight_sync.h"
+#include "parallel/weight_sync.h"
 
 #include <cstring>
 
 #include "core/error.h"
-#include "server/command_wire.h"
+#include "parallel/command_wire.h"
 
 namespace refit {
 

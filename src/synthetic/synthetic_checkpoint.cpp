@@ -1,4 +1,4 @@
-#include "models/synthetic_checkpoint.h"
+#include "synthetic/synthetic_checkpoint.h"
 
 #include <fmt/format.h>
 
@@ -11,8 +11,8 @@
 #include "formats/gguf_quantize.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
-#include "models/synthetic_model.h"
-#include "models/synthetic_vocab.h"
+#include "synthetic/synthetic_model.h"
+#include "synthetic/synthetic_vocab.h"
 #include "models/tensor_names.h"
 
 namespace refit {

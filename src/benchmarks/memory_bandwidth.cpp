@@ -1,4 +1,4 @@
-#include "runtime/memory_bandwidth.h"
+#include "benchmarks/memory_bandwidth.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

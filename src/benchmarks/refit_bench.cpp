@@ -1,4 +1,4 @@
-#include "runtime/refit_bench.h"
+#include "benchmarks/refit_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,8 +7,8 @@
 #include "core/thread_pool.h"
 #include "formats/checkpoint.h"
 #include "models/model_loader.h"
-#include "runtime/memory_bandwidth.h"
-#include "runtime/token_bench.h"
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/token_bench.h"
 
 namespace refit {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/synthetic_model.h"
+#include "synthetic/synthetic_model.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/token_bench.h"
+#include "benchmarks/token_bench.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "server/weight_readback.h"
+#include "parallel/weight_readback.h"
 
 #include <fmt/format.h>
 

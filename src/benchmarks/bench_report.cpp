@@ -1,4 +1,4 @@
-#include "runtime/bench_report.h"
+#include "benchmarks/bench_report.h"
 
 #include <fmt/format.h>
 

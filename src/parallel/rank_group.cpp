@@ -1,4 +1,4 @@
-#include "server/rank_group.h"
+#include "parallel/rank_group.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <shared_mutex>
 
 #include "core/error.h"
-#include "server/command_wire.h"
+#include "parallel/command_wire.h"
 
 namespace refit {
 

@@ -45,8 +45,8 @@
 #include "dist/communicator.h"
 #include "models/batched_forward.h"
 #include "runtime/engine.h"
-#include "server/weight_readback.h"
-#include "server/weight_sync.h"
+#include "parallel/weight_readback.h"
+#include "parallel/weight_sync.h"
 
 namespace refit {
 

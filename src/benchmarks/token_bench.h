@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "models/llama_model.h"
-#include "runtime/memory_bandwidth.h"
+#include "benchmarks/memory_bandwidth.h"
 
 namespace refit {
 

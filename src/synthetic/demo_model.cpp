@@ -1,7 +1,7 @@
-#include "models/demo_model.h"
+#include "synthetic/demo_model.h"
 
-#include "models/synthetic_model.h"
-#include "models/synthetic_vocab.h"
+#include "synthetic/synthetic_model.h"
+#include "synthetic/synthetic_vocab.h"
 
 namespace refit {
 

@@ -1,4 +1,4 @@
-#include "server/command_wire.h"
+#include "parallel/command_wire.h"
 
 #include <cstring>
 
