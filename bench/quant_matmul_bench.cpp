@@ -24,7 +24,7 @@
 #include "kernels/ops.h"
 #include "kernels/registry.h"
 #include "weights/layout_transform.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace {
 using namespace refit;

@@ -12,10 +12,6 @@
 
 #include "core/error.h"
 
-#ifdef REFIT_HAVE_CUDA
-#include "backends/cuda/cuda_backend.h"
-#endif
-
 namespace refit {
 
 // ---- device allocators (the hook non-CPU backends plug into) ----
@@ -23,18 +19,12 @@ namespace {
 
 constexpr size_t kDeviceTypes = 3;  // cpu, cuda, rocm (core/device.h)
 
-struct AllocatorTable {
-  std::array<std::atomic<DeviceAllocator*>, kDeviceTypes> by_type{};
-  AllocatorTable() {
-#ifdef REFIT_HAVE_CUDA
-    by_type[static_cast<size_t>(DeviceType::cuda)] = &cuda::device_allocator();
-#endif
-  }
-};
-
+// Empty until a backend registers itself (src/backends/cuda/cuda_registration.cpp does
+// while the program starts). A function-local static, so a backend's static initialiser
+// may register before or after this file's statics are built.
 std::array<std::atomic<DeviceAllocator*>, kDeviceTypes>& allocator_table() {
-  static AllocatorTable table;
-  return table.by_type;
+  static std::array<std::atomic<DeviceAllocator*>, kDeviceTypes> by_type{};
+  return by_type;
 }
 
 }  // namespace

@@ -35,10 +35,11 @@ class DeviceAllocator {
                     size_t nbytes) = 0;
 };
 
-// The allocator for a device type, or nullptr when this build has none. The CUDA one is
-// registered on first use in a REFIT_HAVE_CUDA build (explicitly, so a static library
-// never drops it). register_device_allocator() returns the previous one (tests install a
-// host-memory double and put the old one back); cpu cannot be replaced.
+// The allocator for a device type, or nullptr when this build has none. A backend
+// registers its own while the program starts (the CUDA one from a static initialiser that
+// the build links whole into every program, src/backends/cuda/cuda_registration.cpp), so
+// core names no backend. register_device_allocator() returns the previous one (tests
+// install a host-memory double and put the old one back); cpu cannot be replaced.
 DeviceAllocator* device_allocator(DeviceType type);
 DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 

@@ -7,23 +7,46 @@
 
 #include "core/error.h"
 
-#ifdef REFIT_HAVE_CUDA  // -DREFIT_CUDA=ON: src/backends/cuda/ (docs/cuda.md)
-#include "backends/cuda/cuda_backend.h"
-#endif
-
 namespace refit {
+
+namespace {
+
+// Backends that handed over their rows (register_backend_kernels), and the global
+// registry once it exists. A function-local static: a backend registers from its own
+// static initialiser, which may run before or after this file's.
+struct BackendRows {
+  std::mutex mutex;
+  std::vector<void (*)(KernelRegistry&)> pending;
+  KernelRegistry* global = nullptr;
+};
+BackendRows& backend_rows() {
+  static BackendRows rows;
+  return rows;
+}
+
+}  // namespace
 
 KernelRegistry& KernelRegistry::global() {
   static KernelRegistry* registry = [] {
     auto* r = new KernelRegistry();
     register_cpu_kernels(*r);
-#ifdef REFIT_HAVE_CUDA
-    // Rows for DeviceType::cuda: chosen only for tensors stored on a GPU (law L3).
-    register_cuda_kernels(*r);
-#endif
+    // Rows for other device types (DeviceType::cuda: chosen only for tensors stored on a
+    // GPU, law L3), from the backends this program was linked with.
+    BackendRows& rows = backend_rows();
+    std::lock_guard lock(rows.mutex);
+    for (auto add : rows.pending) add(*r);
+    rows.pending.clear();
+    rows.global = r;
     return r;
   }();
   return *registry;
+}
+
+void register_backend_kernels(void (*add_rows)(KernelRegistry&)) {
+  BackendRows& rows = backend_rows();
+  std::lock_guard lock(rows.mutex);
+  if (rows.global) add_rows(*rows.global);
+  else rows.pending.push_back(add_rows);
 }
 
 void KernelRegistry::add(Kernel kernel) {

@@ -64,5 +64,10 @@ class KernelRegistry {
 
 // Registration entry points (explicit, so a static library never drops them).
 void register_cpu_kernels(KernelRegistry& registry);
+// An optional backend built beside the kernels (src/backends/cuda/) hands over the
+// function that adds its rows, from a static initialiser while the program starts;
+// global() adds them after the CPU rows (at once when global() already exists). The
+// kernel layer thus names no backend, and a build without one simply has no such rows.
+void register_backend_kernels(void (*add_rows)(KernelRegistry& registry));
 
 }  // namespace refit

@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "layers/linear.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "formats/checkpoint.h"
 #include "models/llama_model.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 

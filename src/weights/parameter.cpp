@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "weights/quantize.h"
+#include "kernels/quant/quantize.h"
 
 namespace refit {
 

@@ -9,7 +9,7 @@
 #include "kernels_test_util.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

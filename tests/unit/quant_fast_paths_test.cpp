@@ -1,5 +1,5 @@
-// The fast quantizers (weights/quantize.h: SIMD rows, threads, fused f16/bf16 widening,
-// in-place shuffled output) against the scalar specification (weights/quant_reference.h),
+// The fast quantizers (kernels/quant/quantize.h: SIMD rows, threads, fused f16/bf16 widening,
+// in-place shuffled output) against the scalar specification (kernels/quant/quant_reference.h),
 // byte for byte, under every SIMD target this CPU runs: random data at many magnitudes,
 // every rounding tie of every e4m3 / e2m1 / Q8_0 code, subnormal inputs and products,
 // zeros and -0, +-inf and NaN (where the scalar code defines the result: fp8 and MXFP4;
@@ -22,9 +22,9 @@
 #include "core/thread_pool.h"
 #include "kernels_test_util.h"
 #include "weights/layout_transform.h"
-#include "weights/quant_reference.h"
-#include "weights/quant_scheme.h"
-#include "weights/quantize.h"
+#include "kernels/quant/quant_reference.h"
+#include "kernels/quant/quant_scheme.h"
+#include "kernels/quant/quantize.h"
 
 namespace refit {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/float_formats.h"
 #include "formats/checkpoint.h"
 #include "formats/gguf.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

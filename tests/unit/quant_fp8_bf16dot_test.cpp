@@ -16,7 +16,7 @@
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/matmul_quantized.h"
 #include "quant_test_util.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

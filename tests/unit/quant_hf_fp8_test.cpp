@@ -15,7 +15,7 @@
 #include "formats/safetensors_writer.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

@@ -16,7 +16,7 @@
 #include "quant_test_util.h"
 #include "kernels_test_util.h"
 #include "weights/layout_transform.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/matmul_quantized.h"
 #include "quant_test_util.h"
 #include "weights/layout_transform.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "core/tensor.h"
 #include "weights/layout_transform.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit::testing {
 

@@ -19,8 +19,8 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
-#include "weights/quant_reference.h"
-#include "weights/quant_rows_simd.h"
+#include "kernels/quant/quant_reference.h"
+#include "kernels/quant/quant_rows_simd.h"
 
 namespace refit::cpu {
 namespace {

@@ -1,4 +1,4 @@
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 #include <algorithm>
 #include <cmath>
@@ -85,7 +85,7 @@ int64_t code_row_bytes(const QuantScheme& scheme, int64_t k) {
   return scheme.method == QuantMethod::mxfp4 ? k / 2 : k;
 }
 
-// quantize_rows: weights/quantize.cpp (fast path) and quant_reference.cpp (the scalar spec).
+// quantize_rows: kernels/quant/quantize.cpp (fast path) and quant_reference.cpp (the scalar spec).
 
 void dequantize_rows(const QuantScheme& scheme, const void* codes_v, const void* scales_v, int64_t n, int64_t k,
                      float* out) {

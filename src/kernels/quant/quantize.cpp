@@ -1,4 +1,4 @@
-#include "weights/quantize.h"
+#include "kernels/quant/quantize.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include "kernels/interleave_4x16.h"
 #include "core/storage.h"
 #include "core/thread_pool.h"
-#include "weights/quant_reference.h"
-#include "weights/quant_rows_simd.h"
+#include "kernels/quant/quant_reference.h"
+#include "kernels/quant/quant_rows_simd.h"
 
 namespace refit {
 namespace {

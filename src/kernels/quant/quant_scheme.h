@@ -63,7 +63,7 @@ QuantScheme parse_quant_scheme(std::string_view name);
 
 // Quantizes rows f32 [n, k] (contiguous) of one sub-shard into codes (n * k codes, packed
 // for f4) and scales [n, S]. Deterministic: a pure function of these rows. Runs the SIMD,
-// multi-threaded path of weights/quantize.h; weights/quant_reference.h is the scalar
+// multi-threaded path of kernels/quant/quantize.h; kernels/quant/quant_reference.h is the scalar
 // specification it equals byte for byte.
 void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,
                    void* scales);

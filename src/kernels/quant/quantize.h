@@ -9,7 +9,7 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 

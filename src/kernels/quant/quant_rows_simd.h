@@ -1,9 +1,9 @@
 // SIMD quantization of one row at a time (Highway, compiled per ISA and chosen at run time
 // as the CPU kernels are: cpu::init_cpu_isa, REFIT_CPU_ISA). Each function produces the
-// bytes weights/quant_reference.cpp produces for the same row, bit for bit, under every
+// bytes kernels/quant/quant_reference.cpp produces for the same row, bit for bit, under every
 // ISA: only exactly rounded IEEE operations (multiply, divide, round-to-integer) and
 // integer bit arithmetic are used, in the order the scalar code rounds.
-// weights/quantize.cpp drives them over rows and threads.
+// kernels/quant/quantize.cpp drives them over rows and threads.
 #pragma once
 
 #include <cstdint>

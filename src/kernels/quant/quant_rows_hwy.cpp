@@ -21,7 +21,7 @@
 //   roundf   half away from zero (ggml): t = trunc(v); v - t is exact, so |v - t| >= 0.5
 //            decides the step away from zero without the double rounding of v + 0.5.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "weights/quant_rows_hwy.cpp"
+#define HWY_TARGET_INCLUDE "kernels/quant/quant_rows_hwy.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -186,7 +186,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "kernels/cpu/cpu_isa.h"
-#include "weights/quant_rows_simd.h"
+#include "kernels/quant/quant_rows_simd.h"
 
 namespace refit::quant_simd {
 HWY_EXPORT(GroupAmax);

@@ -1,4 +1,4 @@
-#include "weights/quant_reference.h"
+#include "kernels/quant/quant_reference.h"
 
 #include <algorithm>
 #include <cmath>

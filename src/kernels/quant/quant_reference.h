@@ -1,12 +1,12 @@
 // The scalar quantizers, one value at a time: the specification the fast path
-// (weights/quantize.h) must reproduce byte for byte. They are kept in the library, not
+// (kernels/quant/quantize.h) must reproduce byte for byte. They are kept in the library, not
 // only in the tests, so that the definition of every code and scale lives next to the
 // code that is measured against it (tests/unit/quant_fast_paths_test.cpp).
 #pragma once
 
 #include <cstdint>
 
-#include "weights/quant_scheme.h"
+#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 
