@@ -483,18 +483,16 @@ void Scheduler::loop() {
   }
 }
 
+// A chunk gives a row per token when one of its positions predicts a prompt token whose
+// logprob is still wanted.
+bool Scheduler::wants_all_rows(const Sequence& s, int64_t n_new) {
+  return s.wants_prompt_logprobs() && s.cached + n_new >= s.prompt_lp_next && s.cached < s.n_prompt;
+}
+
+// One step: admit, schedule, run, finish, in that order. The order is what batch invariance
+// and the prefix cache rely on: what leaves, then what enters, then decode tokens before
+// prompt chunks, then the results in the batch's order.
 bool Scheduler::step() {
-  struct Work {
-    Sequence* seq;
-    int64_t n_new;
-    bool sample;
-  };
-  // A chunk gives a row per token when one of its positions predicts a prompt token
-  // whose logprob is still wanted.
-  auto wants_all_rows = [](const Sequence& s, int64_t n_new) {
-    return s.wants_prompt_logprobs() && s.cached + n_new >= s.prompt_lp_next && s.cached < s.n_prompt;
-  };
-  std::vector<Work> work;
   // The weights' shared lock spans the whole step (lock order: weights, then mutex_): the
   // prefix lookups, the forward pass and the publishing of new blocks all see one version.
   std::shared_lock weights(weights_mutex_);
@@ -505,8 +503,30 @@ bool Scheduler::step() {
     invalidate_prefix_cache_locked();
     cache_version_ = version;
   }
+  drop_expired_locked();
+  admit_locked();
+  const std::vector<StepWork> work = schedule_locked();
+  if (work.empty()) return false;
+  stepping_ = true;
+  lock.unlock();
+
+  std::string forward_error;
+  const BatchForwardResult result = run_forward(work, forward_error);
+
+  lock.lock();
+  stepping_ = false;
+  ++counters_.steps;
+  finish_step_locked(work, result, forward_error, version);
+  lock.unlock();
+  weights.unlock();
+  cv_.notify_all();
+  return true;
+}
+
+// Cancelled requests leave, freeing their blocks; a request that waited too long for
+// KV-cache space without generating anything ends with a busy error.
+void Scheduler::drop_expired_locked() {
   const auto now = Clock::now();
-  // Cancelled requests leave, freeing their blocks.
   drop_cancelled_locked(running_);
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence& s = **it;
@@ -524,9 +544,12 @@ bool Scheduler::step() {
       ++it;
     }
   }
-  // Admission (FIFO): a request enters when the blocks of its whole known context fit
-  // (prompt plus tokens already generated before a retraction), keeping one block spare
-  // per running request for their next decode token.
+}
+
+// Admission (FIFO): a request enters when the blocks of its whole known context fit
+// (prompt plus tokens already generated before a retraction), keeping one block spare
+// per running request for their next decode token.
+void Scheduler::admit_locked() {
   while (!draining_ && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
     Sequence& s = *waiting_.front();
     const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
@@ -542,8 +565,22 @@ bool Scheduler::step() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  // Decode tokens first (one each), then prompt chunks within the token budget.
+}
+
+// Decode tokens first (one each), then prompt chunks within the token budget.
+std::vector<Scheduler::StepWork> Scheduler::schedule_locked() {
+  std::vector<StepWork> work;
   int64_t budget = options_.max_step_tokens;
+  schedule_decodes_locked(work, budget);
+  schedule_prompt_chunks_locked(work, budget);
+  // Requests finished above (cache full) leave the running set.
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->table.empty(); }),
+                 running_.end());
+  work.erase(std::remove_if(work.begin(), work.end(), [](const StepWork& w) { return w.seq->table.empty(); }), work.end());
+  return work;
+}
+
+void Scheduler::schedule_decodes_locked(std::vector<StepWork>& work, int64_t& budget) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
@@ -569,6 +606,9 @@ bool Scheduler::step() {
     work.push_back({&s, 1, true});
     --budget;
   }
+}
+
+void Scheduler::schedule_prompt_chunks_locked(std::vector<StepWork>& work, int64_t& budget) {
   for (auto& sp : running_) {
     Sequence& s = *sp;
     const int64_t pending = static_cast<int64_t>(s.tokens.size()) - s.cached;
@@ -578,18 +618,14 @@ bool Scheduler::step() {
     work.push_back({&s, n, n == pending});
     budget -= n;
   }
-  // Requests finished above (cache full) leave the running set.
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->table.empty(); }),
-                 running_.end());
-  work.erase(std::remove_if(work.begin(), work.end(), [](const Work& w) { return w.seq->table.empty(); }), work.end());
-  if (work.empty()) return false;
-  stepping_ = true;
-  lock.unlock();
+}
 
-  // The forward pass, outside the scheduler lock (submissions continue) but inside the
-  // weights' shared lock (a commit waits for the step to end).
+// The forward pass, outside the scheduler lock (submissions continue) but inside the
+// weights' shared lock (a commit waits for the step to end). A failure is returned in
+// `forward_error` (every request of the batch ends with it).
+BatchForwardResult Scheduler::run_forward(const std::vector<StepWork>& work, std::string& forward_error) {
   std::vector<BatchSequence> batch;
-  for (const Work& w : work) {
+  for (const StepWork& w : work) {
     BatchSequence b;
     b.tokens = std::span<const int32_t>(w.seq->tokens).subspan(static_cast<size_t>(w.seq->cached),
                                                                 static_cast<size_t>(w.n_new));
@@ -599,16 +635,29 @@ bool Scheduler::step() {
     batch.push_back(b);
   }
   BatchForwardResult result;
-  std::string forward_error;
   try {
     result = forward_(batch, cache_);
   } catch (const std::exception& e) {
     forward_error = e.what();
   }
+  return result;
+}
 
-  lock.lock();
-  stepping_ = false;
-  ++counters_.steps;
+namespace {
+
+// Row r of the batch's logits.
+std::span<const float> logits_row(const BatchForwardResult& result, int64_t r) {
+  const int64_t V = result.logits.size(1);
+  return std::span<const float>(result.logits.data<const float>() + r * V, static_cast<size_t>(V));
+}
+
+}  // namespace
+
+// The step's results, in the batch's order: prompt logprobs, the new KV published to the
+// prefix cache, a token drawn where the chunk ended the pending tokens; then the
+// finished requests leave the batch.
+void Scheduler::finish_step_locked(const std::vector<StepWork>& work, const BatchForwardResult& result,
+                                   const std::string& forward_error, uint64_t version) {
   std::vector<double> values;
   std::vector<float> scaled;
   for (size_t i = 0; i < work.size(); ++i) {
@@ -618,86 +667,89 @@ bool Scheduler::step() {
       s.table.clear();
       continue;
     }
-    const int64_t V = result.logits.size(1);
-    auto row_at = [&](int64_t r) {
-      return std::span<const float>(result.logits.data<const float>() + r * V, static_cast<size_t>(V));
-    };
     const bool all_rows = wants_all_rows(s, work[i].n_new);
-    if (all_rows) {
-      // Row j (position q = cached + j) predicts the token at q + 1.
-      const LogprobMode mode = s.spec.logprob_mode;
-      const float t = s.spec.sampling.temperature;
-      RequestHandle::Event pe = make_event(RequestHandle::Event::prompt);
-      for (int64_t j = 0; j < work[i].n_new; ++j) {
-        const int64_t q = s.cached + j;
-        if (q + 1 < s.prompt_lp_next || q + 1 >= s.n_prompt) continue;
-        std::span<const float> row = row_at(result.first_row[i] + j);
-        if (!reports_raw(mode) && t > 0 && t != 1) {
-          scaled.assign(row.begin(), row.end());
-          for (float& x : scaled) x /= t;
-          row = scaled;
-        }
-        score_row(row, reports_logits(mode), {}, true, values);
-        TokenEvent ev;
-        ev.position = q + 1;
-        ev.token = s.tokens[static_cast<size_t>(q + 1)];
-        ev.logprob = static_cast<float>(values[static_cast<size_t>(ev.token)]);
-        ev.rank = rank_of(values, ev.token);
-        ev.weight_version = version;
-        ev.top = top_of(values, s.spec.prompt_top_logprobs);
-        pe.prompt_logprobs.push_back(std::move(ev));
-        s.prompt_lp_next = q + 2;
-      }
-      if (!pe.prompt_logprobs.empty()) s.handle->push(std::move(pe));
-    }
+    if (all_rows) report_prompt_logprobs(s, work[i].n_new, result, i, version, values, scaled);
     s.cached += work[i].n_new;
     publish_blocks_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
     const int64_t last_row = all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];
-    std::span<const float> row = row_at(last_row);
+    std::span<const float> row = logits_row(result, last_row);
     if (s.spec.max_tokens == 0) {
       finish(s, "length");
       continue;
     }
-    // Stop tokens are banned until min_tokens are out (vLLM's and SGLang's min tokens).
-    const bool ban = s.generated() < s.spec.min_tokens;
-    std::span<const int32_t> output(s.tokens.data() + s.n_prompt, static_cast<size_t>(s.generated()));
-    std::span<const float> processed =
-        s.sampler->process(row, s.tokens, output, ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
-    const int32_t token = s.sampler->draw(processed);
-    switch (s.spec.logprob_mode) {
-      case LogprobMode::raw_logprobs: score_row(row, false, {}, true, values); break;
-      case LogprobMode::raw_logits: score_row(row, true, {}, true, values); break;
-      case LogprobMode::processed_logprobs: score_row(processed, false, s.sampler->kept(), s.sampler->kept_all(), values); break;
-      case LogprobMode::processed_logits: score_row(processed, true, s.sampler->kept(), s.sampler->kept_all(), values); break;
-      case LogprobMode::sglang: score_row(processed, false, {}, true, values); break;
-    }
-    TokenEvent ev;
-    ev.token = token;
-    ev.logprob = static_cast<float>(values[static_cast<size_t>(token)]);
-    ev.rank = rank_of(values, token);
-    ev.weight_version = version;
-    ev.top = top_of(values, s.spec.top_logprobs);
-    ev.cached_tokens = s.cached_tokens;
-    s.tokens.push_back(token);
-    ++counters_.generated_tokens;
-    RequestHandle::Event te = make_event(RequestHandle::Event::token);
-    te.token_event = std::move(ev);
-    s.handle->push(std::move(te));
-    const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) != s.spec.stop_tokens.end();
-    if (stop) finish(s, "stop");
-    else if (s.generated() >= s.spec.max_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)
-      finish(s, "length");
+    sample_token_locked(s, row, version, values);
   }
   // Finished requests (their table was released) leave the batch.
   running_.erase(std::remove_if(running_.begin(), running_.end(),
                                 [](const auto& s) { return s->table.empty() && s->cached == 0; }),
                  running_.end());
-  lock.unlock();
-  weights.unlock();
-  cv_.notify_all();
-  return true;
+}
+
+// The prompt logprobs a chunk's rows give (row j, position q = cached + j, predicts the
+// token at q + 1), sent as one event.
+void Scheduler::report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result, size_t index,
+                                       uint64_t version, std::vector<double>& values, std::vector<float>& scaled) {
+  const LogprobMode mode = s.spec.logprob_mode;
+  const float t = s.spec.sampling.temperature;
+  RequestHandle::Event pe = make_event(RequestHandle::Event::prompt);
+  for (int64_t j = 0; j < n_new; ++j) {
+    const int64_t q = s.cached + j;
+    if (q + 1 < s.prompt_lp_next || q + 1 >= s.n_prompt) continue;
+    std::span<const float> row = logits_row(result, result.first_row[index] + j);
+    if (!reports_raw(mode) && t > 0 && t != 1) {
+      scaled.assign(row.begin(), row.end());
+      for (float& x : scaled) x /= t;
+      row = scaled;
+    }
+    score_row(row, reports_logits(mode), {}, true, values);
+    TokenEvent ev;
+    ev.position = q + 1;
+    ev.token = s.tokens[static_cast<size_t>(q + 1)];
+    ev.logprob = static_cast<float>(values[static_cast<size_t>(ev.token)]);
+    ev.rank = rank_of(values, ev.token);
+    ev.weight_version = version;
+    ev.top = top_of(values, s.spec.prompt_top_logprobs);
+    pe.prompt_logprobs.push_back(std::move(ev));
+    s.prompt_lp_next = q + 2;
+  }
+  if (!pe.prompt_logprobs.empty()) s.handle->push(std::move(pe));
+}
+
+// Draws the next token from the last row, reports it with its logprobs, and ends the
+// request on a stop token or at its length.
+void Scheduler::sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version,
+                                    std::vector<double>& values) {
+  // Stop tokens are banned until min_tokens are out (vLLM's and SGLang's min tokens).
+  const bool ban = s.generated() < s.spec.min_tokens;
+  std::span<const int32_t> output(s.tokens.data() + s.n_prompt, static_cast<size_t>(s.generated()));
+  std::span<const float> processed =
+      s.sampler->process(row, s.tokens, output, ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
+  const int32_t token = s.sampler->draw(processed);
+  switch (s.spec.logprob_mode) {
+    case LogprobMode::raw_logprobs: score_row(row, false, {}, true, values); break;
+    case LogprobMode::raw_logits: score_row(row, true, {}, true, values); break;
+    case LogprobMode::processed_logprobs: score_row(processed, false, s.sampler->kept(), s.sampler->kept_all(), values); break;
+    case LogprobMode::processed_logits: score_row(processed, true, s.sampler->kept(), s.sampler->kept_all(), values); break;
+    case LogprobMode::sglang: score_row(processed, false, {}, true, values); break;
+  }
+  TokenEvent ev;
+  ev.token = token;
+  ev.logprob = static_cast<float>(values[static_cast<size_t>(token)]);
+  ev.rank = rank_of(values, token);
+  ev.weight_version = version;
+  ev.top = top_of(values, s.spec.top_logprobs);
+  ev.cached_tokens = s.cached_tokens;
+  s.tokens.push_back(token);
+  ++counters_.generated_tokens;
+  RequestHandle::Event te = make_event(RequestHandle::Event::token);
+  te.token_event = std::move(ev);
+  s.handle->push(std::move(te));
+  const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) != s.spec.stop_tokens.end();
+  if (stop) finish(s, "stop");
+  else if (s.generated() >= s.spec.max_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)
+    finish(s, "length");
 }
 
 }  // namespace refit

@@ -212,6 +212,24 @@ class Scheduler {
   struct Sequence;
   void loop();
   bool step();  // false when there was nothing to run
+  // step()'s parts, in the order it runs them (see scheduler.cpp).
+  struct StepWork {
+    Sequence* seq;
+    int64_t n_new;  // tokens the forward pass computes for it
+    bool sample;    // they end its pending tokens: a token is drawn from the last row
+  };
+  static bool wants_all_rows(const Sequence& s, int64_t n_new);
+  void drop_expired_locked();
+  void admit_locked();
+  std::vector<StepWork> schedule_locked();
+  void schedule_decodes_locked(std::vector<StepWork>& work, int64_t& budget);
+  void schedule_prompt_chunks_locked(std::vector<StepWork>& work, int64_t& budget);
+  BatchForwardResult run_forward(const std::vector<StepWork>& work, std::string& forward_error);
+  void finish_step_locked(const std::vector<StepWork>& work, const BatchForwardResult& result,
+                          const std::string& forward_error, uint64_t version);
+  static void report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result, size_t index,
+                                     uint64_t version, std::vector<double>& values, std::vector<float>& scaled);
+  void sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version, std::vector<double>& values);
   void finish(Sequence& s, const std::string& reason, const std::string& error = {}, bool busy = false);
   void retract(Sequence& s, bool restart);
   void abort_all_locked();
