@@ -76,9 +76,13 @@ class HttpServer {
   // Converts every exception of a handler into the right status and an OpenAI body.
   Handler guarded(Handler handler);
   void routes();
+  void openai_routes();           // server/openai_endpoints.cpp
+  void monitoring_routes();       // server/monitoring_endpoints.cpp
   void sglang_generate_routes();  // server/sglang_generate.cpp
   void lifecycle_routes();        // server/lifecycle_endpoints.cpp
   void vllm_routes();             // server/vllm_endpoints.cpp
+  // POST /v1/completions (chat false) and /v1/chat/completions (chat true).
+  void openai_generation(const httplib::Request& req, httplib::Response& res, bool chat);
   // 503 naming what is missing while weights or KV memory are released.
   void check_can_generate() const;
   int max_logprobs() const;
