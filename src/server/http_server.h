@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "runtime/engine.h"
@@ -79,7 +80,18 @@ class HttpServer {
   void openai_routes();           // server/openai_endpoints.cpp
   void monitoring_routes();       // server/monitoring_endpoints.cpp
   void sglang_generate_routes();  // server/sglang_generate.cpp
-  void lifecycle_routes();        // server/lifecycle_endpoints.cpp
+  void lifecycle_routes();        // server/lifecycle_endpoints.cpp, in groups:
+  void health_generate_route();
+  void info_routes();
+  void cache_routes();
+  void abort_routes();
+  void pause_routes();
+  void memory_routes();  // SGLang's release/resume
+  void sleep_routes();   // vLLM's sleep/wake_up
+  nlohmann::json server_info() const;
+  nlohmann::json load_report() const;
+  // Gives the KV cache's and/or the weights' pages back (every rank's); the lead's bytes.
+  size_t release_memory(bool weights, bool kv_cache);
   void vllm_routes();             // server/vllm_endpoints.cpp
   // POST /v1/completions (chat false) and /v1/chat/completions (chat true).
   void openai_generation(const httplib::Request& req, httplib::Response& res, bool chat);

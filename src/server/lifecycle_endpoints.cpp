@@ -59,6 +59,19 @@ Tags parse_tags(const json& v, const char* field) {
 
 std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
+// SGLang's answer to a control request: {success, message, weight_version} and `extra`.
+void reply_ok(httplib::Response& res, const std::string& weight_version, const std::string& message,
+              json extra = json::object()) {
+  extra["success"] = true;
+  extra["message"] = message;
+  extra["weight_version"] = weight_version;
+  send_json(res, 200, extra);
+}
+
+void reply_refused(httplib::Response& res, const std::string& weight_version, int status, const std::string& message) {
+  send_json(res, status, json{{"success", false}, {"message", message}, {"weight_version", weight_version}});
+}
+
 }  // namespace
 
 void HttpServer::shutdown(std::chrono::milliseconds drain) {
@@ -90,19 +103,19 @@ void HttpServer::check_can_generate() const {
                     "service_unavailable", {}, "kv_cache_released"};
 }
 
+// In this order (cpp-httplib tries a method's routes in the order they were added).
 void HttpServer::lifecycle_routes() {
-  httplib::Server& s = *http_;
-  auto ok = [this](httplib::Response& res, const std::string& message, json extra = json::object()) {
-    extra["success"] = true;
-    extra["message"] = message;
-    extra["weight_version"] = current_version_label();
-    send_json(res, 200, extra);
-  };
-  auto refuse = [this](httplib::Response& res, int status, const std::string& message) {
-    send_json(res, status, json{{"success", false}, {"message", message}, {"weight_version", current_version_label()}});
-  };
+  health_generate_route();
+  info_routes();
+  cache_routes();
+  abort_routes();
+  pause_routes();
+  memory_routes();
+  sleep_routes();
+}
 
-  s.Get("/health_generate", guarded([this](const httplib::Request&, httplib::Response& res) {
+void HttpServer::health_generate_route() {
+  http_->Get("/health_generate", guarded([this](const httplib::Request&, httplib::Response& res) {
     if (scheduler_->paused()) {  // alive; a generation would wait for /continue_generation
       send_json(res, 200, json{{"status", "ok"}, {"paused", true}});
       return;
@@ -127,11 +140,12 @@ void HttpServer::lifecycle_routes() {
     h->cancel();
     throw HttpError{503, "health check: no token was generated within 20 s", "service_unavailable", {}, "unhealthy"};
   }));
+}
 
-  auto server_info = [this](const httplib::Request&, httplib::Response& res) {
-    const SchedulerOptions& so = scheduler_->options();
-    const SchedulerStats st = scheduler_->stats();
-    json info{{"model_path", engine_.description()},
+json HttpServer::server_info() const {
+  const SchedulerOptions& so = scheduler_->options();
+  const SchedulerStats st = scheduler_->stats();
+  return json{{"model_path", engine_.description()},
               {"served_model_name", options_.model_name},
               {"tokenizer_path", engine_.description()},
               {"tp_size", engine_.world_size()},
@@ -155,32 +169,37 @@ void HttpServer::lifecycle_routes() {
                                                     {"kv_cache_usage", st.kv.usage()},
                                                     {"weights_released", engine_.weights_released()},
                                                     {"kv_cache_released", scheduler_->kv_released()}}})}};
-    send_json(res, 200, info);
-  };
-  s.Get("/get_server_info", guarded(server_info));
-  s.Get("/server_info", guarded(server_info));
-  // SGLang's load report (GetLoadsReqOutput), which slime polls after abort_all until
-  // the server is idle; ?include= sections are accepted, the core counters always sent.
-  s.Get("/v1/loads", guarded([this](const httplib::Request&, httplib::Response& res) {
-    const SchedulerStats st = scheduler_->stats();
-    const SchedulerOptions& so = scheduler_->options();
-    const int64_t total = so.kv_blocks * so.block_size;
-    const int64_t used = st.kv.used_blocks * so.block_size;
-    json load{{"dp_rank", 0},
-              {"timestamp", unix_now()},
-              {"num_running_reqs", st.running},
-              {"num_waiting_reqs", st.waiting},
-              {"num_total_reqs", st.running + st.waiting},
-              {"num_used_tokens", used},
-              {"max_total_num_tokens", total},
-              {"token_usage", st.kv.usage()},
-              {"max_running_requests", so.max_running},
-              {"cache_hit_rate", st.prefix_query_tokens ? static_cast<double>(st.prefix_hit_tokens) /
-                                                              static_cast<double>(st.prefix_query_tokens)
-                                                        : 0.0},
-              {"queues", json{{"waiting", st.waiting}}}};
-    send_json(res, 200, json{{"timestamp", unix_now()}, {"dp_rank_count", 1}, {"loads", json::array({load})}});
-  }));
+}
+
+// SGLang's load report (GetLoadsReqOutput), which slime polls after abort_all until the
+// server is idle; ?include= sections are accepted, the core counters always sent.
+json HttpServer::load_report() const {
+  const SchedulerStats st = scheduler_->stats();
+  const SchedulerOptions& so = scheduler_->options();
+  const int64_t total = so.kv_blocks * so.block_size;
+  const int64_t used = st.kv.used_blocks * so.block_size;
+  json load{{"dp_rank", 0},
+            {"timestamp", unix_now()},
+            {"num_running_reqs", st.running},
+            {"num_waiting_reqs", st.waiting},
+            {"num_total_reqs", st.running + st.waiting},
+            {"num_used_tokens", used},
+            {"max_total_num_tokens", total},
+            {"token_usage", st.kv.usage()},
+            {"max_running_requests", so.max_running},
+            {"cache_hit_rate", st.prefix_query_tokens ? static_cast<double>(st.prefix_hit_tokens) /
+                                                            static_cast<double>(st.prefix_query_tokens)
+                                                      : 0.0},
+            {"queues", json{{"waiting", st.waiting}}}};
+  return json{{"timestamp", unix_now()}, {"dp_rank_count", 1}, {"loads", json::array({load})}};
+}
+
+void HttpServer::info_routes() {
+  httplib::Server& s = *http_;
+  auto server_info_route = [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, server_info()); };
+  s.Get("/get_server_info", guarded(server_info_route));
+  s.Get("/server_info", guarded(server_info_route));
+  s.Get("/v1/loads", guarded([this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, load_report()); }));
   s.Get("/get_model_info", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200,
               json{{"model_path", engine_.description()},
@@ -199,25 +218,33 @@ void HttpServer::lifecycle_routes() {
     const uint64_t v = engine_.weight_version();
     send_json(res, 200, json{{"success", true}, {"message", "ok"}, {"weight_version", version_label(v)}, {"version", v}});
   }));
+}
 
+void HttpServer::cache_routes() {
+  httplib::Server& s = *http_;
   // SGLang refuses to flush while requests run (its clients retry until it succeeds).
-  auto flush = [this, ok, refuse](const httplib::Request&, httplib::Response& res) {
+  auto flush = [this](const httplib::Request&, httplib::Response& res) {
     const int64_t unfinished = scheduler_->unfinished();
     if (unfinished > 0) {
-      refuse(res, 400, fmt::format("Cache not flushed because there are {} pending requests; retry", unfinished));
+      reply_refused(res, current_version_label(), 400,
+                    fmt::format("Cache not flushed because there are {} pending requests; retry", unfinished));
       return;
     }
     const int64_t dropped = scheduler_->flush_cache();
-    ok(res, fmt::format("Cache flushed ({} cached KV blocks dropped)", dropped), json{{"flushed_cache_blocks", dropped}});
+    reply_ok(res, current_version_label(), fmt::format("Cache flushed ({} cached KV blocks dropped)", dropped),
+             json{{"flushed_cache_blocks", dropped}});
   };
   s.Get("/flush_cache", guarded(flush));
   s.Post("/flush_cache", guarded(flush));
-  s.Post("/reset_prefix_cache", guarded([this, ok](const httplib::Request&, httplib::Response& res) {
+  s.Post("/reset_prefix_cache", guarded([this](const httplib::Request&, httplib::Response& res) {
     const int64_t dropped = scheduler_->flush_cache();
-    ok(res, fmt::format("prefix cache reset ({} cached KV blocks dropped)", dropped), json{{"flushed_cache_blocks", dropped}});
+    reply_ok(res, current_version_label(), fmt::format("prefix cache reset ({} cached KV blocks dropped)", dropped),
+             json{{"flushed_cache_blocks", dropped}});
   }));
+}
 
-  s.Post("/abort_request", guarded([this](const httplib::Request& req, httplib::Response& res) {
+void HttpServer::abort_routes() {
+  http_->Post("/abort_request", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"rid", "abort_all", "finished_reason", "abort_message"}, "/abort_request");
     const bool all = body.contains("abort_all") && !body["abort_all"].is_null() &&
@@ -232,8 +259,12 @@ void HttpServer::lifecycle_routes() {
     const size_t n = all ? registry_.abort_all() : registry_.abort(rid);
     send_json(res, 200, json{{"success", true}, {"aborted", n}, {"message", fmt::format("{} requests aborted", n)}});
   }));
+}
 
-  s.Post("/pause_generation", guarded([this, ok](const httplib::Request& req, httplib::Response& res) {
+// SGLang's /pause_generation and /continue_generation, then vLLM's /pause, /resume, /is_paused.
+void HttpServer::pause_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/pause_generation", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"mode"}, "/pause_generation");
     std::string mode = "abort";
@@ -249,15 +280,15 @@ void HttpServer::lifecycle_routes() {
     }
     if (m == PauseMode::drain) bad_request("mode", "mode must be abort, retract or in_place");
     scheduler_->pause(m);
-    ok(res, fmt::format("generation paused ({})", pause_mode_name(m)));
+    reply_ok(res, current_version_label(), fmt::format("generation paused ({})", pause_mode_name(m)));
   }));
-  s.Post("/continue_generation", guarded([this, ok](const httplib::Request&, httplib::Response& res) {
+  s.Post("/continue_generation", guarded([this](const httplib::Request&, httplib::Response& res) {
     scheduler_->resume();
-    ok(res, "generation continues");
+    reply_ok(res, current_version_label(), "generation continues");
   }));
   // vLLM: POST /pause aborts what is in flight unless wait_for_inflight_requests, then
   // (clear_cache, default true) resets the prefix cache.
-  s.Post("/pause", guarded([this, ok](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/pause", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto flag = [&](const char* name, bool fallback) {
       if (!req.has_param(name)) return fallback;
       const std::string v = req.get_param_value(name);
@@ -269,50 +300,62 @@ void HttpServer::lifecycle_routes() {
     const bool clear = flag("clear_cache", true);
     scheduler_->pause(wait ? PauseMode::drain : PauseMode::abort);
     if (clear) scheduler_->flush_cache();
-    ok(res, "generation paused");
+    reply_ok(res, current_version_label(), "generation paused");
   }));
-  s.Post("/resume", guarded([this, ok](const httplib::Request&, httplib::Response& res) {
+  s.Post("/resume", guarded([this](const httplib::Request&, httplib::Response& res) {
     scheduler_->resume();
-    ok(res, "generation resumed");
+    reply_ok(res, current_version_label(), "generation resumed");
   }));
   s.Get("/is_paused", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"is_paused", scheduler_->paused()}});
   }));
+}
 
-  // Memory release: the lead's own pages (the bytes reported), then every worker's.
-  auto release = [this](Tags tags) {
-    size_t bytes = 0;
-    if (tags.kv_cache) bytes += scheduler_->release_kv_memory();
-    if (tags.weights) {
-      if (!tags.kv_cache && scheduler_->unfinished() > 0)
-        fail("{} requests are unfinished; pause generation before releasing the weights", scheduler_->unfinished());
-      // Engine::release_weights takes the weights' write lock: it lands between two steps.
-      bytes += engine_.release_weights();
-    }
-    if (ranks_) ranks_->release_memory(tags.weights, tags.kv_cache);
-    return bytes;
-  };
-  s.Post("/release_memory_occupation", guarded([this, ok, release](const httplib::Request& req, httplib::Response& res) {
+// Memory release: the lead's own pages (the bytes reported), then every worker's.
+size_t HttpServer::release_memory(bool weights, bool kv_cache) {
+  size_t bytes = 0;
+  if (kv_cache) bytes += scheduler_->release_kv_memory();
+  if (weights) {
+    if (!kv_cache && scheduler_->unfinished() > 0)
+      fail("{} requests are unfinished; pause generation before releasing the weights", scheduler_->unfinished());
+    // Engine::release_weights takes the weights' write lock: it lands between two steps.
+    bytes += engine_.release_weights();
+  }
+  if (ranks_) ranks_->release_memory(weights, kv_cache);
+  return bytes;
+}
+
+// SGLang's /release_memory_occupation and /resume_memory_occupation {tags}.
+void HttpServer::memory_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/release_memory_occupation", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"tags"}, "/release_memory_occupation");
     const Tags tags = parse_tags(body.value("tags", json()), "tags");
-    const size_t bytes = release(tags);
-    ok(res, fmt::format("released {}{}({} returned to the OS)", tags.weights ? "weights " : "",
-                        tags.kv_cache ? "kv_cache " : "", mib(bytes)),
-       json{{"released_bytes", bytes}});
+    const size_t bytes = release_memory(tags.weights, tags.kv_cache);
+    reply_ok(res, current_version_label(),
+             fmt::format("released {}{}({} returned to the OS)", tags.weights ? "weights " : "",
+                         tags.kv_cache ? "kv_cache " : "", mib(bytes)),
+             json{{"released_bytes", bytes}});
   }));
-  s.Post("/resume_memory_occupation", guarded([this, ok](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/resume_memory_occupation", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"tags"}, "/resume_memory_occupation");
     const Tags tags = parse_tags(body.value("tags", json()), "tags");
     if (tags.kv_cache) scheduler_->resume_kv_memory();
     // Weights: their pages come back on the first write; the values come from the next
     // update (check_can_generate says which are still missing).
-    ok(res, engine_.weights_released() ? fmt::format("resumed; {} checkpoint tensors must still be sent before generating",
-                                                     engine_.released_weights().size())
-                                       : "resumed");
+    reply_ok(res, current_version_label(),
+             engine_.weights_released() ? fmt::format("resumed; {} checkpoint tensors must still be sent before generating",
+                                                      engine_.released_weights().size())
+                                        : "resumed");
   }));
-  s.Post("/sleep", guarded([this, ok, release](const httplib::Request& req, httplib::Response& res) {
+}
+
+// vLLM's /sleep?level=, /wake_up?tags=, /is_sleeping.
+void HttpServer::sleep_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/sleep", guarded([this](const httplib::Request& req, httplib::Response& res) {
     int level = 1;
     if (req.has_param("level")) {
       const std::string v = req.get_param_value("level");
@@ -325,10 +368,11 @@ void HttpServer::lifecycle_routes() {
       scheduler_->pause(PauseMode::abort);
       if (!was_paused) scheduler_->resume();  // a client's own pause stays
     }
-    const size_t bytes = release(Tags{level == 2, true});
-    ok(res, fmt::format("sleeping (level {}; {} returned to the OS)", level, mib(bytes)), json{{"released_bytes", bytes}});
+    const size_t bytes = release_memory(/*weights=*/level == 2, /*kv_cache=*/true);
+    reply_ok(res, current_version_label(), fmt::format("sleeping (level {}; {} returned to the OS)", level, mib(bytes)),
+             json{{"released_bytes", bytes}});
   }));
-  s.Post("/wake_up", guarded([this, ok](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/wake_up", guarded([this](const httplib::Request& req, httplib::Response& res) {
     bool kv = true;
     if (req.has_param("tags")) {
       kv = false;
@@ -339,7 +383,7 @@ void HttpServer::lifecycle_routes() {
       }
     }
     if (kv) scheduler_->resume_kv_memory();
-    ok(res, "awake");
+    reply_ok(res, current_version_label(), "awake");
   }));
   s.Get("/is_sleeping", guarded([this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"is_sleeping", engine_.weights_released() || scheduler_->kv_released()}});
