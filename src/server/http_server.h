@@ -80,6 +80,7 @@ class HttpServer {
   void openai_routes();           // server/openai_endpoints.cpp
   void monitoring_routes();       // server/monitoring_endpoints.cpp
   void sglang_generate_routes();  // server/sglang_generate.cpp
+  void sglang_generate(const httplib::Request& req, httplib::Response& res);  // POST /generate
   void lifecycle_routes();        // server/lifecycle_endpoints.cpp, in groups:
   void health_generate_route();
   void info_routes();

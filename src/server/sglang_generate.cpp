@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <functional>
 
 #include "server/api_types.h"
 #include "server/choice_stream.h"
@@ -98,149 +99,168 @@ struct Generation {
   }
 };
 
-}  // namespace
+using LabelOf = std::function<std::string(uint64_t)>;
 
-void HttpServer::sglang_generate_routes() {
-  auto generate = [this](const httplib::Request& req, httplib::Response& res) {
-    auto g = std::make_shared<Generation>();
-    g->started = monotonic_seconds();
-    const Tokenizer* tok = engine_.tokenizer();
-    SglangLimits limits;
-    limits.tokenizer = tok;
-    limits.model = engine_.description();
-    limits.context = scheduler_->max_context();
-    limits.vocab = engine_.config().vocab_size;
-    limits.eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
-    limits.max_logprobs = max_logprobs();
-    limits.logprob_mode =
-        options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
-    SglangGenerateRequest parsed = parse_sglang_generate(object_body(req), limits);
-    g->single = parsed.single;
-    g->text_in_logprobs = parsed.text_in_logprobs;
-    try {
-      for (SglangItem& it : parsed.items) {
-        it.spec.on_event = g->signal->notifier();
-        auto h = scheduler_->submit(it.spec);
-        g->handles.push_back(h);
-        g->registered.push_back(
-            std::make_unique<RequestRegistry::Entry>(registry_.add(it.rid, {h})));
-        auto choice = std::make_unique<ChoiceStream>(
-            h, tok, it.stop, static_cast<int64_t>(it.spec.prompt.size()), it.choice);
-        g->items.push_back(Running{std::move(it), std::move(choice)});
-      }
-    } catch (...) {
-      g->cancel_all();
-      throw;
+// The logprob entries of one item: [logprob, token_id, text | null], and a top list of them.
+struct LogprobEntries {
+  const Tokenizer* tok;
+  bool text_in_logprobs;
+
+  json piece_text(int32_t id) const {
+    if (!tok) return nullptr;
+    const int32_t one[1] = {id};
+    DecodeOptions o;
+    o.skip_special = false;
+    return tok->decode(one, o);
+  }
+  json entry(const json& lp, int32_t id) const {
+    return json::array({lp, id, text_in_logprobs ? piece_text(id) : json(nullptr)});
+  }
+  json tops(const std::vector<TokenLogprob>& top) const {
+    json out = json::array();
+    for (const TokenLogprob& t : top) out.push_back(entry(t.logprob, t.token));
+    return out;
+  }
+};
+
+// The input_/output_ token and top logprobs of meta_info.
+void add_logprobs(json& meta, const SglangItem& it, const ChoiceStream& c, const LogprobEntries& lp) {
+  json in_lp = json::array(), in_top = json::array();
+  if (it.logprob_start == 0) {  // nothing predicts the first token
+    in_lp.push_back(lp.entry(nullptr, it.spec.prompt[0]));
+    in_top.push_back(nullptr);
+  }
+  if (it.logprob_start >= 0)
+    for (const TokenEvent& t : c.prompt_logprobs()) {
+      in_lp.push_back(lp.entry(t.logprob, t.token));
+      in_top.push_back(it.top_logprobs > 0 ? lp.tops(t.top) : json(nullptr));
     }
-    // One item's response object, whole so far: {text, output_ids, meta_info}. Shares g
-    // with the streaming provider, which calls it after this handler returned.
-    auto item_json = [this, g](size_t index) {
-      const Running& r = g->items[index];
-      const bool text_in_logprobs = g->text_in_logprobs;
-      const SglangItem& it = r.item;
-      const ChoiceStream& c = *r.choice;
-      const Tokenizer* tok = engine_.tokenizer();
-      auto piece_text = [tok](int32_t id) -> json {
-        if (!tok) return nullptr;
-        const int32_t one[1] = {id};
-        DecodeOptions o;
-        o.skip_special = false;
-        return tok->decode(one, o);
-      };
-      auto entry = [&](const json& lp, int32_t id) {
-        return json::array({lp, id, text_in_logprobs ? piece_text(id) : json(nullptr)});
-      };
-      auto tops = [&](const std::vector<TokenLogprob>& top) {
-        json out = json::array();
-        for (const TokenLogprob& t : top) out.push_back(entry(t.logprob, t.token));
-        return out;
-      };
-      json meta{{"id", it.rid},
-                {"finish_reason", c.done() ? finish_reason_json(c, it.spec) : json(nullptr)},
-                {"prompt_tokens", it.spec.prompt.size()},
-                {"completion_tokens", c.tokens().size()},
-                {"cached_tokens", c.cached_tokens()},
-                {"weight_version", c.versions().empty() ? current_version_label()
-                                                        : version_label(c.versions().back())},
-                {"e2e_latency", monotonic_seconds() - g->started}};
-      json versions = json::array();
-      for (uint64_t v : c.versions()) versions.push_back(version_label(v));
-      meta["weight_versions"] = versions;
-      if (it.return_logprob) {
-        json in_lp = json::array(), in_top = json::array();
-        if (it.logprob_start == 0) {  // nothing predicts the first token
-          in_lp.push_back(entry(nullptr, it.spec.prompt[0]));
-          in_top.push_back(nullptr);
-        }
-        if (it.logprob_start >= 0)
-          for (const TokenEvent& t : c.prompt_logprobs()) {
-            in_lp.push_back(entry(t.logprob, t.token));
-            in_top.push_back(it.top_logprobs > 0 ? tops(t.top) : json(nullptr));
-          }
-        json out_lp = json::array(), out_top = json::array();
-        for (size_t i = 0; i < c.tokens().size(); ++i) {
-          out_lp.push_back(entry(c.logprobs()[i], c.tokens()[i]));
-          out_top.push_back(it.top_logprobs > 0 ? tops(c.top()[i]) : json(nullptr));
-        }
-        meta["input_token_logprobs"] = in_lp;
-        meta["output_token_logprobs"] = out_lp;
-        meta["input_top_logprobs"] = in_top;
-        meta["output_top_logprobs"] = out_top;
-      }
-      return json{{"text", c.text()}, {"output_ids", c.tokens()}, {"meta_info", meta}};
-    };
+  json out_lp = json::array(), out_top = json::array();
+  for (size_t i = 0; i < c.tokens().size(); ++i) {
+    out_lp.push_back(lp.entry(c.logprobs()[i], c.tokens()[i]));
+    out_top.push_back(it.top_logprobs > 0 ? lp.tops(c.top()[i]) : json(nullptr));
+  }
+  meta["input_token_logprobs"] = in_lp;
+  meta["output_token_logprobs"] = out_lp;
+  meta["input_top_logprobs"] = in_top;
+  meta["output_top_logprobs"] = out_top;
+}
 
-    if (!parsed.stream) {
-      // A client that hangs up stops its generation instead of leaving it to run on.
-      const ClientConnection client(req);
-      while (true) {
-        g->drain();
-        if (g->done()) break;
-        if (client.closed()) {
-          g->cancel_all();
-          res.status = 499;
-          return;
-        }
-        g->signal->wait(std::chrono::milliseconds(100));
-      }
-      json out = json::array();
-      for (size_t i = 0; i < g->items.size(); ++i) out.push_back(item_json(i));
-      send_json(res, 200, g->single ? out[0] : out);
+// One item's response object, whole so far: {text, output_ids, meta_info}.
+json item_json(const Generation& g, size_t index, const Tokenizer* tok, const LabelOf& label,
+               const std::string& current_label) {
+  const Running& r = g.items[index];
+  const SglangItem& it = r.item;
+  const ChoiceStream& c = *r.choice;
+  json meta{{"id", it.rid},
+            {"finish_reason", c.done() ? finish_reason_json(c, it.spec) : json(nullptr)},
+            {"prompt_tokens", it.spec.prompt.size()},
+            {"completion_tokens", c.tokens().size()},
+            {"cached_tokens", c.cached_tokens()},
+            {"weight_version", c.versions().empty() ? current_label : label(c.versions().back())},
+            {"e2e_latency", monotonic_seconds() - g.started}};
+  json versions = json::array();
+  for (uint64_t v : c.versions()) versions.push_back(label(v));
+  meta["weight_versions"] = versions;
+  if (it.return_logprob) add_logprobs(meta, it, c, LogprobEntries{tok, g.text_in_logprobs});
+  return json{{"text", c.text()}, {"output_ids", c.tokens()}, {"meta_info", meta}};
+}
+
+using ItemJson = std::function<json(size_t)>;
+
+// The whole answer once every item is done; a client that hangs up stops its generation
+// instead of leaving it to run on.
+void answer_whole(Generation& g, const httplib::Request& req, httplib::Response& res, const ItemJson& item) {
+  const ClientConnection client(req);
+  while (true) {
+    g.drain();
+    if (g.done()) break;
+    if (client.closed()) {
+      g.cancel_all();
+      res.status = 499;
       return;
     }
+    g.signal->wait(std::chrono::milliseconds(100));
+  }
+  json out = json::array();
+  for (size_t i = 0; i < g.items.size(); ++i) out.push_back(item(i));
+  send_json(res, 200, g.single ? out[0] : out);
+}
 
-    // Streaming: one event per item that moved, with everything so far; then [DONE].
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [g, item_json](size_t, httplib::DataSink& sink) {
-          while (!g->done()) {
-            const std::vector<size_t> moved = g->drain();
-            if (moved.empty()) {
-              if (!sink.is_writable()) {
-                g->cancel_all();
-                return false;
-              }
-              g->signal->wait(std::chrono::milliseconds(100));
-              continue;
-            }
-            for (size_t i : moved) {
-              json j = item_json(i);
-              if (!g->single) j["index"] = i;
-              const std::string line =
-                  "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-              if (!sink.write(line.data(), line.size())) {
-                g->cancel_all();
-                return false;
-              }
-            }
-          }
-          static const std::string end = "data: [DONE]\n\n";
-          sink.write(end.data(), end.size());
-          sink.done();
-          return true;
-        });
+// Streaming: one event per item that moved, with everything so far; then [DONE].
+bool stream_items(Generation& g, httplib::DataSink& sink, const ItemJson& item) {
+  while (!g.done()) {
+    const std::vector<size_t> moved = g.drain();
+    if (moved.empty()) {
+      if (!sink.is_writable()) {
+        g.cancel_all();
+        return false;
+      }
+      g.signal->wait(std::chrono::milliseconds(100));
+      continue;
+    }
+    for (size_t i : moved) {
+      json j = item(i);
+      if (!g.single) j["index"] = i;
+      const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      if (!sink.write(line.data(), line.size())) {
+        g.cancel_all();
+        return false;
+      }
+    }
+  }
+  static const std::string end = "data: [DONE]\n\n";
+  sink.write(end.data(), end.size());
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response& res) {
+  auto g = std::make_shared<Generation>();
+  g->started = monotonic_seconds();
+  const Tokenizer* tok = engine_.tokenizer();
+  SglangLimits limits;
+  limits.tokenizer = tok;
+  limits.model = engine_.description();
+  limits.context = scheduler_->max_context();
+  limits.vocab = engine_.config().vocab_size;
+  limits.eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
+  limits.max_logprobs = max_logprobs();
+  limits.logprob_mode = options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
+  SglangGenerateRequest parsed = parse_sglang_generate(object_body(req), limits);
+  g->single = parsed.single;
+  g->text_in_logprobs = parsed.text_in_logprobs;
+  try {
+    for (SglangItem& it : parsed.items) {
+      it.spec.on_event = g->signal->notifier();
+      auto h = scheduler_->submit(it.spec);
+      g->handles.push_back(h);
+      g->registered.push_back(std::make_unique<RequestRegistry::Entry>(registry_.add(it.rid, {h})));
+      auto choice = std::make_unique<ChoiceStream>(h, tok, it.stop, static_cast<int64_t>(it.spec.prompt.size()), it.choice);
+      g->items.push_back(Running{std::move(it), std::move(choice)});
+    }
+  } catch (...) {
+    g->cancel_all();
+    throw;
+  }
+  // Shares g with the streaming provider, which calls it after this handler returned.
+  ItemJson item = [this, g](size_t index) {
+    return item_json(*g, index, engine_.tokenizer(), [this](uint64_t v) { return version_label(v); },
+                     current_version_label());
   };
-  http_->Post("/generate", guarded(generate));
+  if (!parsed.stream) {
+    answer_whole(*g, req, res, item);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream",
+                                   [g, item](size_t, httplib::DataSink& sink) { return stream_items(*g, sink, item); });
+}
+
+void HttpServer::sglang_generate_routes() {
+  http_->Post("/generate", guarded([this](const httplib::Request& q, httplib::Response& r) { sglang_generate(q, r); }));
 }
 
 }  // namespace refit
