@@ -93,7 +93,9 @@ class HttpServer {
   nlohmann::json load_report() const;
   // Gives the KV cache's and/or the weights' pages back (every rank's); the lead's bytes.
   size_t release_memory(bool weights, bool kv_cache);
-  void vllm_routes();             // server/vllm_endpoints.cpp
+  void vllm_routes();             // server/vllm_endpoints.cpp: tokens, then weights
+  void vllm_token_routes();
+  void vllm_weight_routes();
   // POST /v1/completions (chat false) and /v1/chat/completions (chat true).
   void openai_generation(const httplib::Request& req, httplib::Response& res, bool chat);
   // 503 naming what is missing while weights or KV memory are released.

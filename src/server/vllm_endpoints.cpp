@@ -22,8 +22,12 @@ namespace refit {
 using nlohmann::json;
 
 void HttpServer::vllm_routes() {
-  httplib::Server& s = *http_;
+  vllm_token_routes();
+  vllm_weight_routes();
+}
 
+void HttpServer::vllm_token_routes() {
+  httplib::Server& s = *http_;
   s.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const json body = object_body(req);
     ignore_unknown_fields(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
@@ -63,7 +67,10 @@ void HttpServer::vllm_routes() {
     }
     send_json(res, 200, json{{"prompt", tok->decode(ids)}});
   }));
+}
 
+void HttpServer::vllm_weight_routes() {
+  httplib::Server& s = *http_;
   // Loads every tensor of `path` this model has, between steps; the reply as vLLM's
   // extension gives it, plus refit's version label.
   auto load = [this](httplib::Response& res, const std::string& path) {
