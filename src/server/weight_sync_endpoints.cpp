@@ -185,6 +185,129 @@ void commit_between_steps(RlContext& c, httplib::Response& res, const json& body
         json{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}});
 }
 
+void init_group(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend", "timeout"},
+                        "/init_weights_update_group");
+  TorchGroupOptions o = parse_init(body);
+  const int tp = c.engine.world_size();
+  if (o.rank < 1 || o.rank + tp > o.world_size)
+    throw bad("rank_offset", fmt::format("rank_offset {} with this engine's {} rank(s) does not fit a group of world_size {} "
+                                         "(rank 0 is the trainer's)", o.rank, tp, o.world_size));
+  std::lock_guard lock(st.mutex);
+  std::string description;
+  try {
+    if (c.ranks) {
+      description = c.ranks->sync_init(o);
+    } else {
+      description = st.groups.init(o);
+    }
+  } catch (const std::exception& e) {
+    reply(res, c, 400, false, std::string("Failed to initialize custom process group: ") + e.what());
+    return;
+  }
+  reply(res, c, 200, true,
+        fmt::format("Succeeded to initialize custom process group: {} (ranks {}..{})", description, o.rank,
+                    o.rank + tp - 1));
+}
+
+// Nothing of a refused request can be received, so the trainer (which broadcasts what it
+// announced) and the group are out of step: the engine leaves the group rather than
+// mis-pair a later broadcast with this one's tensors. Returns whether it left.
+bool leave_out_of_step_group(RlContext& c, SyncState& st, const std::string& group) {
+  bool left = false;
+  try {
+    if (c.ranks) c.ranks->sync_destroy(group), left = true;
+    else if (st.groups.has(group)) st.groups.destroy(group), left = true;
+  } catch (const std::exception&) {
+  }
+  return left;
+}
+
+// Receives the announced tensors and stages them: on every rank under --tp (nullptr is
+// returned then), else into a WeightUpdate of this engine (aborted when staging throws).
+std::unique_ptr<WeightUpdate> receive_update(RlContext& c, SyncState& st, const DistributedUpdate& u,
+                                             std::vector<std::pair<std::string, Tensor>>& tensors) {
+  if (c.ranks) {
+    c.ranks->sync_receive(u);  // every rank receives, stages and agrees
+    return nullptr;
+  }
+  tensors = st.groups.receive(u);
+  std::unique_ptr<WeightUpdate> update = c.engine.begin_update();
+  try {
+    for (const auto& [name, t] : tensors) update->update(name, t);
+  } catch (const std::exception&) {
+    update->abort();
+    throw;
+  }
+  return update;
+}
+
+void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name", "flush_cache",
+                               "abort_all_requests", "weight_version", "load_format"},
+                        "/update_weights_from_distributed");
+  std::lock_guard lock(st.mutex);
+  const std::string group = string_field(body, "group_name", kDefaultGroup);
+  DistributedUpdate u;
+  try {
+    u = parse_update(body, max_update_bytes(c.engine));
+    bool_field(body, "abort_all_requests", false);  // type errors before anything is received
+    bool_field(body, "flush_cache", true);
+    version_label(body);
+  } catch (const HttpError& e) {
+    const bool left = leave_out_of_step_group(c, st, group);
+    reply(res, c, e.status, false,
+          "weight update refused, the weights are unchanged: " + e.message +
+              (left ? fmt::format("; the engine left group '{}' since it could not receive this request's "
+                                  "broadcasts: init a new group", group)
+                    : ""));
+    return;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::unique_ptr<WeightUpdate> update;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  try {
+    update = receive_update(c, st, u, tensors);
+  } catch (const std::exception& e) {
+    reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
+    return;
+  }
+  const double received = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  try {
+    commit_between_steps(c, res, body, u, received, [&] {
+      if (c.ranks) c.ranks->sync_commit();
+      else c.engine.commit(*update);
+    });
+  } catch (const std::exception& e) {
+    if (c.ranks) {
+      try {
+        c.ranks->sync_abort();
+      } catch (const std::exception&) {
+      }
+    } else if (update && !update->finished()) {
+      update->abort();
+    }
+    reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
+  }
+}
+
+void destroy_group(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
+  const json body = object_body(req);
+  ignore_unknown_fields(body, {"group_name"}, "/destroy_weights_update_group");
+  const std::string group = string_field(body, "group_name", kDefaultGroup);
+  std::lock_guard lock(st.mutex);
+  try {
+    if (c.ranks) c.ranks->sync_destroy(group);
+    else st.groups.destroy(group);
+  } catch (const std::exception& e) {
+    reply(res, c, 400, false, std::string("Failed to destroy custom process group: ") + e.what());
+    return;
+  }
+  reply(res, c, 200, true, fmt::format("Succeeded to destroy custom process group '{}'.", group));
+}
+
 }  // namespace
 
 void register_weight_sync_endpoints(httplib::Server& s, RlContext c) {
@@ -200,115 +323,9 @@ void register_weight_sync_endpoints(httplib::Server& s, RlContext c) {
       }
     };
   };
-
-  s.Post("/init_weights_update_group", wrap([](RlContext& c, SyncState& st, const httplib::Request& req,
-                                               httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend", "timeout"},
-                          "/init_weights_update_group");
-    TorchGroupOptions o = parse_init(body);
-    const int tp = c.engine.world_size();
-    if (o.rank < 1 || o.rank + tp > o.world_size)
-      throw bad("rank_offset", fmt::format("rank_offset {} with this engine's {} rank(s) does not fit a group of world_size {} "
-                                           "(rank 0 is the trainer's)", o.rank, tp, o.world_size));
-    std::lock_guard lock(st.mutex);
-    std::string description;
-    try {
-      if (c.ranks) {
-        description = c.ranks->sync_init(o);
-      } else {
-        description = st.groups.init(o);
-      }
-    } catch (const std::exception& e) {
-      reply(res, c, 400, false, std::string("Failed to initialize custom process group: ") + e.what());
-      return;
-    }
-    reply(res, c, 200, true,
-          fmt::format("Succeeded to initialize custom process group: {} (ranks {}..{})", description, o.rank,
-                      o.rank + tp - 1));
-  }));
-
-  s.Post("/update_weights_from_distributed", wrap([](RlContext& c, SyncState& st, const httplib::Request& req,
-                                                     httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name", "flush_cache",
-                                 "abort_all_requests", "weight_version", "load_format"},
-                          "/update_weights_from_distributed");
-    std::lock_guard lock(st.mutex);
-    const std::string group = string_field(body, "group_name", kDefaultGroup);
-    DistributedUpdate u;
-    try {
-      u = parse_update(body, max_update_bytes(c.engine));
-      bool_field(body, "abort_all_requests", false);  // type errors before anything is received
-      bool_field(body, "flush_cache", true);
-      version_label(body);
-    } catch (const HttpError& e) {
-      // Nothing of this request can be received, so the trainer (which broadcasts what it
-      // announced) and the group are out of step: leave the group rather than mis-pair a
-      // later broadcast with this one's tensors.
-      bool left = false;
-      try {
-        if (c.ranks) c.ranks->sync_destroy(group), left = true;
-        else if (st.groups.has(group)) st.groups.destroy(group), left = true;
-      } catch (const std::exception&) {
-      }
-      reply(res, c, e.status, false,
-            "weight update refused, the weights are unchanged: " + e.message +
-                (left ? fmt::format("; the engine left group '{}' since it could not receive this request's "
-                                    "broadcasts: init a new group", group)
-                      : ""));
-      return;
-    }
-    const auto started = std::chrono::steady_clock::now();
-    std::unique_ptr<WeightUpdate> update;
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    try {
-      if (c.ranks) {
-        c.ranks->sync_receive(u);  // every rank receives, stages and agrees
-      } else {
-        tensors = st.groups.receive(u);
-        update = c.engine.begin_update();
-        for (const auto& [name, t] : tensors) update->update(name, t);
-      }
-    } catch (const std::exception& e) {
-      if (update) update->abort();
-      reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
-      return;
-    }
-    const double received = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    try {
-      commit_between_steps(c, res, body, u, received, [&] {
-        if (c.ranks) c.ranks->sync_commit();
-        else c.engine.commit(*update);
-      });
-    } catch (const std::exception& e) {
-      if (c.ranks) {
-        try {
-          c.ranks->sync_abort();
-        } catch (const std::exception&) {
-        }
-      } else if (update && !update->finished()) {
-        update->abort();
-      }
-      reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
-    }
-  }));
-
-  s.Post("/destroy_weights_update_group", wrap([](RlContext& c, SyncState& st, const httplib::Request& req,
-                                                  httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"group_name"}, "/destroy_weights_update_group");
-    const std::string group = string_field(body, "group_name", kDefaultGroup);
-    std::lock_guard lock(st.mutex);
-    try {
-      if (c.ranks) c.ranks->sync_destroy(group);
-      else st.groups.destroy(group);
-    } catch (const std::exception& e) {
-      reply(res, c, 400, false, std::string("Failed to destroy custom process group: ") + e.what());
-      return;
-    }
-    reply(res, c, 200, true, fmt::format("Succeeded to destroy custom process group '{}'.", group));
-  }));
+  s.Post("/init_weights_update_group", wrap(init_group));
+  s.Post("/update_weights_from_distributed", wrap(update_from_distributed));
+  s.Post("/destroy_weights_update_group", wrap(destroy_group));
 }
 
 }  // namespace refit
