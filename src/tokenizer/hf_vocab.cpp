@@ -4,6 +4,8 @@
 // tokenizer.json of a known shape needs no code change.
 #include <nlohmann/json.hpp>
 
+#include <string_view>
+
 #include "core/error.h"
 #include "formats/byte_source.h"
 #include "tokenizer/pretokenizer.h"
@@ -40,47 +42,71 @@ struct PreTokenizerShape {
   std::vector<std::string> regexes;
 };
 
+void walk_pre_tokenizer(const json& p, const std::string& source, PreTokenizerShape& shape);
+
+void walk_sequence(const json& p, const std::string& source, PreTokenizerShape& shape) {
+  if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array())
+    hf_fail(source, "tokenizer.json pre_tokenizer Sequence has no \"pretokenizers\" array");
+  for (const json& inner : p["pretokenizers"]) walk_pre_tokenizer(inner, source, shape);
+}
+
+void walk_byte_level(const json& p, const std::string&, PreTokenizerShape& shape) {
+  shape.byte_level = true;
+  shape.add_prefix_space = p.value("add_prefix_space", false);
+  if (p.value("use_regex", true)) shape.regexes.push_back(gpt2_pre_tokenizer_regex());
+}
+
+void walk_split(const json& p, const std::string& source, PreTokenizerShape& shape) {
+  std::string behavior = p.value("behavior", "Isolated");
+  if (behavior != "Isolated" || p.value("invert", false))
+    hf_fail(source, fmt::format("tokenizer.json Split pre-tokenizer with behavior '{}'{} is not supported "
+                                "(only Isolated, not inverted)",
+                                behavior, p.value("invert", false) ? " and invert" : ""));
+  const json& pattern = p.value("pattern", json::object());
+  if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+    shape.regexes.push_back(pattern["Regex"].get<std::string>());
+  } else if (pattern.contains("String") && pattern["String"].is_string()) {
+    shape.regexes.push_back(quote_regex(pattern["String"].get<std::string>()));
+  } else {
+    hf_fail(source, "tokenizer.json Split pre-tokenizer has no Regex or String pattern");
+  }
+}
+
+void walk_digits(const json& p, const std::string&, PreTokenizerShape& shape) {
+  shape.regexes.push_back(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
+}
+
+void walk_punctuation(const json& p, const std::string&, PreTokenizerShape& shape) {
+  // HF counts ASCII punctuation and Unicode P* as punctuation.
+  std::string behavior = p.value("behavior", "Isolated");
+  shape.regexes.push_back(behavior == "Contiguous" ? R"([\p{P}!-/:-@\[-`{-~]+)" : R"([\p{P}!-/:-@\[-`{-~])");
+}
+
+void walk_metaspace(const json& p, const std::string&, PreTokenizerShape& shape) {
+  shape.metaspace = true;
+  std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+  shape.metaspace_prepend = scheme != "never";
+  shape.metaspace_split = p.value("split", true);
+}
+
+// The pre-tokenizer kinds a tokenizer.json may name, and what each adds to the shape.
+struct PreTokenizerKind {
+  std::string_view type;
+  void (*walk)(const json& p, const std::string& source, PreTokenizerShape& shape);
+};
+constexpr PreTokenizerKind kPreTokenizerKinds[] = {
+    {"Sequence", walk_sequence}, {"ByteLevel", walk_byte_level},     {"Split", walk_split},
+    {"Digits", walk_digits},     {"Punctuation", walk_punctuation}, {"Metaspace", walk_metaspace},
+};
+
 void walk_pre_tokenizer(const json& p, const std::string& source, PreTokenizerShape& shape) {
   if (p.is_null()) return;
   if (!p.is_object() || !p.contains("type") || !p["type"].is_string())
     hf_fail(source, "tokenizer.json pre_tokenizer is not an object with a \"type\"");
   const std::string type = p["type"];
-  if (type == "Sequence") {
-    if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array())
-      hf_fail(source, "tokenizer.json pre_tokenizer Sequence has no \"pretokenizers\" array");
-    for (const json& inner : p["pretokenizers"]) walk_pre_tokenizer(inner, source, shape);
-  } else if (type == "ByteLevel") {
-    shape.byte_level = true;
-    shape.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) shape.regexes.push_back(gpt2_pre_tokenizer_regex());
-  } else if (type == "Split") {
-    std::string behavior = p.value("behavior", "Isolated");
-    if (behavior != "Isolated" || p.value("invert", false))
-      hf_fail(source, fmt::format("tokenizer.json Split pre-tokenizer with behavior '{}'{} is not supported "
-                                  "(only Isolated, not inverted)",
-                                  behavior, p.value("invert", false) ? " and invert" : ""));
-    const json& pattern = p.value("pattern", json::object());
-    if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      shape.regexes.push_back(pattern["Regex"].get<std::string>());
-    } else if (pattern.contains("String") && pattern["String"].is_string()) {
-      shape.regexes.push_back(quote_regex(pattern["String"].get<std::string>()));
-    } else {
-      hf_fail(source, "tokenizer.json Split pre-tokenizer has no Regex or String pattern");
-    }
-  } else if (type == "Digits") {
-    shape.regexes.push_back(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
-  } else if (type == "Punctuation") {
-    // HF counts ASCII punctuation and Unicode P* as punctuation.
-    std::string behavior = p.value("behavior", "Isolated");
-    shape.regexes.push_back(behavior == "Contiguous" ? R"([\p{P}!-/:-@\[-`{-~]+)" : R"([\p{P}!-/:-@\[-`{-~])");
-  } else if (type == "Metaspace") {
-    shape.metaspace = true;
-    std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-    shape.metaspace_prepend = scheme != "never";
-    shape.metaspace_split = p.value("split", true);
-  } else {
-    hf_fail(source, fmt::format("tokenizer.json pre-tokenizer '{}' is not supported", type));
-  }
+  for (const PreTokenizerKind& kind : kPreTokenizerKinds)
+    if (kind.type == type) return kind.walk(p, source, shape);
+  hf_fail(source, fmt::format("tokenizer.json pre-tokenizer '{}' is not supported", type));
 }
 
 // Llama 2's SentencePiece emulation: normalizer Sequence[Prepend("▁"), Replace(" ", "▁")].
