@@ -4,6 +4,7 @@
 // tokenizer.json of a known shape needs no code change.
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string_view>
 
 #include "core/error.h"
@@ -132,23 +133,12 @@ std::optional<std::string> token_text(const json& config, const char* key) {
   return std::nullopt;
 }
 
-}  // namespace
-
-VocabData vocab_from_hf(const json& tj, const json& config, const std::string& source) {
-  VocabData d;
-  d.source = source;
-  if (!tj.is_object() || !tj.contains("model") || !tj["model"].is_object())
-    hf_fail(source, "tokenizer.json has no \"model\" object");
-  const json& model = tj["model"];
-  std::string type = model.value("type", "BPE");  // old files omit it for BPE
-  if (type != "BPE")
-    hf_fail(source, fmt::format("tokenizer.json model type '{}' is not supported (only BPE)", type));
-  if (!model.contains("vocab") || !model["vocab"].is_object()) hf_fail(source, "tokenizer.json model has no \"vocab\" object");
-
-  // id -> text, with room for added tokens that lie beyond the model vocabulary.
+// id -> text, with room for added tokens that lie beyond the model vocabulary.
+struct TokenTable {
   std::vector<std::string> tokens;
   std::vector<bool> present;
-  auto place = [&](int64_t id, const std::string& text, const char* where) {
+
+  void place(int64_t id, const std::string& text, const char* where, const std::string& source) {
     if (id < 0 || static_cast<uint64_t>(id) >= kMaxTokens)
       hf_fail(source, fmt::format("{} token '{}' has id {} outside [0, {})", where, printable(text), id, kMaxTokens));
     if (static_cast<size_t>(id) >= tokens.size()) {
@@ -157,30 +147,47 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
     }
     tokens[static_cast<size_t>(id)] = text;
     present[static_cast<size_t>(id)] = true;
-  };
+  }
+};
+
+// tokenizer.json's "model", checked to be a BPE model with a vocabulary.
+const json& bpe_model(const json& tj, const std::string& source) {
+  if (!tj.is_object() || !tj.contains("model") || !tj["model"].is_object())
+    hf_fail(source, "tokenizer.json has no \"model\" object");
+  const json& model = tj["model"];
+  std::string type = model.value("type", "BPE");  // old files omit it for BPE
+  if (type != "BPE")
+    hf_fail(source, fmt::format("tokenizer.json model type '{}' is not supported (only BPE)", type));
+  if (!model.contains("vocab") || !model["vocab"].is_object()) hf_fail(source, "tokenizer.json model has no \"vocab\" object");
+  return model;
+}
+
+void read_model_vocab(const json& model, const std::string& source, TokenTable& table) {
   if (model["vocab"].size() > kMaxTokens) hf_fail(source, "tokenizer.json vocabulary is absurdly large");
   for (const auto& [text, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) hf_fail(source, fmt::format("tokenizer.json vocab entry '{}' has a non-integer id", printable(text)));
-    place(id.get<int64_t>(), text, "tokenizer.json vocab");
+    table.place(id.get<int64_t>(), text, "tokenizer.json vocab", source);
   }
+}
 
-  if (model.contains("merges") && model["merges"].is_array()) {
-    for (const json& merge : model["merges"]) {
-      if (merge.is_string()) {  // "left right"
-        const std::string s = merge.get<std::string>();
-        size_t pos = s.find(' ', 1);
-        if (pos == std::string::npos) hf_fail(source, fmt::format("tokenizer.json merge '{}' has no space", printable(s)));
-        d.merges.emplace_back(s.substr(0, pos), s.substr(pos + 1));
-      } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-        d.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
-      } else {
-        hf_fail(source, "tokenizer.json merge is neither \"a b\" nor [\"a\", \"b\"]");
-      }
+void read_merges(const json& model, const std::string& source, VocabData& d) {
+  if (!model.contains("merges") || !model["merges"].is_array()) return;
+  for (const json& merge : model["merges"]) {
+    if (merge.is_string()) {  // "left right"
+      const std::string s = merge.get<std::string>();
+      size_t pos = s.find(' ', 1);
+      if (pos == std::string::npos) hf_fail(source, fmt::format("tokenizer.json merge '{}' has no space", printable(s)));
+      d.merges.emplace_back(s.substr(0, pos), s.substr(pos + 1));
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      d.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+    } else {
+      hf_fail(source, "tokenizer.json merge is neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
-  bool byte_fallback = model.value("byte_fallback", false);
-  if (model.contains("ignore_merges") && model["ignore_merges"].is_boolean()) d.ignore_merges = model["ignore_merges"].get<bool>();
+}
 
+// Byte-level BPE or SentencePiece-style BPE, from the pre-tokenizer, normalizer and decoder.
+void choose_bpe_kind(const json& tj, bool byte_fallback, const std::string& source, VocabData& d) {
   PreTokenizerShape shape;
   walk_pre_tokenizer(tj.value("pre_tokenizer", json()), source, shape);
   bool prepend = false, replaces_space = false;
@@ -202,34 +209,39 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
     hf_fail(source, "tokenizer.json is neither byte-level BPE (ByteLevel pre-tokenizer/decoder) nor "
                     "SentencePiece-style BPE (Metaspace, or a ' ' -> U+2581 normalizer)");
   }
+}
 
-  // Added tokens: special ones are control tokens (hidden when decoding, parsed only on
-  // request); the others are user-defined and always split out of the text.
-  std::vector<TokenType> added_type(tokens.size(), TokenType::token_type_undefined);
-  if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
-    for (const json& t : tj["added_tokens"]) {
-      if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
-          !t["content"].is_string())
-        hf_fail(source, "tokenizer.json added_tokens entry needs an integer \"id\" and a string \"content\"");
-      int64_t id = t["id"].get<int64_t>();
-      place(id, t["content"].get<std::string>(), "tokenizer.json added_tokens");
-      added_type.resize(tokens.size(), TokenType::token_type_undefined);
-      added_type[static_cast<size_t>(id)] =
-          t.value("special", false) ? TokenType::token_type_control : TokenType::token_type_user_defined;
-      if (t.value("lstrip", false)) d.lstrip_tokens.push_back(static_cast<TokenId>(id));
-      if (t.value("rstrip", false)) d.rstrip_tokens.push_back(static_cast<TokenId>(id));
-    }
+// Added tokens: special ones are control tokens (hidden when decoding, parsed only on
+// request); the others are user-defined and always split out of the text. Returns the type
+// of every id (undefined: not an added token).
+std::vector<TokenType> read_added_tokens(const json& tj, const std::string& source, TokenTable& table, VocabData& d) {
+  std::vector<TokenType> added_type(table.tokens.size(), TokenType::token_type_undefined);
+  if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) return added_type;
+  for (const json& t : tj["added_tokens"]) {
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+        !t["content"].is_string())
+      hf_fail(source, "tokenizer.json added_tokens entry needs an integer \"id\" and a string \"content\"");
+    int64_t id = t["id"].get<int64_t>();
+    table.place(id, t["content"].get<std::string>(), "tokenizer.json added_tokens", source);
+    added_type.resize(table.tokens.size(), TokenType::token_type_undefined);
+    added_type[static_cast<size_t>(id)] =
+        t.value("special", false) ? TokenType::token_type_control : TokenType::token_type_user_defined;
+    if (t.value("lstrip", false)) d.lstrip_tokens.push_back(static_cast<TokenId>(id));
+    if (t.value("rstrip", false)) d.rstrip_tokens.push_back(static_cast<TokenId>(id));
   }
+  return added_type;
+}
 
-  d.tokens.resize(tokens.size());
-  d.types.resize(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (!present[i]) {  // a hole in the id space: never produced, never matched
+void fill_tokens(TokenTable& table, const std::vector<TokenType>& added_type, bool byte_fallback, VocabData& d) {
+  d.tokens.resize(table.tokens.size());
+  d.types.resize(table.tokens.size());
+  for (size_t i = 0; i < table.tokens.size(); ++i) {
+    if (!table.present[i]) {  // a hole in the id space: never produced, never matched
       d.tokens[i] = fmt::format("[UNUSED_{}]", i);
       d.types[i] = TokenType::token_type_unused;
       continue;
     }
-    d.tokens[i] = std::move(tokens[i]);
+    d.tokens[i] = std::move(table.tokens[i]);
     if (added_type[i] != TokenType::token_type_undefined) {
       d.types[i] = added_type[i];
     } else if (byte_fallback && d.model == VocabModel::vocab_model_spm && d.tokens[i].size() == 6 &&
@@ -239,19 +251,24 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
       d.types[i] = TokenType::token_type_normal;
     }
   }
+}
 
-  auto id_of = [&](const std::optional<std::string>& text) -> TokenId {
-    if (!text) return kNoToken;
-    for (size_t i = 0; i < d.tokens.size(); ++i)
-      if (d.tokens[i] == *text) return static_cast<TokenId>(i);
-    return kNoToken;
-  };
-  d.bos = id_of(token_text(config, "bos_token"));
-  d.eos = id_of(token_text(config, "eos_token"));
-  d.pad = id_of(token_text(config, "pad_token"));
-  d.unk = id_of(token_text(config, "unk_token"));
+TokenId id_of(const VocabData& d, const std::optional<std::string>& text) {
+  if (!text) return kNoToken;
+  for (size_t i = 0; i < d.tokens.size(); ++i)
+    if (d.tokens[i] == *text) return static_cast<TokenId>(i);
+  return kNoToken;
+}
+
+// BOS/EOS/PAD/UNK and the add_* flags from tokenizer_config.json (the model's unk_token
+// when the config names none).
+void read_special_tokens(const json& model, const json& config, VocabData& d) {
+  d.bos = id_of(d, token_text(config, "bos_token"));
+  d.eos = id_of(d, token_text(config, "eos_token"));
+  d.pad = id_of(d, token_text(config, "pad_token"));
+  d.unk = id_of(d, token_text(config, "unk_token"));
   if (d.unk == kNoToken && model.contains("unk_token") && model["unk_token"].is_string())
-    d.unk = id_of(model["unk_token"].get<std::string>());
+    d.unk = id_of(d, model["unk_token"].get<std::string>());
   if (d.unk != kNoToken && d.types[static_cast<size_t>(d.unk)] == TokenType::token_type_normal)
     d.types[static_cast<size_t>(d.unk)] = TokenType::token_type_unknown;
   if (config.is_object()) {
@@ -260,19 +277,40 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
     if (config.contains("clean_up_tokenization_spaces") && config["clean_up_tokenization_spaces"].is_boolean())
       d.clean_spaces = config["clean_up_tokenization_spaces"].get<bool>();
   }
-  // Llama 3 style: no add_bos_token, but the post-processor template starts with BOS.
+}
+
+// Llama 3 style: no add_bos_token, but the post-processor template starts with BOS.
+void bos_from_post_processor(const json& tj, VocabData& d) {
   const json& post = tj.value("post_processor", json());
   if (!d.add_bos && post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") &&
       post["single"].is_array() && !post["single"].empty()) {
     const json& first = post["single"][0];
     if (first.contains("SpecialToken") && first["SpecialToken"].contains("id") && first["SpecialToken"]["id"].is_string()) {
-      TokenId id = id_of(first["SpecialToken"]["id"].get<std::string>());
+      TokenId id = id_of(d, first["SpecialToken"]["id"].get<std::string>());
       if (id != kNoToken) {
         d.add_bos = true;
         if (d.bos == kNoToken) d.bos = id;
       }
     }
   }
+}
+
+}  // namespace
+
+VocabData vocab_from_hf(const json& tj, const json& config, const std::string& source) {
+  VocabData d;
+  d.source = source;
+  const json& model = bpe_model(tj, source);
+  TokenTable table;
+  read_model_vocab(model, source, table);
+  read_merges(model, source, d);
+  bool byte_fallback = model.value("byte_fallback", false);
+  if (model.contains("ignore_merges") && model["ignore_merges"].is_boolean()) d.ignore_merges = model["ignore_merges"].get<bool>();
+  choose_bpe_kind(tj, byte_fallback, source, d);
+  const std::vector<TokenType> added_type = read_added_tokens(tj, source, table, d);
+  fill_tokens(table, added_type, byte_fallback, d);
+  read_special_tokens(model, config, d);
+  bos_from_post_processor(tj, d);
   if (!d.add_bos) d.add_bos = d.model == VocabModel::vocab_model_spm && d.bos != kNoToken;
   return d;
 }
