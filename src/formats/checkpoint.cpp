@@ -54,6 +54,19 @@ std::optional<int64_t> json_int(const nlohmann::json& j, const char* key) {
   if (j.is_object() && j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
   return std::nullopt;
 }
+
+// What a checkpoint file (not a folder) holds, from its first bytes: GGUF's magic, or
+// safetensors' 8-byte header length (that the file can hold) before the JSON header, or
+// the .safetensors extension; anything else is read as a llama2.c model.
+CheckpointFormat detect_file_format(const ByteSource& src, const std::string& path) {
+  const uint8_t* p = src.data();
+  uint64_t st_len = 0;
+  if (src.size() >= 8) std::memcpy(&st_len, p, 8);
+  if (src.size() >= 4 && std::memcmp(p, "GGUF", 4) == 0) return CheckpointFormat::gguf;
+  if ((src.size() > 8 && st_len <= src.size() - 8 && p[8] == '{') || fs::path(path).extension() == ".safetensors")
+    return CheckpointFormat::safetensors;
+  return CheckpointFormat::llama2c;
+}
 }  // namespace
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
@@ -66,20 +79,14 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
     return c;
   }
   ByteSource src = ByteSource::map_file(path);
-  const uint8_t* p = src.data();
-  uint64_t st_len = 0;
-  if (src.size() >= 8) std::memcpy(&st_len, p, 8);
-  if (src.size() >= 4 && std::memcmp(p, "GGUF", 4) == 0) {
-    c->format_ = CheckpointFormat::gguf;
+  c->format_ = detect_file_format(src, path);
+  if (c->format_ == CheckpointFormat::gguf) {
     c->gguf_ = GgufFile::parse(std::move(src));
     c->describe_gguf();
-  } else if ((src.size() > 8 && st_len <= src.size() - 8 && p[8] == '{') ||
-             fs::path(path).extension() == ".safetensors") {
-    c->format_ = CheckpointFormat::safetensors;
+  } else if (c->format_ == CheckpointFormat::safetensors) {
     c->safetensors_ = SafetensorsFile::parse(std::move(src));
     c->describe_safetensors(*c->safetensors_);
   } else {
-    c->format_ = CheckpointFormat::llama2c;
     c->llama2c_ = Llama2cModel::parse(std::move(src));
     c->describe_llama2c();
   }
