@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "kernels/op_names.h"
 
 namespace refit::ops {
 namespace {
@@ -30,7 +31,7 @@ Fn dispatch(const char* op, const std::array<const Tensor*, N>& args) {
 
 void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
                       const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
-  constexpr const char* op = "matmul_quantized";
+  constexpr const char* op = op_names::matmul_quantized;
   need(x.defined() && x.dim() == 2, op, [&] {
     return fmt::format("'x' must be 2-D [M, K], got {}", x.defined() ? x.str() : "undefined");
   });
@@ -74,7 +75,7 @@ void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
 }
 
 void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
-  constexpr const char* op = "quantize_per_token_fp8";
+  constexpr const char* op = op_names::quantize_per_token_fp8;
   need(x.defined() && x.dim() == 2, op, "'x' must be 2-D [M, K]");
   need(xq.defined() && xq.shape() == x.shape(), op,
        [&] { return fmt::format("'xq' must be {}", shape_str(x.shape())); });
@@ -86,7 +87,7 @@ void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
 }
 
 void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
-  constexpr const char* op = "quantize_per_block_q8";
+  constexpr const char* op = op_names::quantize_per_block_q8;
   need(x.defined() && x.dim() == 2 && x.size(1) % 32 == 0, op, [&] {
     return fmt::format("'x' must be 2-D [M, K] with K % 32 == 0, got {}",
                        x.defined() ? x.str() : "undefined");

@@ -14,7 +14,8 @@ namespace refit::kernels {
 // select() args: {x, w, bias, out}
 using MatmulFn = void (*)(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // select() args: {x, weight, out}
-using RmsNormFn = void (*)(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+using RmsNormFn = void (*)(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                           float weight_offset);
 // select() args: {x, positions, cos_sin}
 using RopeFn = void (*)(Tensor& x, const Tensor& positions, const Tensor& cos_sin,
                         ops::RopeStyle style);
@@ -22,12 +23,16 @@ using RopeFn = void (*)(Tensor& x, const Tensor& positions, const Tensor& cos_si
 using SoftmaxFn = void (*)(Tensor& x);
 // select() args: {gate, up, out}
 using SiluMulFn = void (*)(const Tensor& gate, const Tensor& up, Tensor& out);
+// select() args: {gate, up, out}
+using GeluTanhMulFn = void (*)(const Tensor& gate, const Tensor& up, Tensor& out);
+// select() args: {x, out}
+using ScaleFn = void (*)(const Tensor& x, float s, Tensor& out);
 // select() args: {table, ids, out}
 using EmbeddingFn = void (*)(const Tensor& table, const Tensor& ids, Tensor& out);
 // select() args: {a, b, out}
 using AddFn = void (*)(const Tensor& a, const Tensor& b, Tensor& out);
 // select() args: {q, k_cache, v_cache, out}
 using AttentionFn = void (*)(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                             int64_t start_pos, float scale, Tensor& out);
+                             int64_t start_pos, float scale, Tensor& out, int64_t window);
 
 }  // namespace refit::kernels

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "kernels/op_fns.h"
+#include "kernels/op_names.h"
 
 namespace refit::ops {
 namespace {
@@ -53,7 +54,7 @@ Fn dispatch(const char* op, const std::array<const Tensor*, N>& args, bool* on_c
 }  // namespace
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  constexpr const char* op = "matmul";
+  constexpr const char* op = op_names::matmul;
   need_dims(op, "x", x, 2, "[M, K]");
   need_dims(op, "w", w, 2, "[N, K]");
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
@@ -66,19 +67,20 @@ void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   fn(x, w, bias, out);
 }
 
-void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
-  constexpr const char* op = "rms_norm";
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset) {
+  constexpr const char* op = op_names::rms_norm;
   need_dims(op, "x", x, 2, "[T, D]");
   need_shape(op, "weight", weight, {x.size(1)}, "[D]");
   need_shape(op, "out", out, x.shape(), "(same as x)");
   need_writable(op, "out", out);
   if (!(eps >= 0.0f) || !std::isfinite(eps)) fail("rms_norm: eps must be finite and >= 0, got {}", eps);
+  if (!std::isfinite(weight_offset)) fail("rms_norm: weight_offset must be finite, got {}", weight_offset);
   auto fn = dispatch<kernels::RmsNormFn>(op, tensors(x, weight, out));
-  fn(x, weight, eps, out);
+  fn(x, weight, eps, out, weight_offset);
 }
 
 void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, RopeStyle style) {
-  constexpr const char* op = "rope";
+  constexpr const char* op = op_names::rope;
   need_dims(op, "x", x, 3, "[T, n_heads, head_dim]");
   need_shape(op, "positions", positions, {x.size(0)}, "[T]");
   need_dims(op, "cos_sin", cos_sin, 2, "[max_pos, rot_dim]");
@@ -101,7 +103,7 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, RopeStyle s
 }
 
 void softmax(Tensor& x) {
-  constexpr const char* op = "softmax";
+  constexpr const char* op = op_names::softmax;
   need_defined(op, "x", x);
   if (x.dim() < 1) fail("softmax: x must have at least one dimension, got {}", x.str());
   need_writable(op, "x", x);
@@ -110,7 +112,7 @@ void softmax(Tensor& x) {
 }
 
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
-  constexpr const char* op = "silu_mul";
+  constexpr const char* op = op_names::silu_mul;
   need_dims(op, "gate", gate, 2, "[T, F]");
   need_shape(op, "up", up, gate.shape(), "(same as gate)");
   need_shape(op, "out", out, gate.shape(), "(same as gate)");
@@ -119,8 +121,28 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   fn(gate, up, out);
 }
 
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  constexpr const char* op = op_names::gelu_tanh_mul;
+  need_dims(op, "gate", gate, 2, "[T, F]");
+  need_shape(op, "up", up, gate.shape(), "(same as gate)");
+  need_shape(op, "out", out, gate.shape(), "(same as gate)");
+  need_writable(op, "out", out);
+  auto fn = dispatch<kernels::GeluTanhMulFn>(op, tensors(gate, up, out));
+  fn(gate, up, out);
+}
+
+void scale(const Tensor& x, float s, Tensor& out) {
+  constexpr const char* op = op_names::scale;
+  need_defined(op, "x", x);
+  need_shape(op, "out", out, x.shape(), "(same as x)");
+  need_writable(op, "out", out);
+  if (!std::isfinite(s)) fail("scale: the factor must be finite, got {}", s);
+  auto fn = dispatch<kernels::ScaleFn>(op, tensors(x, out));
+  fn(x, s, out);
+}
+
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
-  constexpr const char* op = "embedding";
+  constexpr const char* op = op_names::embedding;
   need_dims(op, "table", table, 2, "[V, D]");
   need_dims(op, "ids", ids, 1, "[T]");
   need_shape(op, "out", out, {ids.size(0), table.size(1)}, "[T, D]");
@@ -139,7 +161,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
-  constexpr const char* op = "add";
+  constexpr const char* op = op_names::add;
   need_defined(op, "a", a);
   need_shape(op, "b", b, a.shape(), "(same as a)");
   need_shape(op, "out", out, a.shape(), "(same as a)");
@@ -149,8 +171,8 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out) {
-  constexpr const char* op = "attention";
+               float scale, Tensor& out, int64_t window) {
+  constexpr const char* op = op_names::attention;
   need_dims(op, "q", q, 3, "[T, n_heads, head_dim]");
   need_dims(op, "k_cache", k_cache, 3, "[max_seq, n_kv_heads, head_dim]");
   need_shape(op, "v_cache", v_cache, k_cache.shape(), "(same as k_cache)");
@@ -166,8 +188,9 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
   if (start_pos < 0 || start_pos + T > S)
     fail("attention: tokens {}..{} do not fit a KV cache of {} rows", start_pos, start_pos + T, S);
   if (!std::isfinite(scale)) fail("attention: scale must be finite, got {}", scale);
+  if (window < 0) fail("attention: window must be >= 0 (0: unlimited), got {}", window);
   auto fn = dispatch<kernels::AttentionFn>(op, tensors(q, k_cache, v_cache, out));
-  fn(q, k_cache, v_cache, start_pos, scale, out);
+  fn(q, k_cache, v_cache, start_pos, scale, out, window);
 }
 
 }  // namespace refit::ops

@@ -14,8 +14,11 @@ namespace refit::ops {
 // or undefined. out: f32 [M, N] contiguous, preallocated.
 void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 
-// out[T, D] = x / sqrt(mean(x^2) + eps) * weight[D]. x, out f32; weight f32.
-void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+// out[T, D] = x / sqrt(mean(x^2) + eps) * (weight[D] + weight_offset). x, out f32; weight
+// f32. Llama's weight multiplies as stored (offset 0); Gemma stores w and scales by (1 + w)
+// computed in f32 (offset 1). Offset 0 gives exactly the bits of a plain `* weight`.
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+              float weight_offset = 0.0f);
 
 enum class RopeStyle : uint8_t {
   interleaved,  // pairs (x[2i], x[2i+1]): llama2.c, GGUF "llama" arch
@@ -32,6 +35,14 @@ void softmax(Tensor& x);
 // out[T, F] = silu(gate) * up; gate, up, out f32 [T, F].
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
+// out[T, F] = gelu_tanh(gate) * up, gate, up, out f32 [T, F]: Gemma's GeGLU, with
+// PyTorch's gelu(approximate="tanh") = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+// out = x * s, same shape, f32 (out may alias x). Gemma scales its embeddings by
+// sqrt(hidden).
+void scale(const Tensor& x, float s, Tensor& out);
+
 // out[T, D] (f32) = table[ids[t], :]; table [V, D] in f32/f16/bf16; ids i32 [T]. Ids out
 // of range throw naming the id.
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
@@ -43,8 +54,11 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 // q: f32 [T, n_heads, head_dim], the T new tokens at positions start_pos .. start_pos+T-1.
 // k_cache, v_cache: f32 [max_seq, n_kv_heads, head_dim]; rows < start_pos + T are valid
 // (the new tokens' k/v are already written). Query head h uses kv head h / (n_heads /
-// n_kv_heads). Token t attends to cache rows 0 .. start_pos + t. out: f32 [T, n_heads, head_dim].
+// n_kv_heads). Token t, at position p = start_pos + t, attends to cache rows k <= p; with
+// a sliding window (window > 0) only to those with p - k < window, i.e. the last `window`
+// positions including its own (Hugging Face's and llama.cpp's standard SWA rule: a key is
+// masked when p - k >= window). window 0: no limit. out: f32 [T, n_heads, head_dim].
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out);
+               float scale, Tensor& out, int64_t window = 0);
 
 }  // namespace refit::ops

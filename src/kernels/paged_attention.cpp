@@ -2,10 +2,12 @@
 // here (values, not only shapes) because a kernel indexes memory with them.
 #include "kernels/paged_attention.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/op_names.h"
 #include "kernels/registry.h"
 
 namespace refit::ops {
@@ -19,7 +21,7 @@ void need(bool ok, const char* what, const Tensor& t) {
 
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out) {
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
   need(q.defined() && q.dim() == 3, "'q' must be 3-D [N, n_heads, head_dim]", q);
   need(k_pool.defined() && k_pool.dim() == 4,
        "'k_pool' must be 4-D [n_blocks, block_size, n_kv_heads, head_dim]", k_pool);
@@ -40,10 +42,11 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
   if (KVH <= 0 || H % KVH != 0)
     fail("paged_attention: n_heads {} must be a multiple of n_kv_heads {}", H, KVH);
   if (!std::isfinite(scale)) fail("paged_attention: scale must be finite, got {}", scale);
+  if (window < 0) fail("paged_attention: window must be >= 0 (0: unlimited), got {}", window);
 
   const std::array<const Tensor*, 7> args{&q, &k_pool, &v_pool, &block_tables, &query_starts,
                                           &start_positions, &out};
-  const Kernel& kernel = KernelRegistry::global().select("paged_attention", args);
+  const Kernel& kernel = KernelRegistry::global().select(op_names::paged_attention, args);
   if (kernel.device == DeviceType::cpu) {
     // The registry accepted i32 index tensors; check their values before a kernel uses them.
     const int64_t max_blocks = block_tables.size(1);
@@ -60,7 +63,9 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
       if (used > max_blocks)
         fail("paged_attention: sequence {} needs {} blocks for {} positions, its table holds {}", b,
              used, p0 + (q1 - q0), max_blocks);
-      for (int64_t j = 0; j < used; ++j) {
+      // Blocks wholly before the first token's window are never read (they may be freed).
+      const int64_t first = window > 0 && q1 > q0 ? std::max<int64_t>(0, p0 - window + 1) / bs : 0;
+      for (int64_t j = first; j < used; ++j) {
         const int64_t blk = static_cast<int64_t>(block_tables.get({b, j}));
         if (blk < 0 || blk >= n_blocks)
           fail("paged_attention: sequence {} block table entry {} is {}, outside the pool of {} blocks",
@@ -69,7 +74,7 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
     }
   }
   auto fn = reinterpret_cast<kernels::PagedAttentionFn>(kernel.fn);
-  fn(q, k_pool, v_pool, block_tables, query_starts, start_positions, scale, out);
+  fn(q, k_pool, v_pool, block_tables, query_starts, start_positions, scale, out, window);
 }
 
 }  // namespace refit::ops

@@ -12,20 +12,23 @@ namespace refit::ops {
 // q: f32 [N, n_heads, head_dim]: the new tokens of B sequences, concatenated.
 // k_pool, v_pool: f32 [n_blocks, block_size, n_kv_heads, head_dim].
 // block_tables: i32 [B, max_blocks]: row b lists sequence b's blocks in position order
-//   (entries past what the sequence needs are ignored, e.g. -1 padding).
+//   (entries past what the sequence needs are ignored, e.g. -1 padding, and so are those
+//   wholly before the window of its first new token).
 // query_starts: i32 [B + 1]: sequence b's tokens are q rows query_starts[b] ..
 //   query_starts[b+1]-1 (non-decreasing, query_starts[0] = 0, query_starts[B] = N).
 // start_positions: i32 [B]: position of sequence b's first new token; the new tokens'
 //   k/v are already written to the pool.
 // Token i of sequence b sits at p = start_positions[b] + (i - query_starts[b]) and attends
-// positions 0..p. Query head h uses kv head h / (n_heads / n_kv_heads). out: f32 [N, H, hd].
+// positions k <= p, and with a sliding window (window > 0) only those with p - k < window
+// (ops::attention's rule). Query head h uses kv head h / (n_heads / n_kv_heads).
+// out: f32 [N, H, hd].
 //
 // Batch invariance: each (token, head) output is computed the same way whatever else is
 // in the batch and however the sequence's prompt was chunked; on the CPU it is bitwise
 // equal to ops::attention over a contiguous cache holding the same rows.
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out);
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0);
 
 }  // namespace refit::ops
 
@@ -33,5 +36,6 @@ namespace refit::kernels {
 // select() args: {q, k_pool, v_pool, block_tables, query_starts, start_positions, out}
 using PagedAttentionFn = void (*)(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                                   const Tensor& block_tables, const Tensor& query_starts,
-                                  const Tensor& start_positions, float scale, Tensor& out);
+                                  const Tensor& start_positions, float scale, Tensor& out,
+                                  int64_t window);
 }  // namespace refit::kernels

@@ -127,6 +127,7 @@ bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args, std:
 
 std::string KernelRegistry::rejection_reason(const Kernel& kernel,
                                              std::span<const Tensor* const> args) {
+  if (!kernel.selectable) return "reference row: run by name only, never chosen by dispatch";
   std::string why;
   if (!rules_match(kernel, args, &why)) return why;
   if (kernel.constraint) return kernel.constraint(args);
@@ -152,7 +153,8 @@ const Kernel& KernelRegistry::select(std::string_view op,
   // The common case, every call of every op: the first kernel whose rules match and whose
   // constraint accepts, without formatting a reason for each kernel passed over.
   for (const Kernel& k : kernels_)
-    if (k.op == op && rules_match(k, args, nullptr) && (!k.constraint || k.constraint(args).empty())) return k;
+    if (k.op == op && k.selectable && rules_match(k, args, nullptr) && (!k.constraint || k.constraint(args).empty()))
+      return k;
   std::string rejected;
   bool any = false;
   for (const Kernel& k : kernels_) {
@@ -191,14 +193,15 @@ std::string KernelRegistry::table() const {
     name_width = std::max(name_width, k.name.size());
   }
   std::string out = fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}\n", "op", op_width, "kernel", name_width,
-                                "device", "prio", "arguments (name:dtypes/layouts) [constraints]");
+                                "device", "prio", "arguments (name:dtypes/layouts) [constraints]; prio ref: reference row, by name only");
   for (const Kernel& k : kernels_) {
     std::vector<std::string> args;
     for (const ArgRule& a : k.args)
       args.push_back(fmt::format("{}{}:{}/{}", a.name, a.optional ? "?" : "", list_dtypes(a.dtypes),
                                  list_layouts(a.layouts)));
     out += fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}{}\n", k.op, op_width, k.name, name_width,
-                       device_type_name(k.device), k.priority, fmt::join(args, " "),
+                       device_type_name(k.device), k.selectable ? fmt::format("{}", k.priority) : "ref",
+                       fmt::join(args, " "),
                        k.constraint_text.empty() ? "" : "  [" + k.constraint_text + "]");
   }
   return out;

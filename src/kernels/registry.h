@@ -35,6 +35,9 @@ struct Kernel {
   std::function<std::string(std::span<const Tensor* const>)> constraint;
   std::string constraint_text;  // shown by `refit kernels`, e.g. "K % 32 == 0"
   const void* fn = nullptr;     // the op's typed function pointer (see kernels/ops.h)
+  // false: a reference row, looked up by name (tests, benchmarks) and never chosen by
+  // select(), for a kernel that a higher row takes over for every input it accepts.
+  bool selectable = true;
 };
 
 // A kernel function as Kernel::fn stores it: kernel_fn<kernels::MatmulFn>(&f). Naming the
@@ -62,8 +65,11 @@ class KernelRegistry {
   std::vector<Kernel> kernels_;
 };
 
-// Registration entry points (explicit, so a static library never drops them).
+// Registration entry points (explicit, so a static library never drops them). The f32
+// matmul rows follow REFIT_BATCH_INVARIANT (read once, kernels/cpu/serve_kernels.h); the
+// second form builds the table of either mode.
 void register_cpu_kernels(KernelRegistry& registry);
+void register_cpu_kernels(KernelRegistry& registry, bool batch_invariant_f32_matmul);
 // An optional backend built beside the kernels (src/backends/cuda/) hands over the
 // function that adds its rows, from a static initialiser while the program starts;
 // global() adds them after the CPU rows (at once when global() already exists). The

@@ -1,4 +1,5 @@
-// Causal grouped-query attention over a KV cache against the scalar reference.
+// Causal grouped-query attention over a KV cache, contiguous and paged, with and without a
+// sliding window, against the scalar reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/cpu/reference.h"
 #include "kernels/ops.h"
+#include "kernels/paged_attention.h"
 #include "kernels_test_util.h"
 
 namespace refit {
@@ -82,6 +84,103 @@ TEST(KernelsAttention, rows_beyond_the_causal_window_have_no_effect) {
     }
   ops::attention(q, k, v, 1, 0.3f, b);
   EXPECT_EQ(nmse(b, a), 0.0);
+}
+
+TEST(KernelsAttention, sliding_window_matches_reference) {
+  struct WindowCase {
+    Case c;
+    int64_t window;
+  };
+  const WindowCase cases[] = {{{1, 0, 1, 1, 8}, 1},    {{1, 37, 8, 2, 64}, 1},  {{1, 37, 8, 2, 64}, 16},
+                              {{6, 3, 4, 1, 17}, 2},   {{17, 3, 6, 3, 33}, 5},  {{3, 100, 2, 2, 128}, 100},
+                              {{3, 100, 2, 2, 128}, 101}, {{33, 0, 8, 8, 16}, 7}, {{64, 64, 4, 2, 80}, 64}};
+  for_each_isa([&] {
+    uint32_t seed = 1900;
+    for (const WindowCase& wc : cases) {
+      const Case& c = wc.c;
+      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H
+                                        << " KVH=" << c.KVH << " hd=" << c.hd << " window=" << wc.window);
+      const int64_t S = c.start_pos + c.T + 2;
+      Tensor q = random_tensor({c.T, c.H, c.hd}, seed++, -2, 2);
+      Tensor k = random_tensor({S, c.KVH, c.hd}, seed++, -2, 2);
+      Tensor v = random_tensor({S, c.KVH, c.hd}, seed++);
+      Tensor out = Tensor::empty({c.T, c.H, c.hd}, DType::f32), ref = out.clone(), full = out.clone();
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      ops::attention(q, k, v, c.start_pos, scale, out, wc.window);
+      cpu::reference::attention(q, k, v, c.start_pos, scale, ref, wc.window);
+      EXPECT_LT(nmse(out, ref), kNmseF32);
+      ops::attention(q, k, v, c.start_pos, scale, full);
+      if (wc.window < c.start_pos + c.T) EXPECT_GT(nmse(out, full), 1e-8) << "the window must cut something";
+    }
+  });
+}
+
+// The rule (llama.cpp's is_masked_swa, LLAMA_SWA_TYPE_STANDARD: masked when p - k >= window):
+// window 1 sees only its own row, so the output is that row's value exactly; rows before
+// the window have no effect; window 0 and any window covering every row give the bits of
+// unlimited attention.
+TEST(KernelsAttention, sliding_window_sees_exactly_the_last_window_positions) {
+  Tensor q = random_tensor({4, 2, 8}, 1), k = random_tensor({9, 1, 8}, 2), v = random_tensor({9, 1, 8}, 3);
+  Tensor one = Tensor::empty({4, 2, 8}, DType::f32);
+  ops::attention(q, k, v, 5, 0.3f, one, 1);
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 8; ++d) EXPECT_EQ(one.get({t, h, d}), v.get({5 + t, 0, d}));
+  Tensor a = Tensor::empty({4, 2, 8}, DType::f32), b = a.clone();
+  ops::attention(q, k, v, 5, 0.3f, a, 3);
+  // Token 0 (position 5) sees 3..5, token 3 (position 8) sees 6..8: rows 0..2 never count.
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t d = 0; d < 8; ++d) {
+      k.set({s, 0, d}, 1e4);
+      v.set({s, 0, d}, -1e4);
+    }
+  ops::attention(q, k, v, 5, 0.3f, b, 3);
+  EXPECT_TRUE(bitwise_equal(a, b));
+  Tensor unlimited = a.clone(), zero = a.clone(), covering = a.clone();
+  ops::attention(q, k, v, 5, 0.3f, unlimited);
+  ops::attention(q, k, v, 5, 0.3f, zero, 0);
+  ops::attention(q, k, v, 5, 0.3f, covering, 9);
+  EXPECT_TRUE(bitwise_equal(unlimited, zero));
+  EXPECT_TRUE(bitwise_equal(unlimited, covering));
+  EXPECT_THROW(ops::attention(q, k, v, 5, 0.3f, a, -1), Error);
+}
+
+Tensor i32_tensor(Shape shape, const std::vector<int32_t>& values) {
+  Tensor t = Tensor::empty(std::move(shape), DType::i32);
+  for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = values[i];
+  return t;
+}
+
+// Paged attention with a window: the reference's rule, and bit for bit ops::attention over
+// a contiguous cache with the same rows and window (the batch invariance the server keeps).
+// Blocks wholly before the window may be absent from the table (-1).
+TEST(KernelsAttention, paged_sliding_window_matches_reference_and_contiguous_bitwise) {
+  const int64_t bs = 4, KVH = 2, H = 4, hd = 24, n_blocks = 12;
+  Tensor k_pool = random_tensor({n_blocks, bs, KVH, hd}, 5, -2, 2), v_pool = random_tensor({n_blocks, bs, KVH, hd}, 6);
+  // Sequence 0: 3 new tokens at 9..11 in blocks 7, 2, 5; sequence 1: 1 token at 13 in 0, 11, 3, 9.
+  for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{6}, int64_t{40}}) {
+    SCOPED_TRACE(::testing::Message() << "window=" << window);
+    const int32_t gone = window == 3 ? -1 : 0;  // with window 3 no token reads block 0 of either table
+    Tensor tables = i32_tensor({2, 4}, {gone == -1 ? -1 : 7, 2, 5, -1, gone == -1 ? -1 : 0, 11, 3, 9});
+    Tensor starts = i32_tensor({3}, {0, 3, 4}), positions = i32_tensor({2}, {9, 13});
+    Tensor q = random_tensor({4, H, hd}, 7, -2, 2), out = Tensor::empty({4, H, hd}, DType::f32), ref = out.clone();
+    const float scale = 0.2f;
+    ops::paged_attention(q, k_pool, v_pool, tables, starts, positions, scale, out, window);
+    cpu::reference::paged_attention(q, k_pool, v_pool, tables, starts, positions, scale, ref, window);
+    EXPECT_LT(nmse(out, ref), kNmseF32);
+    // Sequence 1 as a contiguous cache of its 14 positions.
+    const int32_t blocks1[] = {0, 11, 3, 9};
+    Tensor kc = Tensor::empty({16, KVH, hd}, DType::f32), vc = kc.clone();
+    for (int64_t r = 0; r < 16; ++r)
+      for (int64_t h = 0; h < KVH; ++h)
+        for (int64_t d = 0; d < hd; ++d) {
+          kc.set({r, h, d}, k_pool.get({blocks1[r / bs], r % bs, h, d}));
+          vc.set({r, h, d}, v_pool.get({blocks1[r / bs], r % bs, h, d}));
+        }
+    Tensor contiguous = Tensor::empty({1, H, hd}, DType::f32);
+    ops::attention(q.narrow(0, 3, 1).contiguous(), kc, vc, 13, scale, contiguous, window);
+    EXPECT_TRUE(bitwise_equal(out.narrow(0, 3, 1), contiguous));
+  }
 }
 
 TEST(KernelsAttention, large_scores_stay_finite) {

@@ -1,5 +1,6 @@
-// rms_norm, rope, softmax, silu_mul, embedding and add against the scalar reference over
-// odd sizes, under every SIMD target, plus the refusals ops.cpp promises.
+// rms_norm (with Gemma's weight offset), rope, softmax, silu_mul, gelu_tanh_mul, scale,
+// embedding and add against the scalar reference over odd sizes, under every SIMD target,
+// plus the refusals ops.cpp promises.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +35,48 @@ TEST(KernelsPointwise, rms_norm_matches_reference) {
         EXPECT_LT(nmse(out, ref), kNmseF32);
       }
   });
+}
+
+TEST(KernelsPointwise, rms_norm_weight_offset_matches_reference) {
+  for_each_isa([] {
+    uint32_t seed = 150;
+    for (int64_t D : kSizes) {
+      SCOPED_TRACE(::testing::Message() << "D=" << D);
+      Tensor x = random_tensor({3, D}, seed++, -3, 3), w = random_tensor({D}, seed++, -0.5f, 0.5f);
+      Tensor out = Tensor::empty({3, D}, DType::f32), ref = Tensor::empty({3, D}, DType::f32);
+      ops::rms_norm(x, w, 1e-6f, out, 1.0f);
+      cpu::reference::rms_norm(x, w, 1e-6f, ref, 1.0f);
+      EXPECT_LT(nmse(out, ref), kNmseF32);
+      // Without the offset the result differs: the test would see a dropped offset.
+      Tensor plain = Tensor::empty({3, D}, DType::f32);
+      ops::rms_norm(x, w, 1e-6f, plain);
+      EXPECT_GT(nmse(plain, ref), 1e-3);
+    }
+  });
+}
+
+// Gemma's (1 + w) is computed in f32 before the multiply: offset 1 on w is bit for bit
+// offset 0 on the f32 weights w + 1; offset 0 is bit for bit the default call, including
+// for a weight of -0 (w + 0 would turn it into +0 and flip the sign of a zero output).
+TEST(KernelsPointwise, rms_norm_offset_is_an_f32_add_and_offset_zero_changes_no_bit) {
+  for_each_isa([] {
+    for (int64_t D : {int64_t{5}, int64_t{64}, int64_t{259}}) {
+      Tensor x = random_tensor({4, D}, 7, -2, 2), w = random_tensor({D}, 8, -1, 1);
+      w.data<float>()[0] = -0.0f;
+      Tensor w1 = w.clone();
+      for (int64_t d = 0; d < D; ++d) w1.data<float>()[d] = w.data<float>()[d] + 1.0f;
+      Tensor a = Tensor::empty({4, D}, DType::f32), b = a.clone(), c = a.clone(), z = a.clone();
+      ops::rms_norm(x, w, 1e-5f, a, 1.0f);
+      ops::rms_norm(x, w1, 1e-5f, b);
+      EXPECT_TRUE(testing::bitwise_equal(a, b)) << "D=" << D;
+      ops::rms_norm(x, w, 1e-5f, c);
+      ops::rms_norm(x, w, 1e-5f, z, 0.0f);
+      EXPECT_TRUE(testing::bitwise_equal(c, z)) << "D=" << D;
+      EXPECT_TRUE(std::signbit(c.data<float>()[0]) != std::signbit(x.data<float>()[0])) << "-0 weight kept";
+    }
+  });
+  Tensor x = random_tensor({1, 4}, 1), w = random_tensor({4}, 2), out = Tensor::empty({1, 4}, DType::f32);
+  EXPECT_THROW(ops::rms_norm(x, w, 1e-5f, out, std::numeric_limits<float>::infinity()), Error);
 }
 
 TEST(KernelsPointwise, rms_norm_refuses_wrong_weight_length) {
@@ -141,6 +184,65 @@ TEST(KernelsPointwise, silu_mul_matches_reference_including_large_magnitudes) {
       for (float v : out.to_floats()) EXPECT_TRUE(std::isfinite(v));
     }
   });
+}
+
+TEST(KernelsPointwise, gelu_tanh_mul_matches_reference_including_tails_and_large_magnitudes) {
+  for_each_isa([] {
+    uint32_t seed = 450;
+    for (int64_t F : kSizes)
+      for (float range : {4.0f, 100.0f}) {
+        SCOPED_TRACE(::testing::Message() << "F=" << F << " range=" << range);
+        Tensor g = random_tensor({3, F}, seed++, -range, range), u = random_tensor({3, F}, seed++);
+        Tensor out = Tensor::empty({3, F}, DType::f32), ref = Tensor::empty({3, F}, DType::f32);
+        ops::gelu_tanh_mul(g, u, out);
+        cpu::reference::gelu_tanh_mul(g, u, ref);
+        EXPECT_LT(nmse(out, ref), 1e-10);
+        for (float v : out.to_floats()) EXPECT_TRUE(std::isfinite(v));
+      }
+  });
+}
+
+// PyTorch's gelu(approximate="tanh") at a few points (torch.nn.functional.gelu in f64),
+// and a row's values do not depend on where the flattened tail falls (batch invariance).
+TEST(KernelsPointwise, gelu_tanh_mul_known_values_and_rows_independent_of_batch) {
+  const float xs[] = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f, 20.0f, -20.0f};
+  const double want[] = {-0.0036373920817729943, -0.1588080093917233, -0.15428599017485606, 0.0,
+                         0.34571400982514394,    0.8411919906082768, 2.996362607918227, 20.0, -0.0};
+  Tensor g = Tensor::from_floats({1, 9}, std::vector<float>(std::begin(xs), std::end(xs)));
+  Tensor u = Tensor::from_floats({1, 9}, std::vector<float>(9, 1.0f)), out = Tensor::empty({1, 9}, DType::f32);
+  ops::gelu_tanh_mul(g, u, out);
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(out.data<float>()[i], want[i], 2e-6 * (1 + std::fabs(want[i]))) << xs[i];
+  for_each_isa([] {
+    const int64_t F = 172;
+    Tensor gg = random_tensor({5, F}, 31, -5, 5), uu = random_tensor({5, F}, 32);
+    Tensor all = Tensor::empty({5, F}, DType::f32);
+    ops::gelu_tanh_mul(gg, uu, all);
+    for (int64_t t = 0; t < 5; ++t) {
+      Tensor one = Tensor::empty({1, F}, DType::f32);
+      ops::gelu_tanh_mul(gg.narrow(0, t, 1).contiguous(), uu.narrow(0, t, 1).contiguous(), one);
+      EXPECT_TRUE(testing::bitwise_equal(all.narrow(0, t, 1), one)) << "row " << t;
+    }
+  });
+}
+
+TEST(KernelsPointwise, scale_matches_reference_exactly_and_may_alias_its_output) {
+  for_each_isa([] {
+    uint32_t seed = 470;
+    for (int64_t D : kSizes) {
+      Tensor x = random_tensor({2, D}, seed++, -10, 10), ref = Tensor::empty({2, D}, DType::f32);
+      const float s = std::sqrt(2304.0f);
+      cpu::reference::scale(x, s, ref);
+      Tensor out = Tensor::empty({2, D}, DType::f32);
+      ops::scale(x, s, out);
+      EXPECT_EQ(nmse(out, ref), 0.0) << "D=" << D;  // one f32 multiply, correctly rounded
+      ops::scale(x, s, x);
+      EXPECT_TRUE(testing::bitwise_equal(x, out)) << "D=" << D;
+    }
+  });
+  Tensor x = random_tensor({2, 3}, 1), out = Tensor::empty({3, 2}, DType::f32);
+  EXPECT_THROW(ops::scale(x, 2.0f, out), Error);
+  Tensor same = Tensor::empty({2, 3}, DType::f32);
+  EXPECT_THROW(ops::scale(x, std::nanf(""), same), Error);
 }
 
 TEST(KernelsPointwise, add_matches_reference_and_may_alias_its_output) {

@@ -36,8 +36,10 @@ __global__ void attention_kernel(AttentionArgs a) {
     acc[i] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int64_t len = a.start_pos + t + 1;  // causal: cache rows 0 .. start_pos + t
-  for (int64_t s = warp; s < len; s += kWarps) {
+  // Causal: cache rows up to start_pos + t; with a window only the last `window` of them.
+  const int64_t pos = a.start_pos + t;
+  const int64_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+  for (int64_t s = lo + warp; s <= pos; s += kWarps) {
     const float* kr = k + s * a.k_t;
     float dot = 0.0f;
 #pragma unroll

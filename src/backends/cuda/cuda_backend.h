@@ -11,7 +11,8 @@ namespace refit {
 class KernelRegistry;
 
 // The CUDA rows of the dispatch table (matmul, rms_norm, rope, softmax, silu_mul,
-// embedding, add, attention), each declared for DeviceType::cuda so that dispatch
+// gelu_tanh_mul, scale, embedding, add, attention; paged_attention and the quantized ops
+// are CPU-only), each declared for DeviceType::cuda so that dispatch
 // (law L3) picks them only for tensors whose storage is on a GPU. Handed to
 // register_backend_kernels() by cuda_registration.cpp.
 void register_cuda_kernels(KernelRegistry& registry);

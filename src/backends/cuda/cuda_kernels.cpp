@@ -84,11 +84,11 @@ void matmul_half(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
            "matmul f16/bf16 weights");
 }
 
-void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset) {
   const int64_t T = x.size(0), D = x.size(1);
   DeviceGuard guard(x.device().index);
   launched(launch_rms_norm(x.data<const float>(), leading(x, D), weight.data<const float>(), T, D,
-                           eps, out.data<float>(), leading(out, D)),
+                           eps, weight_offset, out.data<float>(), leading(out, D)),
            "rms_norm");
 }
 
@@ -119,6 +119,18 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
            "silu_mul");
 }
 
+void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  DeviceGuard guard(gate.device().index);
+  launched(launch_gelu_tanh_mul(gate.data<const float>(), up.data<const float>(), out.data<float>(),
+                                gate.numel()),
+           "gelu_tanh_mul");
+}
+
+void scale(const Tensor& x, float s, Tensor& out) {
+  DeviceGuard guard(x.device().index);
+  launched(launch_scale(x.data<const float>(), s, out.data<float>(), x.numel()), "scale");
+}
+
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
   DeviceGuard guard(a.device().index);
   launched(launch_add(a.data<const float>(), b.data<const float>(), out.data<float>(), a.numel()),
@@ -141,7 +153,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
 }
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out) {
+               float scale, Tensor& out, int64_t window) {
   AttentionArgs a{};
   a.q = q.data<const float>();
   a.q_t = q.stride(0);
@@ -160,6 +172,7 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
   a.KVH = k_cache.size(1);
   a.head_dim = q.size(2);
   a.start_pos = start_pos;
+  a.window = window;
   a.scale = scale;
   DeviceGuard guard(q.device().index);
   launched(launch_attention(a), "attention");
@@ -283,6 +296,13 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     constraint({"table", "ids", "out"}, {0, 2}, {1}),
                     "table, out: stride 1 along D; ids contiguous, range-checked on the host",
                     kernel_fn<kernels::EmbeddingFn>(&cuda::embedding)));
+  registry.add(make("gelu_tanh_mul", "gelu_tanh_mul.cuda.elementwise",
+                    {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
+                    constraint({"gate", "up", "out"}, {}, {0, 1, 2}), "all contiguous",
+                    kernel_fn<kernels::GeluTanhMulFn>(&cuda::gelu_tanh_mul)));
+  registry.add(make("scale", "scale.cuda.elementwise", {arg("x", {f32}), arg("out", {f32})},
+                    constraint({"x", "out"}, {}, {0, 1}), "all contiguous",
+                    kernel_fn<kernels::ScaleFn>(&cuda::scale)));
   registry.add(make("add", "add.cuda.elementwise",
                     {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     constraint({"a", "b", "out"}, {}, {0, 1, 2}), "all contiguous",

@@ -25,15 +25,22 @@ cudaError_t launch_matmul_half(const float* x, int64_t ldx, const void* w, int64
                                HalfType w_type, const float* bias, float* out, int64_t ldo,
                                int64_t M, int64_t N, int64_t K);
 
-// One row per block: out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w.
+// One row per block: out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * (w + offset);
+// offset 0 multiplies by w as stored.
 cudaError_t launch_rms_norm(const float* x, int64_t ldx, const float* w, int64_t T, int64_t D,
-                            float eps, float* out, int64_t ldo);
+                            float eps, float offset, float* out, int64_t ldo);
 
 // In-place softmax of `rows` contiguous rows of length D.
 cudaError_t launch_softmax(float* x, int64_t rows, int64_t D);
 
 // out[i] = silu(gate[i]) * up[i], n contiguous elements.
 cudaError_t launch_silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// out[i] = gelu_tanh(gate[i]) * up[i], n contiguous elements.
+cudaError_t launch_gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// out[i] = x[i] * s, n contiguous elements (out may alias x).
+cudaError_t launch_scale(const float* x, float s, float* out, int64_t n);
 
 // out[i] = a[i] + b[i], n contiguous elements (out may alias a or b).
 cudaError_t launch_add(const float* a, const float* b, float* out, int64_t n);
@@ -51,7 +58,8 @@ cudaError_t launch_rope(float* x, int64_t ldt, int64_t ldh, int64_t T, int64_t H
                         const int32_t* positions, int64_t pos_stride, const float* cos_sin,
                         int64_t ldcs, int64_t rot, bool neox);
 
-// Causal GQA attention (kernels/ops.h); strides per [token, head]; head_dim <= 256.
+// Causal GQA attention (kernels/ops.h); strides per [token, head]; head_dim <= 256;
+// window 0 unlimited, else the last `window` positions.
 constexpr int64_t kAttentionMaxHeadDim = 256;
 struct AttentionArgs {
   const float* q;
@@ -62,7 +70,7 @@ struct AttentionArgs {
   int64_t v_t, v_h;
   float* out;
   int64_t o_t, o_h;
-  int64_t T, H, KVH, head_dim, start_pos;
+  int64_t T, H, KVH, head_dim, start_pos, window;
   float scale;
 };
 cudaError_t launch_attention(const AttentionArgs& args);

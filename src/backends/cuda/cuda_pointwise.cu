@@ -1,5 +1,5 @@
-// Row-wise and element-wise CUDA kernels: rms_norm, softmax, silu_mul, add, embedding,
-// rope. Each mirrors the arithmetic of its CPU kernel (kernels/cpu/pointwise_cpu.cpp);
+// Row-wise and element-wise CUDA kernels: rms_norm, softmax, silu_mul, gelu_tanh_mul,
+// scale, add, embedding, rope. Each mirrors the arithmetic of its CPU kernel (kernels/cpu/pointwise_cpu.cpp);
 // only the order of the f32 sums in a reduction differs. Simple, memory-bound kernels:
 // one block per row for reductions, grid-stride loops for element-wise work.
 #include <cuda_bf16.h>
@@ -31,7 +31,7 @@ int row_blocks(int64_t rows) {
 }
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t T,
-                                int64_t D, float eps, float* out, int64_t ldo) {
+                                int64_t D, float eps, float offset, float* out, int64_t ldo) {
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
     const float* xr = x + t * ldx;
@@ -40,7 +40,11 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) ss += xr[d] * xr[d];
     ss = block_sum(ss, scratch);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * inv * w[d];
+    if (offset == 0.0f) {
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * inv * w[d];
+    } else {
+      for (int64_t d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * inv * (w[d] + offset);
+    }
   }
 }
 
@@ -71,6 +75,22 @@ __global__ void silu_mul_kernel(const float* g, const float* u, float* out, int6
     // Clamp as the CPU kernel does: exp(88) already makes silu(g) ~ -1e-37 * |g|.
     out[i] = gv / (1.0f + expf(fminf(-gv, 88.0f))) * u[i];
   }
+}
+
+__global__ void gelu_tanh_mul_kernel(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float gv = g[i];
+    // The CPU kernel's formula and clamp (tanh(+-9) is +-1 in f32).
+    const float inner = fminf(fmaxf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv), -9.0f), 9.0f);
+    out[i] = 0.5f * gv * (1.0f + tanhf(inner)) * u[i];
+  }
+}
+
+__global__ void scale_kernel(const float* x, float s, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = x[i] * s;
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
@@ -122,9 +142,9 @@ __global__ void rope_kernel(float* x, int64_t ldt, int64_t ldh, int64_t T, int64
 }  // namespace
 
 cudaError_t launch_rms_norm(const float* x, int64_t ldx, const float* w, int64_t T, int64_t D,
-                            float eps, float* out, int64_t ldo) {
+                            float eps, float offset, float* out, int64_t ldo) {
   if (T == 0) return cudaSuccess;
-  rms_norm_kernel<<<row_blocks(T), kRowThreads>>>(x, ldx, w, T, D, eps, out, ldo);
+  rms_norm_kernel<<<row_blocks(T), kRowThreads>>>(x, ldx, w, T, D, eps, offset, out, ldo);
   return cudaGetLastError();
 }
 
@@ -137,6 +157,18 @@ cudaError_t launch_softmax(float* x, int64_t rows, int64_t D) {
 cudaError_t launch_silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   if (n == 0) return cudaSuccess;
   silu_mul_kernel<<<element_blocks(n), kElementThreads>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
+  if (n == 0) return cudaSuccess;
+  gelu_tanh_mul_kernel<<<element_blocks(n), kElementThreads>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale(const float* x, float s, float* out, int64_t n) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<element_blocks(n), kElementThreads>>>(x, s, out, n);
   return cudaGetLastError();
 }
 

@@ -7,6 +7,8 @@
 // result is AttendRows's, bit for bit). Items are ordered head-major so the pool's
 // contiguous chunks give each thread whole heads, which balances the causal triangle
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
+// A sliding window only moves where a token's rows start: the same AttendRows over the
+// rows lo .. p, so window 0 (lo = 0) is the unlimited kernel's arithmetic exactly.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -39,6 +41,7 @@ void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, con
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -50,7 +53,7 @@ HWY_EXPORT(AttendOne);
 HWY_EXPORT(AttendHeads);
 
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                   int64_t start_pos, float scale, Tensor& out) {
+                   int64_t start_pos, float scale, Tensor& out, int64_t window) {
   init_cpu_isa();
   const int64_t T = q.size(0), H = q.size(1), hd = q.size(2), KVH = k_cache.size(1);
   const int64_t group = H / KVH;  // ops::attention checks H % KVH == 0
@@ -65,16 +68,21 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   // Heads per item: four (or two) of one kv head's group when the group divides so.
   const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   // Enough work per chunk to pay for a wake-up: about (rows seen) x head_dim x 2 flops.
-  const int64_t per_item = (start_pos + T) * hd * nq;
+  const int64_t seen = window > 0 ? std::min(window, start_pos + T) : start_pos + T;
+  const int64_t per_item = seen * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(per_item, 1));
   parallel_for(H / nq * T, [&](int64_t i0, int64_t i1, int) {
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(nq * (start_pos + T)));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, len = start_pos + t + 1;
+      const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, pos = start_pos + t;
+      // Rows lo .. pos: the last `window` positions (ops.h), or all of them.
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, len = pos - lo + 1;
+      const float* k0 = kp + kvh * kh + lo * kt;
+      const float* v0 = vp + kvh * vh + lo * vt;
       if (nq == 1) {
-        HWY_DYNAMIC_DISPATCH(AttendOne)(qp + t * qt + h0 * qh, kp + kvh * kh, kt, vp + kvh * vh, vt, len, hd, scale,
-                                        scores.data(), op + t * ot + h0 * oh);
+        HWY_DYNAMIC_DISPATCH(AttendOne)(qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, scores.data(),
+                                        op + t * ot + h0 * oh);
         continue;
       }
       const float* qs[4];
@@ -83,8 +91,7 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
         qs[j] = qp + t * qt + (h0 + j) * qh;
         outs[j] = op + t * ot + (h0 + j) * oh;
       }
-      HWY_DYNAMIC_DISPATCH(AttendHeads)(nq, qs, kp + kvh * kh, kt, vp + kvh * vh, vt, len, hd, scale, scores.data(),
-                                        outs);
+      HWY_DYNAMIC_DISPATCH(AttendHeads)(nq, qs, k0, kt, v0, vt, len, hd, scale, scores.data(), outs);
     }
   }, grain);
 }

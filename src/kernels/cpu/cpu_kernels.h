@@ -13,8 +13,9 @@ namespace refit::cpu {
 
 // The kernels of this file's ops (one per op and weight dtype), without the extra
 // layouts and serving kernels register_cpu_kernels() adds; tests use it for a table
-// whose contents they know.
-void register_core_cpu_kernels(KernelRegistry& registry);
+// whose contents they know. f32_blas: add the OpenBLAS and Highway-decode f32 matmul rows
+// (register_cpu_kernels() leaves them out when the batch-invariant row replaces them).
+void register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas = true);
 
 // Once per process before the first BLAS call: pins OpenBLAS to one thread and corrects
 // its core detection where old versions fall back to SSE3 kernels (matmul_blas.cpp).
@@ -30,13 +31,15 @@ bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& 
 // the storage streamed, the plain layout's bits; false (nothing done) for other shapes.
 bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 
-void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset);
 void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);
 void softmax_hwy(Tensor& x);
 void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
+void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
+void scale_hwy(const Tensor& x, float s, Tensor& out);
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out);
 void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                   int64_t start_pos, float scale, Tensor& out);
+                   int64_t start_pos, float scale, Tensor& out, int64_t window);
 
 }  // namespace refit::cpu

@@ -1,5 +1,6 @@
 // FP8 W8A8 matmul on AVX-512 BF16 (see matmul_fp8_bf16dot.h): the code tables, the
 // activation re-ordering, the tile loop (un-shuffling shuffled weights) and the dispatch rows.
+#include "kernels/op_names.h"
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 
 #include <fmt/format.h>
@@ -115,7 +116,7 @@ void register_kernels(KernelRegistry& registry) {
   using Fn = kernels::MatmulQuantizedFn;
   for (const bool shuffled : {false, true}) {
     Kernel k;
-    k.op = "matmul_quantized";
+    k.op = op_names::matmul_quantized;
     k.name = std::string("matmul_quantized.cpu.avx512bf16_f8_w8a8_") + (shuffled ? "shuffled_16x16" : "plain");
     k.device = DeviceType::cpu;
     k.priority = 30;  // above the Highway kernels (20), which take what this refuses

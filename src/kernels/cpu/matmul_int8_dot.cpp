@@ -1,6 +1,7 @@
 // Integer-dot W8A8 matmul for Q8_0 and MXFP4 weights (definition in matmul_int8_dot.h):
 // the scalar kernel that is the definition, the wrapper that runs the AVX-512 VNNI kernel
 // (matmul_int8_dot_avx512.cpp) over tiles, the activation quantizer, and their dispatch rows.
+#include "kernels/op_names.h"
 #include "kernels/cpu/matmul_int8_dot.h"
 
 #include <fmt/format.h>
@@ -341,7 +342,7 @@ void register_kernels(KernelRegistry& registry) {
   for (const Row& row : rows)
     for (const bool simd : {false, true}) {
       Kernel k;
-      k.op = "matmul_quantized";
+      k.op = op_names::matmul_quantized;
       k.name = fmt::format("matmul_quantized.cpu.{}int8_{}", simd ? "avx512vnni_" : "", row.name);
       k.device = DeviceType::cpu;
       k.priority = simd ? 30 : 10;
@@ -366,7 +367,7 @@ void register_kernels(KernelRegistry& registry) {
     }
   for (const bool simd : {false, true}) {
     Kernel q;
-    q.op = "quantize_per_block_q8";
+    q.op = op_names::quantize_per_block_q8;
     q.name = simd ? "quantize_per_block_q8.cpu.avx512" : "quantize_per_block_q8.cpu";
     q.device = DeviceType::cpu;
     q.priority = simd ? 30 : 10;

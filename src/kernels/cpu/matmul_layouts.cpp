@@ -14,6 +14,7 @@
 #include "core/element_access.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
+#include "kernels/op_names.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op_fns.h"
 #include "kernels/registry.h"
@@ -162,7 +163,7 @@ void register_layout_matmul_kernels(KernelRegistry& registry) {
                                 {"bias", {DType::f32}, {}, true},
                                 {"out", {DType::f32}, {}, false}};
   };
-  Kernel transposed{"matmul", "matmul.cpu.transposed_weight", DeviceType::cpu, 8,
+  Kernel transposed{op_names::matmul, "matmul.cpu.transposed_weight", DeviceType::cpu, 8,
                     rules({Layout::strided}, floats),
                     [](std::span<const Tensor* const> a) -> std::string {
                       if (a[1]->stride(0) != 1 || a[1]->size(0) <= 1)
@@ -172,7 +173,7 @@ void register_layout_matmul_kernels(KernelRegistry& registry) {
                     "w stored [K, N] (stride(0) == 1)",
                     reinterpret_cast<const void*>(&matmul_transposed)};
   registry.add(transposed);
-  Kernel shuffled{"matmul", "matmul.cpu.shuffled_16x16", DeviceType::cpu, 10,
+  Kernel shuffled{op_names::matmul, "matmul.cpu.shuffled_16x16", DeviceType::cpu, 10,
                   rules({Layout::shuffled_16x16}, floats),
                   [](std::span<const Tensor* const> a) -> std::string {
                     const Tensor& w = *a[1];
@@ -183,7 +184,7 @@ void register_layout_matmul_kernels(KernelRegistry& registry) {
                   "N % 16 == 0, K % 32 == 0",
                   reinterpret_cast<const void*>(&matmul_shuffled)};
   registry.add(shuffled);
-  Kernel fallback{"matmul", "matmul.cpu.strided_fallback", DeviceType::cpu, 1,
+  Kernel fallback{op_names::matmul, "matmul.cpu.strided_fallback", DeviceType::cpu, 1,
                   rules({Layout::strided}, floats), x_out_rows_dense, "any weight strides (slow)",
                   reinterpret_cast<const void*>(&matmul_strided_fallback)};
   registry.add(fallback);

@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
+#include "kernels/op_names.h"
 #include "kernels/quant/quant_reference.h"
 #include "kernels/quant/quant_rows_simd.h"
 
@@ -165,6 +166,7 @@ void register_quantized_matmul_kernels(KernelRegistry& registry) {
   QuantizedKernelFamily scalar;
   scalar.name_prefix = "matmul_quantized.cpu.";
   scalar.priority = 10;
+  scalar.covered_by_simd = true;  // matmul_quantized_hwy.cpp takes these inputs (bar f4 tails)
   scalar.f8_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, false>);
   scalar.f8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f8, true>);
   scalar.f4_plain = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::f4, false>);
@@ -173,7 +175,7 @@ void register_quantized_matmul_kernels(KernelRegistry& registry) {
   scalar.i8_shuffled = kernel_fn<kernels::MatmulQuantizedFn>(&matmul_quantized_cpu<Code::i8, true>);
   register_quantized_family(registry, scalar);
   Kernel q;
-  q.op = "quantize_per_token_fp8";
+  q.op = op_names::quantize_per_token_fp8;
   q.name = "quantize_per_token_fp8.cpu";
   q.device = DeviceType::cpu;
   q.priority = 10;

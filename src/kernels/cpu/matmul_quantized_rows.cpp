@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "kernels/op_names.h"
+
 namespace refit::cpu {
 namespace {
 
@@ -50,7 +52,7 @@ void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFa
   };
   for (const Row& row : rows) {
     Kernel k;
-    k.op = "matmul_quantized";
+    k.op = op_names::matmul_quantized;
     k.name = family.name_prefix + row.name;
     k.device = DeviceType::cpu;
     k.priority = family.priority;
@@ -77,6 +79,7 @@ void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFa
                         (f4 && f4_needs_k32 ? "K % 32 == 0; " : "") + "w, w_scale contiguous" +
                         family.constraint_suffix;
     k.fn = row.fn;
+    k.selectable = !family.covered_by_simd || (f4 && !shuffled);
     registry.add(std::move(k));
   }
 }

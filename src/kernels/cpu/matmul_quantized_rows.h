@@ -17,6 +17,10 @@ struct QuantizedKernelFamily {
   int priority = 10;
   bool f4_needs_k_multiple_of_32 = false;
   std::string constraint_suffix;  // appended to each row's constraint text
+  // The scalar family: rows whose SIMD twin takes every input they take become reference
+  // rows (Kernel::selectable false, run by name); packed f4 with K % 32 != 0 stays
+  // selectable, the SIMD kernel refuses it.
+  bool covered_by_simd = false;
   // Typed kernels::MatmulQuantizedFn pointers, by code type and layout.
   const void* f8_plain;
   const void* f8_shuffled;

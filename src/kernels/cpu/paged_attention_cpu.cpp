@@ -5,7 +5,8 @@
 // the query heads of a GQA group sharing each key and value load); only the address of
 // cache row s comes from the block table. Hence a token's output does not depend on
 // which other sequences share the call, nor on how its prompt was chunked, and equals the
-// contiguous-cache kernel bit for bit: the batch invariance the server promises.
+// contiguous-cache kernel bit for bit: the batch invariance the server promises. A
+// sliding window starts a token's rows at lo instead of 0, as in attention_cpu.cpp.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/paged_attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -16,23 +17,25 @@
 HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
 
-// q: [hd]. Cache row s of this kv head is at base + table[s / bs] * ldb + (s % bs) * ldr
-// (same for k and v through their own bases/strides). len rows. scores: scratch [len].
+// q: [hd]. Cache position r of this kv head is at base + table[r / bs] * ldb + (r % bs) * ldr
+// (same for k and v through their own bases/strides); rows lo .. lo + len - 1 are attended.
+// scores: scratch [len].
 void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v, int64_t ldb_k,
                     int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
-                    int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                    int64_t lo, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
                     float* HWY_RESTRICT out) {
   AttendRows(
-      q, [=](int64_t s) { return k + table[s / bs] * ldb_k + (s % bs) * ldr_k; },
-      [=](int64_t s) { return v + table[s / bs] * ldb_v + (s % bs) * ldr_v; }, len, hd, scale, scores, out);
+      q, [=](int64_t s) { return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k; },
+      [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; }, len, hd, scale,
+      scores, out);
 }
 
 // nq (2 or 4) query heads sharing this kv head: q[j], out[j]; scores: scratch [nq][len].
 void PagedAttendHeads(int nq, const float* const* q, const float* k, const float* v, int64_t ldb_k, int64_t ldr_k,
-                      int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs, int64_t len, int64_t hd,
-                      float scale, float* HWY_RESTRICT scores, float* const* out) {
-  const auto k_row = [=](int64_t s) { return k + table[s / bs] * ldb_k + (s % bs) * ldr_k; };
-  const auto v_row = [=](int64_t s) { return v + table[s / bs] * ldb_v + (s % bs) * ldr_v; };
+                      int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs, int64_t lo, int64_t len,
+                      int64_t hd, float scale, float* HWY_RESTRICT scores, float* const* out) {
+  const auto k_row = [=](int64_t s) { return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k; };
+  const auto v_row = [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; };
   if (nq == 4) AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
   else AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
 }
@@ -41,6 +44,7 @@ void PagedAttendHeads(int nq, const float* const* q, const float* k, const float
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -53,7 +57,7 @@ HWY_EXPORT(PagedAttendHeads);
 
 void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                          const Tensor& block_tables, const Tensor& query_starts,
-                         const Tensor& start_positions, float scale, Tensor& out) {
+                         const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
   init_cpu_isa();
   const int64_t N = q.size(0), H = q.size(1), hd = q.size(2);
   const int64_t bs = k_pool.size(1), KVH = k_pool.size(2);
@@ -71,8 +75,10 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
     for (int64_t i = qs[b]; i < qs[b + 1]; ++i) {
       seq_of[static_cast<size_t>(i)] = static_cast<int32_t>(b);
       pos_of[static_cast<size_t>(i)] = sp[b] + (i - qs[b]);
-      max_len = std::max(max_len, pos_of[static_cast<size_t>(i)] + 1);
-      total_len += pos_of[static_cast<size_t>(i)] + 1;
+      const int64_t p = pos_of[static_cast<size_t>(i)];
+      const int64_t seen = window > 0 ? std::min(window, p + 1) : p + 1;
+      max_len = std::max(max_len, seen);
+      total_len += seen;
     }
   const float* qp = q.data<const float>();
   const float* kp = k_pool.data<const float>();
@@ -91,10 +97,11 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
     scores.resize(static_cast<size_t>(nq * max_len));
     for (int64_t it = i0; it < i1; ++it) {
       const int64_t h0 = it / N * nq, i = it % N, kvh = h0 / group;
-      const int64_t b = seq_of[static_cast<size_t>(i)], len = pos_of[static_cast<size_t>(i)] + 1;
+      const int64_t b = seq_of[static_cast<size_t>(i)], pos = pos_of[static_cast<size_t>(i)];
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, len = pos - lo + 1;
       if (nq == 1) {
         HWY_DYNAMIC_DISPATCH(PagedAttendOne)(qp + i * qt + h0 * qh, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
-                                             tables + b * max_blocks, bs, len, hd, scale, scores.data(),
+                                             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(),
                                              op + i * ot + h0 * oh);
         continue;
       }
@@ -105,7 +112,7 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
         outs[j] = op + i * ot + (h0 + j) * oh;
       }
       HWY_DYNAMIC_DISPATCH(PagedAttendHeads)(nq, q_heads, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
-                                             tables + b * max_blocks, bs, len, hd, scale, scores.data(), outs);
+                                             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(), outs);
     }
   }, grain);
 }

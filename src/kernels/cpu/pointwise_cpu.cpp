@@ -1,5 +1,5 @@
 // Row-wise and element-wise CPU kernels in Highway SIMD: rms_norm, rope, softmax,
-// silu_mul, embedding, add. Each is memory-bound; SIMD keeps them a small share of a
+// silu_mul, gelu_tanh_mul, scale, embedding, add. Each is memory-bound; SIMD keeps them a small share of a
 // forward pass and the pool splits rows (or elements) when there is enough work.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/pointwise_cpu.cpp"
@@ -20,9 +20,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// out[d] = x[d] * inv_rms * w[d] for one row of length D.
+// out[d] = x[d] * inv_rms * (w[d] + offset) for one row of length D. Offset 0 multiplies by
+// w as stored (not by w + 0, which would turn a -0 weight into +0): Llama's bits unchanged.
 void RmsNormRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, int64_t D, float eps,
-                float* out) {
+                float offset, float* out) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   VF a0 = hn::Zero(df), a1 = hn::Zero(df);
@@ -41,9 +42,18 @@ void RmsNormRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, int64_
   const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
   const VF vinv = hn::Set(df, inv);
   d = 0;
+  if (offset == 0.0f) {
+    for (; d + L <= D; d += L)
+      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + d), vinv), hn::LoadU(df, w + d)), df, out + d);
+    for (; d < D; ++d) out[d] = x[d] * inv * w[d];
+    return;
+  }
+  // Gemma: (1 + w) in f32, then the normalised value times it.
+  const VF voff = hn::Set(df, offset);
   for (; d + L <= D; d += L)
-    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + d), vinv), hn::LoadU(df, w + d)), df, out + d);
-  for (; d < D; ++d) out[d] = x[d] * inv * w[d];
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + d), vinv), hn::Add(hn::LoadU(df, w + d), voff)), df,
+               out + d);
+  for (; d < D; ++d) out[d] = x[d] * inv * (w[d] + offset);
 }
 
 // In-place softmax of one contiguous row.
@@ -98,6 +108,45 @@ void SiluMul(const float* g, const float* HWY_RESTRICT u, int64_t n, float* out)
     hn::StoreU(SiluMulVec(df, hn::LoadU(df, gb), hn::LoadU(df, ub)), df, gb);
     std::memcpy(out + i, gb, bytes);
   }
+}
+
+// gelu_tanh(g) * u = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u, lane by lane.
+HWY_INLINE VF GeluTanhMulVec(DF df, VF gv, VF uv) {
+  const VF g3 = hn::Mul(hn::Mul(gv, gv), gv);
+  VF inner = hn::Mul(hn::Set(df, 0.7978845608028654f), hn::MulAdd(hn::Set(df, 0.044715f), g3, gv));
+  // tanh(+-9) is +-1 in f32; the clamp keeps g^3 overflowing to infinity out of Tanh.
+  inner = hn::Min(hn::Max(inner, hn::Set(df, -9.0f)), hn::Set(df, 9.0f));
+  const VF half_g = hn::Mul(hn::Set(df, 0.5f), gv);
+  return hn::Mul(hn::Mul(half_g, hn::Add(hn::Set(df, 1.0f), hn::Tanh(df, inner))), uv);
+}
+
+// out = gelu_tanh(g) * u over n elements (out may be g). The tail goes through the same
+// vector arithmetic padded to a whole vector, as in SiluMul and for the same reason: where
+// the tail falls moves with the number of rows, and a row's values must not.
+void GeluTanhMul(const float* g, const float* HWY_RESTRICT u, int64_t n, float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    hn::StoreU(GeluTanhMulVec(df, hn::LoadU(df, g + i), hn::LoadU(df, u + i)), df, out + i);
+  if (i < n) {
+    float gb[HWY_MAX_BYTES / sizeof(float)] = {}, ub[HWY_MAX_BYTES / sizeof(float)] = {};
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    std::memcpy(gb, g + i, bytes);
+    std::memcpy(ub, u + i, bytes);
+    hn::StoreU(GeluTanhMulVec(df, hn::LoadU(df, gb), hn::LoadU(df, ub)), df, gb);
+    std::memcpy(out + i, gb, bytes);
+  }
+}
+
+// out = x * s over n elements (out may be x).
+void Scale(const float* x, float s, int64_t n, float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const VF vs = hn::Set(df, s);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), vs), df, out + i);
+  for (; i < n; ++i) out[i] = x[i] * s;
 }
 
 void Add(const float* a, const float* b, int64_t n, float* out) {
@@ -200,6 +249,8 @@ namespace refit::cpu {
 HWY_EXPORT(RmsNormRow);
 HWY_EXPORT(SoftmaxRow);
 HWY_EXPORT(SiluMul);
+HWY_EXPORT(GeluTanhMul);
+HWY_EXPORT(Scale);
 HWY_EXPORT(Add);
 HWY_EXPORT(EmbeddingRow);
 HWY_EXPORT(RopeToken);
@@ -213,7 +264,7 @@ int64_t rows_grain(int64_t row_len) {
 }
 }  // namespace
 
-void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset) {
   init_cpu_isa();
   const int64_t T = x.size(0), D = x.size(1);
   const float* xp = x.data<const float>();
@@ -222,7 +273,7 @@ void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out)
   const int64_t ldx = x.stride(0), ldo = out.stride(0);
   parallel_for(T, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t)
-      HWY_DYNAMIC_DISPATCH(RmsNormRow)(xp + t * ldx, wp, D, eps, op + t * ldo);
+      HWY_DYNAMIC_DISPATCH(RmsNormRow)(xp + t * ldx, wp, D, eps, weight_offset, op + t * ldo);
   }, rows_grain(D));
 }
 
@@ -244,6 +295,25 @@ void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
   float* o = out.data<float>();
   parallel_for(gate.numel(), [&](int64_t i0, int64_t i1, int) {
     HWY_DYNAMIC_DISPATCH(SiluMul)(g + i0, u + i0, i1 - i0, o + i0);
+  }, kMinElementsPerChunk);
+}
+
+void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
+  init_cpu_isa();
+  const float* g = gate.data<const float>();
+  const float* u = up.data<const float>();
+  float* o = out.data<float>();
+  parallel_for(gate.numel(), [&](int64_t i0, int64_t i1, int) {
+    HWY_DYNAMIC_DISPATCH(GeluTanhMul)(g + i0, u + i0, i1 - i0, o + i0);
+  }, kMinElementsPerChunk);
+}
+
+void scale_hwy(const Tensor& x, float s, Tensor& out) {
+  init_cpu_isa();
+  const float* xp = x.data<const float>();
+  float* o = out.data<float>();
+  parallel_for(x.numel(), [&](int64_t i0, int64_t i1, int) {
+    HWY_DYNAMIC_DISPATCH(Scale)(xp + i0, s, i1 - i0, o + i0);
   }, kMinElementsPerChunk);
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/cpu/serve_kernels.h"
 #include "kernels/matmul_quantized.h"
 #include "kernels/op_fns.h"
+#include "kernels/op_names.h"
 #include "kernels/registry.h"
 
 namespace refit {
@@ -78,12 +79,13 @@ Kernel make(std::string op, std::string name, int priority, std::vector<ArgRule>
 
 }  // namespace
 
-void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
+void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
   cpu::init_cpu_isa();  // REFIT_CPU_ISA applies before any kernel runs
   constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16, i32 = DType::i32;
   constexpr Dense rows = Dense::rows, all = Dense::all;
 
-  registry.add(make("matmul", "matmul.cpu.f32_blas", 10,
+  if (f32_blas) {
+  registry.add(make(op_names::matmul, "matmul.cpu.f32_blas", 10,
                     {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                     "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
@@ -91,7 +93,7 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
   // Decode shapes: sgemm with one row runs at a fraction of memory bandwidth, the Highway
   // dot-product kernel streams the weights at full speed (bench/RESULTS.md).
   // Priority between OpenBLAS and the batch-invariant f32 kernel (serve_kernels.cpp).
-  Kernel f32_decode = make("matmul", "matmul.cpu.f32_hwy_decode", 15,
+  Kernel f32_decode = make(op_names::matmul, "matmul.cpu.f32_hwy_decode", 15,
                            {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true),
                             arg("out", {f32})},
                            {{0, rows}, {1, rows}, {2, all}, {3, rows}},
@@ -105,43 +107,56 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry) {
     return dense(args);
   };
   registry.add(std::move(f32_decode));
-  registry.add(make("matmul", "matmul.cpu.f16_bf16_hwy", 10,
+  }
+  registry.add(make(op_names::matmul, "matmul.cpu.f16_bf16_hwy", 10,
                     {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
                      arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, all}, {3, rows}},
                     "x, w, out: stride 1 along K/N; bias contiguous; batch-invariant",
                     kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy)));
-  registry.add(make("rms_norm", "rms_norm.cpu.hwy", 10,
+  registry.add(make(op_names::rms_norm, "rms_norm.cpu.hwy", 10,
                     {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
                     {{0, rows}, {1, all}, {2, rows}}, "rows of x, out dense; weight contiguous",
                     kernel_fn<kernels::RmsNormFn>(&cpu::rms_norm_hwy)));
-  registry.add(make("rope", "rope.cpu.hwy", 10,
+  registry.add(make(op_names::rope, "rope.cpu.hwy", 10,
                     {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
                     {{0, rows}, {2, rows}}, "x, cos_sin: stride 1 in the last dimension",
                     kernel_fn<kernels::RopeFn>(&cpu::rope_hwy)));
-  registry.add(make("softmax", "softmax.cpu.hwy", 10, {arg("x", {f32})}, {{0, all}},
+  registry.add(make(op_names::softmax, "softmax.cpu.hwy", 10, {arg("x", {f32})}, {{0, all}},
                     "x contiguous", kernel_fn<kernels::SoftmaxFn>(&cpu::softmax_hwy)));
-  registry.add(make("silu_mul", "silu_mul.cpu.hwy", 10,
+  registry.add(make(op_names::silu_mul, "silu_mul.cpu.hwy", 10,
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}, {2, all}}, "all contiguous",
                     kernel_fn<kernels::SiluMulFn>(&cpu::silu_mul_hwy)));
-  registry.add(make("embedding", "embedding.cpu.hwy", 10,
+  registry.add(make(op_names::gelu_tanh_mul, "gelu_tanh_mul.cpu.hwy", 10,
+                    {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    kernel_fn<kernels::GeluTanhMulFn>(&cpu::gelu_tanh_mul_hwy)));
+  registry.add(make(op_names::scale, "scale.cpu.hwy", 10, {arg("x", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}}, "all contiguous",
+                    kernel_fn<kernels::ScaleFn>(&cpu::scale_hwy)));
+  registry.add(make(op_names::embedding, "embedding.cpu.hwy", 10,
                     {arg("table", {f32, f16, bf16}), arg("ids", {i32}), arg("out", {f32})},
                     {{0, rows}, {2, rows}}, "table, out: stride 1 along D",
                     kernel_fn<kernels::EmbeddingFn>(&cpu::embedding_hwy)));
-  registry.add(make("add", "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
+  registry.add(make(op_names::add, "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}, {2, all}}, "all contiguous",
                     kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
-  registry.add(make("attention", "attention.cpu.hwy", 10,
+  registry.add(make(op_names::attention, "attention.cpu.hwy", 10,
                     {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
                     {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
                     "stride 1 along head_dim for q, k_cache, v_cache, out",
                     kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
 }
 
-void register_cpu_kernels(KernelRegistry& registry) {
-  cpu::register_core_cpu_kernels(registry);
-  register_serve_cpu_kernels(registry);  // paged attention, batch-invariant f32 matmul
+void register_cpu_kernels(KernelRegistry& registry) { register_cpu_kernels(registry, batch_invariant_f32_matmul()); }
+
+void register_cpu_kernels(KernelRegistry& registry, bool batch_invariant_f32_matmul) {
+  // One family of f32 matmul rows per mode: the batch-invariant Highway row, or OpenBLAS
+  // with the Highway decode row. Both at once would leave one family shadowed for every
+  // input (the same constraints), rows that dispatch could never choose.
+  cpu::register_core_cpu_kernels(registry, /*f32_blas=*/!batch_invariant_f32_matmul);
+  register_serve_cpu_kernels(registry, batch_invariant_f32_matmul);  // paged attention, invariant f32 matmul
   cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
   cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
   cpu::register_quantized_matmul_hwy_kernels(registry);  // the same in SIMD, preferred where they apply

@@ -3,10 +3,11 @@
 // Batch invariance (issue 8) needs every matmul row to be computed the same way whatever
 // the number of rows M. The Highway kernel (matmul_cpu.cpp) has that property for f32
 // weights too; OpenBLAS sgemm does not (it picks kernels and K blockings by M). So by
-// default the Highway kernel is registered for f32 weights at a priority above OpenBLAS,
-// making every f32 matmul in the process batch-invariant. REFIT_BATCH_INVARIANT=0 in the
-// environment at start-up (read once, like REFIT_CPU_ISA) registers it below OpenBLAS
-// instead: faster prefill, no invariance. bench/RESULTS.md records the cost.
+// default the Highway kernel is registered for f32 weights in place of OpenBLAS, making
+// every f32 matmul in the process batch-invariant. REFIT_BATCH_INVARIANT=0 in the
+// environment at start-up (read once, like REFIT_CPU_ISA) registers OpenBLAS (and the
+// Highway decode row) instead: faster prefill, no invariance. bench/RESULTS.md records
+// the cost.
 #include "kernels/cpu/serve_kernels.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op_fns.h"
+#include "kernels/op_names.h"
 #include "kernels/paged_attention.h"
 
 namespace refit {
@@ -61,11 +63,11 @@ bool batch_invariant_f32_matmul() {
   return on;
 }
 
-void register_serve_cpu_kernels(KernelRegistry& registry) {
+void register_serve_cpu_kernels(KernelRegistry& registry, bool invariant) {
   constexpr DType f32 = DType::f32, i32 = DType::i32;
 
   Kernel pa;
-  pa.op = "paged_attention";
+  pa.op = op_names::paged_attention;
   pa.name = "paged_attention.cpu.hwy";
   pa.device = DeviceType::cpu;
   pa.priority = 10;
@@ -78,17 +80,15 @@ void register_serve_cpu_kernels(KernelRegistry& registry) {
   pa.fn = reinterpret_cast<const void*>(static_cast<kernels::PagedAttentionFn>(&cpu::paged_attention_hwy));
   registry.add(std::move(pa));
 
-  const bool invariant = batch_invariant_f32_matmul();
+  if (!invariant) return;  // OpenBLAS and the decode row take f32 weights (register.cpp)
   Kernel mm;
-  mm.op = "matmul";
+  mm.op = op_names::matmul;
   mm.name = "matmul.cpu.f32_invariant";
   mm.device = DeviceType::cpu;
-  mm.priority = invariant ? 30 : 5;  // above f32_blas (10) and f32_hwy_decode (20)
+  mm.priority = 30;  // above the layout rows (transposed, strided fallback)
   mm.args = {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})};
   mm.constraint = dense({0, 1, 3}, {2}, {"x", "w", "bias", "out"});
-  mm.constraint_text = invariant
-                           ? "Highway, batch-invariant (default; REFIT_BATCH_INVARIANT=0 prefers OpenBLAS)"
-                           : "Highway, batch-invariant (below OpenBLAS: REFIT_BATCH_INVARIANT=0)";
+  mm.constraint_text = "Highway, batch-invariant (default; REFIT_BATCH_INVARIANT=0 registers OpenBLAS instead)";
   mm.fn = reinterpret_cast<const void*>(static_cast<kernels::MatmulFn>(&cpu::matmul_hwy));
   registry.add(std::move(mm));
 }
