@@ -59,13 +59,13 @@ std::string ftype_name(DType t) {
 
 // A decode step reads every parameter in full except the embedding table when the LM head
 // is untied: a lookup reads one row of it.
-bool lookup_only(const LlamaModel& model, const Parameter& p) {
+bool lookup_only(const Model& model, const Parameter& p) {
   return !model.config().tied_embeddings && p.name() == "model.embed_tokens.weight";
 }
 
 }  // namespace
 
-std::vector<ByteRegion> decode_read_regions(const LlamaModel& model) {
+std::vector<ByteRegion> decode_read_regions(const Model& model) {
   std::vector<ByteRegion> regions;
   for (const auto& p : model.parameters().all()) {
     if (lookup_only(model, *p) || p->data().device().type != DeviceType::cpu) continue;
@@ -75,7 +75,7 @@ std::vector<ByteRegion> decode_read_regions(const LlamaModel& model) {
   return regions;
 }
 
-BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename) {
+BenchModelInfo bench_model_info(const Model& model, const std::string& filename) {
   BenchModelInfo info;
   info.filename = filename;
   info.weight_dtype = model.weight_dtype();
@@ -140,7 +140,7 @@ uint64_t TokenBenchResult::stddev_ns() const {
   return static_cast<uint64_t>(bench_stddev(v));
 }
 
-TokenBenchResult run_token_bench(const LlamaModel& model, int n_prompt, int n_gen, int reps, uint32_t seed) {
+TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps, uint32_t seed) {
   const ModelConfig& c = model.config();
   if (n_prompt < 0 || n_gen < 0) fail("bench: -p and -n must not be negative (got {} and {})", n_prompt, n_gen);
   if (n_prompt == 0 && n_gen == 0) fail("bench: a test needs -p or -n above 0");

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama_model.h"
+#include "models/model.h"
 #include "benchmarks/memory_bandwidth.h"
 
 namespace refit {
@@ -30,11 +30,11 @@ struct BenchModelInfo {
   uint64_t decode_bytes_per_token = 0;
   DType weight_dtype = DType::f32;
 };
-BenchModelInfo bench_model_info(const LlamaModel& model, const std::string& filename);
+BenchModelInfo bench_model_info(const Model& model, const std::string& filename);
 // The bytes of decode_bytes_per_token that a step reads in full (every parameter's codes and
 // scales, without an untied embedding table), in place: what measure_read_gbs reads to
 // bound decode on its own pages.
-std::vector<ByteRegion> decode_read_regions(const LlamaModel& model);
+std::vector<ByteRegion> decode_read_regions(const Model& model);
 
 struct TokenBenchResult {
   int n_prompt = 0;
@@ -59,7 +59,7 @@ struct TokenBenchResult {
 
 // Runs one test (n_prompt and/or n_gen > 0) on `model` with the pool's current thread count.
 // `seed` seeds the random token ids. Throws when the test does not fit the context length.
-TokenBenchResult run_token_bench(const LlamaModel& model, int n_prompt, int n_gen, int reps,
+TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
                                  uint32_t seed = 0);
 
 // Mean and sample standard deviation as llama-bench computes them (0 for fewer than two).

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "synthetic/synthetic_checkpoint.h"
+#include "models/architecture.h"
 #include "synthetic/synthetic_model.h"
 
 namespace refit::cli {
@@ -28,7 +29,7 @@ struct SynthArgs {
 };
 
 int run_synth(const SynthArgs& a) {
-  const Architecture arch = architecture_from_name(a.arch);
+  const Architecture arch = find_architecture(a.arch).id;
   const ModelConfig config = synthetic_preset(arch, a.preset);
   SyntheticCheckpointOptions o;
   static const std::map<std::string, DType> kDTypes = {

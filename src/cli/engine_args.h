@@ -17,9 +17,10 @@ struct EngineArgs {
   std::string model, tokenizer, quant, layout;
   int threads = 0;
   int tp = 1;
+  int64_t max_model_len = 0;
 };
 
-// -m/--model, --tokenizer, -t/--threads, --tp, --quant, --layout.
+// -m/--model, --tokenizer, -t/--threads, --tp, --quant, --layout, -c/--max-model-len.
 void add_engine_args(CLI::App& sub, EngineArgs& args);
 
 // EngineOptions for `args`; under --tp N the MPI communicator of the `mpirun -np N`

@@ -7,6 +7,33 @@
 #include "kernels/ops.h"
 
 namespace refit {
+namespace {
+
+// Sources that are consecutive row ranges of one checkpoint tensor, landing on
+// consecutive local rows, are one sub-shard: a tensor stored fused (Phi-3's qkv_proj) then
+// loads as the single tensor a trainer sends. Ranges that are not consecutive (a fused
+// tensor split across tensor-parallel ranks) would need several sub-shards of one
+// checkpoint tensor, which parameters do not support yet.
+void merge_fused_checkpoint_rows(std::vector<SubShard>& shards, const std::string& name) {
+  std::vector<SubShard> merged;
+  for (SubShard& s : shards) {
+    if (!merged.empty() && merged.back().checkpoint_name == s.checkpoint_name) {
+      SubShard& m = merged.back();
+      if (m.slice_start + m.slice_length != s.slice_start || m.local_row_offset + m.local_rows != s.local_row_offset)
+        fail("{}: the checkpoint stores {} fused; splitting a fused checkpoint tensor across tensor-parallel "
+             "ranks is not supported",
+             name, s.checkpoint_name);
+      m.slice_length += s.slice_length;
+      m.local_rows += s.local_rows;
+      if (m.slice_start == 0 && m.slice_length == m.checkpoint_shape[0]) m.split_dim = -1;
+      continue;
+    }
+    merged.push_back(std::move(s));
+  }
+  shards = std::move(merged);
+}
+
+}  // namespace
 
 Linear Linear::column(ParameterSet& params, const std::string& name, std::vector<LinearSource> sources,
                       int64_t in_features, bool bias, DType dtype, const TensorParallel& tp,
@@ -22,13 +49,18 @@ Linear Linear::column(ParameterSet& params, const std::string& name, std::vector
       fail("{}: {} rows are not whole units of {}", s.checkpoint_prefix, s.out_features, s.unit_rows);
     auto [first_unit, units] = split_units(s.out_features / s.unit_rows, rank, world, s.checkpoint_prefix);
     const int64_t start = first_unit * s.unit_rows, rows = units * s.unit_rows;
-    const int64_t split = world > 1 ? 0 : -1;
-    weight_shards.push_back({s.checkpoint_prefix + ".weight", {s.out_features, in_features}, split, start, rows,
-                             offset, rows});
-    bias_shards.push_back({s.checkpoint_prefix + ".bias", {s.out_features}, split, start, rows, offset, rows});
+    const int64_t total = s.checkpoint_rows > 0 ? s.checkpoint_rows : s.out_features;
+    const bool whole = world == 1 && s.checkpoint_row0 == 0 && total == s.out_features;
+    const int64_t split = whole ? -1 : 0;
+    weight_shards.push_back({s.checkpoint_prefix + ".weight", {total, in_features}, split,
+                             s.checkpoint_row0 + start, rows, offset, rows});
+    bias_shards.push_back({s.checkpoint_prefix + ".bias", {total}, split, s.checkpoint_row0 + start, rows, offset,
+                           rows});
     l.local_rows_.push_back(rows);
     offset += rows;
   }
+  merge_fused_checkpoint_rows(weight_shards, name);
+  merge_fused_checkpoint_rows(bias_shards, name);
   l.local_out_ = offset;
   l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{offset, in_features}, dtype,
                                                       weight_shards, rank, world));

@@ -33,8 +33,12 @@ enum class ParallelStyle : uint8_t { replicated, column, row };
 // One checkpoint tensor feeding (part of) a linear layer's rows.
 struct LinearSource {
   std::string checkpoint_prefix;  // "model.layers.0.self_attn.q_proj" (+ ".weight"/".bias")
-  int64_t out_features;           // rows in the checkpoint
+  int64_t out_features;           // rows this source contributes
   int64_t unit_rows = 1;          // rows per unit that must stay together (a head)
+  // A source may be a row range of a tensor the checkpoint stores fused (Phi-3's
+  // qkv_proj): its first row there, and that tensor's row count (0: out_features).
+  int64_t checkpoint_row0 = 0;
+  int64_t checkpoint_rows = 0;
 };
 
 class Linear {

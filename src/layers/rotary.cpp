@@ -4,15 +4,17 @@
 
 namespace refit {
 
-std::vector<double> rope_frequencies(const ModelConfig& c) {
-  const int64_t rot = c.rotary_dim();
+std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
+  const int64_t rot = c.dim;
+  const RopeScaling& s = c.scaling;
+  const std::vector<float>& longrope =
+      context > s.original_max_position ? s.long_factors : s.short_factors;
   std::vector<double> freqs(rot / 2);
   for (int64_t i = 0; i < rot / 2; ++i) {
-    double f = std::pow(static_cast<double>(c.rope_theta), -2.0 * i / rot);
-    if (c.rope_scaling.enabled) {
+    double f = std::pow(static_cast<double>(c.theta), -2.0 * i / rot);
+    if (s.kind == RopeScalingKind::llama3) {
       // Hugging Face's _compute_llama3_parameters: long wavelengths are slowed by
       // `factor`, short ones kept, the band between interpolated smoothly.
-      const auto& s = c.rope_scaling;
       const double old_len = static_cast<double>(s.original_max_position);
       const double low_wavelen = old_len / s.low_freq_factor;
       const double high_wavelen = old_len / s.high_freq_factor;
@@ -23,24 +25,29 @@ std::vector<double> rope_frequencies(const ModelConfig& c) {
         double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1 - smooth) * f / s.factor + smooth * f;
       }
+    } else if (s.kind == RopeScalingKind::linear) {
+      f /= s.factor;
+    } else if (s.kind == RopeScalingKind::longrope) {
+      f /= longrope[static_cast<size_t>(i)];
     }
-    if (!c.rope_freq_factors.empty()) f /= c.rope_freq_factors[i];
+    if (!c.freq_factors.empty()) f /= c.freq_factors[i];
     freqs[i] = f;
   }
   return freqs;
 }
 
-Tensor rope_cos_sin_table(const ModelConfig& c, int64_t max_positions) {
-  const int64_t rot = c.rotary_dim(), half = rot / 2;
-  std::vector<double> freqs = rope_frequencies(c);
+Tensor rope_cos_sin_table(const RopeConfig& c, int64_t max_positions) {
+  const int64_t rot = c.dim, half = rot / 2;
+  std::vector<double> freqs = rope_frequencies(c, max_positions);
+  const float mscale = c.scaling.kind == RopeScalingKind::longrope ? c.scaling.attention_factor : 1.0f;
   Tensor table = Tensor::empty({max_positions, rot}, DType::f32);
   float* t = table.data<float>();
   for (int64_t p = 0; p < max_positions; ++p)
     for (int64_t i = 0; i < half; ++i) {
       // f32 angle as llama2.c and ggml compute it, so long positions round alike.
       const float angle = static_cast<float>(p) * static_cast<float>(freqs[i]);
-      t[p * rot + i] = std::cos(angle);
-      t[p * rot + half + i] = std::sin(angle);
+      t[p * rot + i] = std::cos(angle) * mscale;
+      t[p * rot + half + i] = std::sin(angle) * mscale;
     }
   return table;
 }

@@ -1,37 +1,53 @@
 #include "models/model_config.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "models/architecture.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 
-const char* architecture_name(Architecture a) {
+const char* architecture_name(Architecture a) { return architecture_def(a).name; }
+
+const char* activation_name(Activation a) {
   switch (a) {
-    case Architecture::llama: return "llama";
-    case Architecture::mistral: return "mistral";
-    case Architecture::qwen2: return "qwen2";
-    case Architecture::qwen3: return "qwen3";
+    case Activation::silu: return "silu";
+    case Activation::gelu_tanh: return "gelu_pytorch_tanh";
   }
   return "?";
 }
 
-Architecture architecture_from_name(const std::string& name) {
-  if (name == "llama" || name == "LlamaForCausalLM") return Architecture::llama;
-  if (name == "mistral" || name == "MistralForCausalLM") return Architecture::mistral;
-  if (name == "qwen2" || name == "Qwen2ForCausalLM") return Architecture::qwen2;
-  if (name == "qwen3" || name == "Qwen3ForCausalLM") return Architecture::qwen3;
-  fail("unsupported architecture '{}' (refit runs llama, mistral, qwen2, qwen3)", name);
+float ModelConfig::softmax_scale() const {
+  return attention_scale > 0 ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
-namespace {
-// Architecture traits that are data, not code.
-void apply_architecture_defaults(ModelConfig& c) {
-  c.qkv_bias = c.arch == Architecture::qwen2;
-  c.qk_norm = c.arch == Architecture::qwen3;
+LayerConfig ModelConfig::layer(int64_t l) const {
+  if (!layers.empty()) return layers.at(static_cast<size_t>(l));
+  LayerConfig lc;
+  lc.window = sliding_window;
+  lc.rope.style = rope_style;
+  lc.rope.theta = rope_theta;
+  lc.rope.dim = rotary_dim();
+  lc.rope.scaling = rope_scaling;
+  lc.rope.freq_factors = rope_freq_factors;
+  lc.norms = norms;
+  lc.qk_norm = qk_norm;
+  lc.activation = activation;
+  return lc;
 }
-}  // namespace
+
+int64_t ModelConfig::max_window() const {
+  int64_t w = 0;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const int64_t lw = layer(l).window;
+    if (lw <= 0) return 0;
+    w = std::max(w, lw);
+  }
+  return w;
+}
 
 void ModelConfig::validate(const std::string& source) const {
   auto positive = [&](int64_t v, const char* name) {
@@ -48,24 +64,84 @@ void ModelConfig::validate(const std::string& source) const {
   if (n_heads % n_kv_heads != 0)
     fail("{}: {} attention heads are not a multiple of {} key/value heads", source, n_heads,
          n_kv_heads);
-  if (rotary_dim() > head_dim || rotary_dim() % 2 != 0)
-    fail("{}: rotary dimension {} must be even and at most the head dimension {}", source,
-         rotary_dim(), head_dim);
-  if (!rope_freq_factors.empty() && static_cast<int64_t>(rope_freq_factors.size()) != rotary_dim() / 2)
-    fail("{}: rope_freqs has {} entries, expected {}", source, rope_freq_factors.size(),
-         rotary_dim() / 2);
+  if (!layers.empty() && static_cast<int64_t>(layers.size()) != n_layers)
+    fail("{}: {} per-layer settings for {} layers", source, layers.size(), n_layers);
   if (!(rms_eps > 0)) fail("{}: rms_norm_eps must be positive", source);
-  if (!(rope_theta > 0)) fail("{}: rope_theta must be positive", source);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const LayerConfig lc = layer(l);
+    const RopeConfig& r = lc.rope;
+    if (r.dim > head_dim || r.dim <= 0 || r.dim % 2 != 0)
+      fail("{}: rotary dimension {} must be even, positive and at most the head dimension {}", source, r.dim,
+           head_dim);
+    if (!r.freq_factors.empty() && static_cast<int64_t>(r.freq_factors.size()) != r.dim / 2)
+      fail("{}: rope_freqs has {} entries, expected {}", source, r.freq_factors.size(), r.dim / 2);
+    if (r.scaling.kind == RopeScalingKind::longrope &&
+        (static_cast<int64_t>(r.scaling.short_factors.size()) != r.dim / 2 ||
+         static_cast<int64_t>(r.scaling.long_factors.size()) != r.dim / 2))
+      fail("{}: longrope has {} short and {} long factors, expected {} each (rotary dimension / 2)", source,
+           r.scaling.short_factors.size(), r.scaling.long_factors.size(), r.dim / 2);
+    if ((r.scaling.kind == RopeScalingKind::linear || r.scaling.kind == RopeScalingKind::llama3) &&
+        !(r.scaling.factor > 0))
+      fail("{}: rope_scaling factor must be positive", source);
+    if (!(r.theta > 0)) fail("{}: rope_theta must be positive", source);
+    if (lc.window < 0) fail("{}: layer {} has a negative sliding window {}", source, l, lc.window);
+  }
 }
 
 int64_t ModelConfig::n_params() const {
-  int64_t per_layer = dim * q_dim() + 2 * dim * kv_dim() + q_dim() * dim + 3 * dim * ffn_dim + 2 * dim;
-  if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
-  if (qk_norm) per_layer += 2 * head_dim;
-  int64_t total = n_layers * per_layer + vocab_size * dim + dim;
-  if (!tied_embeddings) total += vocab_size * dim;
+  int64_t total = 0;
+  for (const TensorSpec& s : model_tensor_specs(*this)) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    total += n;
+  }
   return total;
 }
+
+namespace {
+
+// Hugging Face rope_scaling (or rope_parameters): the kinds every architecture may use.
+void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
+  const char* key = j.contains("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (!j.contains(key) || !j[key].is_object()) return;
+  const auto& rs = j[key];
+  const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+  RopeScaling& s = c.rope_scaling;
+  if (rs.contains("rope_theta") && rs["rope_theta"].is_number()) c.rope_theta = rs["rope_theta"].get<float>();
+  if (type == "llama3") {
+    s.kind = RopeScalingKind::llama3;
+    s.factor = rs.value("factor", 8.0f);
+    s.low_freq_factor = rs.value("low_freq_factor", 1.0f);
+    s.high_freq_factor = rs.value("high_freq_factor", 4.0f);
+    s.original_max_position = rs.value("original_max_position_embeddings", int64_t{8192});
+  } else if (type == "linear") {
+    s.kind = RopeScalingKind::linear;
+    s.factor = rs.value("factor", 1.0f);
+  } else if (type == "longrope" || type == "su") {
+    const int64_t original = j.value("original_max_position_embeddings",
+                                     rs.value("original_max_position_embeddings", int64_t{0}));
+    if (original <= 0)
+      throw FormatError(fmt::format("{}: longrope needs original_max_position_embeddings", source));
+    for (const char* list : {"short_factor", "long_factor"})
+      if (!rs.contains(list) || !rs[list].is_array())
+        throw FormatError(fmt::format("{}: rope_scaling.{} must be a list of numbers", source, list));
+    s.kind = RopeScalingKind::longrope;
+    s.original_max_position = original;
+    s.short_factors = rs["short_factor"].get<std::vector<float>>();
+    s.long_factors = rs["long_factor"].get<std::vector<float>>();
+    // transformers' _compute_longrope_parameters: from the trained context, whatever the
+    // served one.
+    const double scale = static_cast<double>(c.max_seq_len) / static_cast<double>(original);
+    s.attention_factor = rs.contains("attention_factor") && rs["attention_factor"].is_number()
+                             ? rs["attention_factor"].get<float>()
+                         : scale <= 1.0 ? 1.0f
+                                        : static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original)));
+  } else if (!type.empty() && type != "default") {
+    throw FormatError(fmt::format("{}: rope_scaling type '{}' is not supported", source, type));
+  }
+}
+
+}  // namespace
 
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source) {
   nlohmann::json j;
@@ -75,6 +151,13 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
     throw FormatError(fmt::format("{}: invalid JSON: {}", source, e.what()));
   }
   if (!j.is_object()) throw FormatError(fmt::format("{}: expected a JSON object", source));
+  // Multimodal wrappers (Gemma3ForConditionalGeneration) keep the text model's fields here.
+  if (j.contains("text_config") && j["text_config"].is_object()) {
+    nlohmann::json text = j["text_config"];
+    for (const char* k : {"architectures", "torch_dtype", "dtype", "tie_word_embeddings"})
+      if (j.contains(k) && !text.contains(k)) text[k] = j[k];
+    j = std::move(text);
+  }
   auto get_int = [&](const char* key, std::optional<int64_t> fallback = {}) -> int64_t {
     if (!j.contains(key) || j[key].is_null()) {
       if (fallback) return *fallback;
@@ -89,7 +172,6 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
     if (!j[key].is_number()) throw FormatError(fmt::format("{}: '{}' must be a number", source, key));
     return j[key].get<float>();
   };
-  ModelConfig c;
   std::string arch_name;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
@@ -98,8 +180,9 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
     arch_name = j["model_type"].get<std::string>();
   else
     throw FormatError(fmt::format("{}: neither 'architectures' nor 'model_type' is given", source));
-  c.arch = architecture_from_name(arch_name);
-  apply_architecture_defaults(c);
+  const ArchitectureDef& arch = find_architecture(arch_name);
+  ModelConfig c;
+  c.arch = arch.id;
   c.dim = get_int("hidden_size");
   c.n_layers = get_int("num_hidden_layers");
   c.n_heads = get_int("num_attention_heads");
@@ -112,38 +195,26 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   c.rope_theta = get_float("rope_theta", 10000.0);
   c.rope_style = ops::RopeStyle::neox;  // HF checkpoints use rotate_half
   c.tied_embeddings = j.value("tie_word_embeddings", false);
-  if (j.contains("attention_bias") && j["attention_bias"].is_boolean())
-    c.qkv_bias = j["attention_bias"].get<bool>() || c.arch == Architecture::qwen2;
+  if (j.contains("attention_bias") && j["attention_bias"].is_boolean()) c.qkv_bias = j["attention_bias"].get<bool>();
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_id = j["bos_token_id"].get<int32_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_id = j["eos_token_id"].get<int32_t>();
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const auto& rs = j["rope_scaling"];
-    std::string type = rs.value("rope_type", rs.value("type", std::string()));
-    if (type == "llama3") {
-      c.rope_scaling.enabled = true;
-      c.rope_scaling.factor = rs.value("factor", 8.0f);
-      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
-      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
-      c.rope_scaling.original_max_position = rs.value("original_max_position_embeddings", int64_t{8192});
-    } else if (!type.empty() && type != "default") {
-      throw FormatError(fmt::format("{}: rope_scaling type '{}' is not supported", source, type));
-    }
-  }
-  std::string torch_dtype = j.value("torch_dtype", std::string("float32"));
+  read_hf_rope_scaling(j, c, source);
+  std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
   c.weight_dtype = torch_dtype == "bfloat16" ? DType::bf16
                    : torch_dtype == "float16" ? DType::f16 : DType::f32;
+  if (arch.configure_hf) arch.configure_hf(j, c, source);
   c.validate(source);
   return c;
 }
 
 ModelConfig config_from_gguf(const GgufMetadata& m) {
+  const std::string arch_name = m.require_string("general.architecture");
+  const ArchitectureDef& arch = find_architecture(arch_name);
   ModelConfig c;
-  const std::string arch = m.require_string("general.architecture");
-  c.arch = architecture_from_name(arch);
-  apply_architecture_defaults(c);
-  auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  c.arch = arch.id;
+  auto key = [&](const char* suffix) { return arch_name + "." + suffix; };
   c.dim = m.require_u32(key("embedding_length"));
   c.n_layers = m.require_u32(key("block_count"));
   c.n_heads = m.require_u32(key("attention.head_count"));
@@ -154,14 +225,16 @@ ModelConfig config_from_gguf(const GgufMetadata& m) {
   c.rms_eps = m.get_f32(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
   c.rope_theta = m.get_f32(key("rope.freq_base")).value_or(10000.0f);
   c.rope_dim = m.get_u32(key("rope.dimension_count")).value_or(0);
-  // llama.cpp runs llama/mistral with adjacent-pair ("NORM") rope on q/k rows its
-  // converter permuted; the loader permutes them back to Hugging Face order, where
-  // rotate_half ("neox") is the same rotation. Qwen files are in that order already.
   c.rope_style = ops::RopeStyle::neox;
+  if (auto type = m.get_string(key("rope.scaling.type")); type && *type == "linear") {
+    c.rope_scaling.kind = RopeScalingKind::linear;
+    c.rope_scaling.factor = m.get_f32(key("rope.scaling.factor")).value_or(1.0f);
+  }
   if (auto tokens = m.find_array_strings("tokenizer.ggml.tokens")) c.vocab_size = tokens->size();
   c.vocab_size = m.get_u32(key("vocab_size")).value_or(static_cast<uint32_t>(c.vocab_size));
   if (auto bos = m.get_u32("tokenizer.ggml.bos_token_id")) c.bos_id = *bos;
   if (auto eos = m.get_u32("tokenizer.ggml.eos_token_id")) c.eos_id = *eos;
+  if (arch.configure_gguf) arch.configure_gguf(m, c);
   // vocab_size may still be 0 here; the loader fills it from token_embd's shape.
   return c;
 }

@@ -1,6 +1,8 @@
-// Hyper-parameters of a Llama-family model. The architectures refit runs (Llama 1/2/3,
-// Mistral, Qwen2, Qwen3, llama2.c) differ only in the fields below; the forward pass
-// reads them as data instead of branching per architecture name.
+// Hyper-parameters of a decoder-only transformer: the model-wide sizes, and per layer
+// the settings that differ between architectures (attention window, rope, norm
+// placement, FFN kind, activation). The forward pass reads them as data; it never
+// branches on an architecture's name. Each architecture (models/*_architecture.cpp)
+// fills them from a Hugging Face config.json or GGUF metadata.
 #pragma once
 
 #include <cstdint>
@@ -8,23 +10,36 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/ops.h"
+#include "layers/rotary.h"
 
 namespace refit {
 
 class GgufMetadata;
 
-enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3 };
+enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3, gemma3, phi3 };
 const char* architecture_name(Architecture a);
-Architecture architecture_from_name(const std::string& name);  // throws naming the name
 
-// Llama-3 style frequency-dependent rope scaling (HF rope_scaling.rope_type == "llama3").
-struct RopeScaling {
-  bool enabled = false;
-  float factor = 8.0f;
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  int64_t original_max_position = 8192;
+// Where a block normalises around its attention and its FFN.
+enum class NormPlacement : uint8_t {
+  pre,       // x += f(norm(x))                    (Llama)
+  sandwich,  // x += post_norm(f(norm(x)))         (Gemma 2/3: both)
+};
+enum class FfnKind : uint8_t { dense };
+enum class Activation : uint8_t {
+  silu,       // SwiGLU: silu(gate) * up
+  gelu_tanh,  // GeGLU with PyTorch's tanh-approximated GELU (Gemma)
+};
+const char* activation_name(Activation a);
+
+// What one layer computes; sizes are model-wide.
+struct LayerConfig {
+  int64_t window = 0;  // sliding-window attention over this many positions (itself included); 0: full
+  RopeConfig rope;
+  NormPlacement norms = NormPlacement::pre;
+  bool qk_norm = false;  // RMSNorm over each head of q and k before rope (Qwen3, Gemma 3)
+  FfnKind ffn = FfnKind::dense;
+  Activation activation = Activation::silu;
+  bool operator==(const LayerConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -33,19 +48,29 @@ struct ModelConfig {
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // grouped-query attention when < n_heads
-  int64_t head_dim = 0;    // usually dim / n_heads (Qwen3 may differ)
+  int64_t head_dim = 0;    // usually dim / n_heads (Qwen3, Gemma 3 may differ)
   int64_t ffn_dim = 0;     // intermediate size
   int64_t vocab_size = 0;
   int64_t max_seq_len = 2048;  // context length
   float rms_eps = 1e-5f;
+  // Model-wide defaults of the per-layer settings: every layer uses them unless
+  // `layers` is given (an architecture with layers that differ fills it).
   float rope_theta = 10000.0f;
   int64_t rope_dim = 0;  // rotated dims per head; 0 means head_dim
   ops::RopeStyle rope_style = ops::RopeStyle::neox;
   RopeScaling rope_scaling;
   std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight: divides each frequency
+  bool qk_norm = false;  // Qwen3
+  int64_t sliding_window = 0;  // Mistral's sliding_window on every layer; 0: none
+  Activation activation = Activation::silu;
+  NormPlacement norms = NormPlacement::pre;
+  std::vector<LayerConfig> layers;  // empty, or one per layer
+
   bool qkv_bias = false;  // Qwen2
-  bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k before rope
   bool tied_embeddings = false;
+  float embedding_scale = 1.0f;     // Gemma: token embeddings times sqrt(dim)
+  float norm_weight_offset = 0.0f;  // Gemma: RMSNorm multiplies by (1 + w)
+  float attention_scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   int32_t bos_id = 1;
   int32_t eos_id = 2;
   DType weight_dtype = DType::f32;  // dtype of the checkpoint's matmul weights (informational)
@@ -53,14 +78,19 @@ struct ModelConfig {
   int64_t rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  float softmax_scale() const;
+  // Layer l's settings: layers[l], or the model-wide defaults.
+  LayerConfig layer(int64_t l) const;
+  // The longest window any layer has (0 when some layer attends to everything).
+  int64_t max_window() const;
   // Throws naming the first inconsistent field (zero sizes, heads not dividing, ...).
   void validate(const std::string& source) const;
-  int64_t n_params() const;  // matmul + embedding + norm parameters
+  int64_t n_params() const;  // every tensor of the architecture's table
 };
 
 // From a Hugging Face config.json (text). `source` names the file in errors.
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source);
-// From GGUF metadata ("llama.*", "qwen2.*", "qwen3.*" keys).
+// From GGUF metadata ("<arch>.*" keys).
 ModelConfig config_from_gguf(const GgufMetadata& metadata);
 
 }  // namespace refit

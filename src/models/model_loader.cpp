@@ -8,7 +8,7 @@
 #include "core/float_formats.h"
 #include "kernels/interleave_4x16.h"
 #include "kernels/cpu/matmul_int8_dot.h"
-#include "models/tensor_names.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 namespace {
@@ -116,6 +116,13 @@ Tensor decode_hf_fp8(const HfFolder& hf, const std::string& name, const Tensor& 
   return out;
 }
 
+// The first layer's first matmul weight: its dtype is the checkpoint's weight dtype.
+TensorSpec first_matmul(const ModelConfig& c) {
+  for (const TensorSpec& s : model_tensor_specs(c))
+    if (s.role == TensorRole::matmul && s.layer == 0) return s;
+  fail("architecture {} has no matmul weight", architecture_name(c.arch));
+}
+
 }  // namespace
 
 ModelConfig read_model_config(const Checkpoint& ck) {
@@ -130,7 +137,13 @@ ModelConfig read_model_config(const Checkpoint& ck) {
         throw FormatError(fmt::format("{}: token_embd.weight must be 2-d", g.path()));
       c.vocab_size = embd->shape[0];
       c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
-      if (const GgufTensorInfo* q = g.find_tensor("blk.0.attn_q.weight")) c.weight_dtype = dtype_of_ggml(q->type);
+      if (const GgufTensorInfo* q = g.find_tensor(first_matmul(c).gguf_name)) c.weight_dtype = dtype_of_ggml(q->type);
+      // LongRoPE (Phi-3): per-frequency factors for within and beyond the original context.
+      if (g.find_tensor("rope_factors_long.weight") && g.find_tensor("rope_factors_short.weight")) {
+        c.rope_scaling.kind = RopeScalingKind::longrope;
+        c.rope_scaling.short_factors = g.dequantize("rope_factors_short.weight").to_floats();
+        c.rope_scaling.long_factors = g.dequantize("rope_factors_long.weight").to_floats();
+      }
       if (g.find_tensor("rope_freqs.weight")) {
         Tensor f = g.dequantize("rope_freqs.weight");
         c.rope_freq_factors = f.to_floats();
@@ -143,9 +156,10 @@ ModelConfig read_model_config(const Checkpoint& ck) {
       const HfFolder* hf = ck.hf();
       if (!hf) fail("{}: a lone .safetensors file has no config.json; pass its folder", ck.path());
       c = config_from_hf_json(hf->config().dump(), hf->path() + "/config.json");
-      if (!hf->has_tensor("lm_head.weight")) c.tied_embeddings = true;
-      if (hf->has_tensor("model.layers.0.self_attn.q_proj.weight")) {
-        DType dt = hf->tensor_info("model.layers.0.self_attn.q_proj.weight").dtype;
+      if (!hf->has_tensor(hf_tensor_name(c, TensorSlot::output))) c.tied_embeddings = true;
+      const std::string q = first_matmul(c).hf_name;
+      if (hf->has_tensor(q)) {
+        DType dt = hf->tensor_info(q).dtype;
         c.weight_dtype = (dt == DType::bf16 || dt == DType::f16) ? dt : DType::f32;
       }
       break;
@@ -163,7 +177,8 @@ CheckpointWeights::CheckpointWeights(const Checkpoint& checkpoint, const ModelCo
   if (checkpoint.format() == CheckpointFormat::gguf)
     for (const TensorSpec& s : model_tensor_specs(config)) {
       gguf_names_[s.hf_name] = s.gguf_name;
-      if (s.gguf_rope_permute_heads > 0) gguf_permute_heads_[s.hf_name] = s.gguf_rope_permute_heads;
+      if (s.gguf_rope_permute_heads > 0 || s.gguf_offset != 0.0f)
+        gguf_changes_[s.hf_name] = {s.gguf_rope_permute_heads, s.gguf_offset};
     }
 }
 
@@ -177,11 +192,8 @@ Tensor CheckpointWeights::find(const std::string& name) const {
       const GgufTensorInfo* info = g.find_tensor(it->second);
       if (!info) return Tensor();
       Tensor t = is_plain_ggml(info->type) ? g.tensor(it->second) : g.dequantize(it->second);
-      // llama.cpp's converter permuted q/k rows for its adjacent-pair rope; undo it so
-      // parameters hold Hugging Face order (refit's canonical form) and use rotate_half.
-      auto permute = gguf_permute_heads_.find(name);
-      if (permute != gguf_permute_heads_.end()) t = permute_rows_for_gguf_rope(t, permute->second, true);
-      return t;
+      auto change = gguf_changes_.find(name);
+      return change == gguf_changes_.end() ? t : undo_gguf_change(t, change->second);
     }
     case CheckpointFormat::hf_folder:
     case CheckpointFormat::safetensors:
@@ -201,8 +213,9 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
     if (it == gguf_names_.end()) return false;
     const GgufTensorInfo* info = checkpoint_.gguf()->find_tensor(it->second);
     if (!info) return false;
-    const bool permuted = gguf_permute_heads_.count(name) > 0;
-    if (is_plain_ggml(info->type) && !permuted) {
+    auto change_it = gguf_changes_.find(name);
+    const bool changed = change_it != gguf_changes_.end();
+    if (is_plain_ggml(info->type) && !changed) {
       out->view = checkpoint_.gguf()->tensor(it->second);
       return true;
     }
@@ -213,10 +226,10 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
     const GgufFile* file = checkpoint_.gguf();
     const std::string gguf_name = it->second;
     const bool plain = is_plain_ggml(info->type);
-    const int64_t heads = permuted ? gguf_permute_heads_.at(name) : 0;
-    out->produce = [file, gguf_name, plain, heads] {
+    const GgufChangeToUndo change = changed ? change_it->second : GgufChangeToUndo{};
+    out->produce = [file, gguf_name, plain, change] {
       Tensor t = plain ? file->tensor(gguf_name) : file->dequantize(gguf_name);
-      return heads > 0 ? permute_rows_for_gguf_rope(t, heads, true) : t;
+      return undo_gguf_change(t, change);
     };
     return true;
   }
@@ -224,7 +237,22 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
   return out->view.defined();
 }
 
-void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& options) {
+Tensor undo_gguf_change(const Tensor& t, const GgufChangeToUndo& change) {
+  Tensor out = t;
+  // llama.cpp's converter permuted q/k rows for its adjacent-pair rope; undo it so
+  // parameters hold Hugging Face order (refit's canonical form) and use rotate_half.
+  if (change.rope_permute_heads > 0) out = permute_rows_for_gguf_rope(out, change.rope_permute_heads, true);
+  // Gemma's converter stored norm weights as (1 + w): the parameter holds w.
+  if (change.offset != 0.0f) {
+    Tensor f = Tensor::empty(out.shape(), DType::f32);
+    const std::vector<float> values = out.to_floats();
+    for (size_t i = 0; i < values.size(); ++i) f.data<float>()[i] = values[i] - change.offset;
+    out = f;
+  }
+  return out;
+}
+
+void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options) {
   const ParameterSet& params = model.parameters();
   const std::vector<std::string> names = params.checkpoint_names();
   CheckpointWeights weights(ck, model.config());
@@ -248,7 +276,7 @@ void load_weights(LlamaModel& model, const Checkpoint& ck, const LoadOptions& op
   }
 }
 
-void apply_weight_layout(LlamaModel& model, const std::string& layout) {
+void apply_weight_layout(Model& model, const std::string& layout) {
   std::vector<LayoutTransform> transforms;
   // "auto" (the default): each weight in the layout its fastest kernel reads. Today that
   // is the interleave for q8_0-w8a8 codes where the AVX-512 VNNI kernel runs (prefill
@@ -264,23 +292,33 @@ void apply_weight_layout(LlamaModel& model, const std::string& layout) {
     transforms = {LayoutTransform::interleave_4x16};
   else if (!automatic && layout != "plain")
     fail("unknown weight layout '{}' (use auto, plain, transpose, shuffle16x16 or interleave4x16)", layout);
+  const std::string embedding = hf_tensor_name(model.config(), TensorSlot::token_embd);
   for (LayoutTransform t : transforms)
     for (const auto& p : model.parameters().all()) {
-      if (p->local_shape().size() != 2 || p->name() == "model.embed_tokens.weight") continue;
+      if (p->local_shape().size() != 2 || p->name() == embedding) continue;
       // Rows shorter than one run of 16 blocks are the same bytes interleaved: left plain.
       if (automatic && p->local_shape()[1] < kInterleaveRun) continue;
       if (p->transform_unsupported_reason(t).empty()) p->apply_transform(t);
     }
 }
 
-std::unique_ptr<LlamaModel> load_model(const Checkpoint& ck, const LoadOptions& options) {
+void limit_context(ModelConfig& config, int64_t max_model_len, const std::string& source) {
+  if (max_model_len == 0) return;
+  if (max_model_len < 0 || max_model_len > config.max_seq_len)
+    fail("{}: max_model_len {} must be positive and at most the model's context of {} positions", source,
+         max_model_len, config.max_seq_len);
+  config.max_seq_len = max_model_len;
+}
+
+std::unique_ptr<Model> load_model(const Checkpoint& ck, const LoadOptions& options) {
   ModelConfig config = read_model_config(ck);
-  auto model = std::make_unique<LlamaModel>(config, config.weight_dtype, options.tensor_parallel);
+  limit_context(config, options.max_model_len, ck.path());
+  auto model = create_model(config, config.weight_dtype, options.tensor_parallel);
   load_weights(*model, ck, options);
   return model;
 }
 
-std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options) {
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   auto ck = Checkpoint::open(path);
   return load_model(*ck, options);
 }

@@ -1,4 +1,4 @@
-// Builds a LlamaModel from a checkpoint path: a GGUF file, a Hugging Face folder (or a
+// Builds a Model from a checkpoint path: a GGUF file, a Hugging Face folder (or a
 // single .safetensors beside its config.json), or a llama2.c .bin. Every parameter is
 // looked up by its canonical name through a per-format name map, checked for shape and
 // converted into the parameter's storage.
@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "formats/checkpoint.h"
-#include "models/llama_model.h"
+#include "models/model.h"
 
 namespace refit {
 
@@ -18,10 +18,22 @@ struct LoadOptions {
   // Called with (tensors loaded, total tensors) while parameters load.
   std::function<void(size_t, size_t)> progress;
   TensorParallel tensor_parallel;  // this process's rank in the TP group
+  int64_t max_model_len = 0;       // context to serve; 0: the checkpoint's
 };
+
+// `config` serving `max_model_len` positions (0: unchanged); throws when that exceeds the
+// context the checkpoint was trained for.
+void limit_context(ModelConfig& config, int64_t max_model_len, const std::string& source);
 
 // Reads the configuration a checkpoint describes (no weights loaded).
 ModelConfig read_model_config(const Checkpoint& checkpoint);
+
+// What llama.cpp's converter did to a tensor (the architecture's table says), undone on load.
+struct GgufChangeToUndo {
+  int64_t rope_permute_heads = 0;  // q/k rows permuted for adjacent-pair rope
+  float offset = 0.0f;             // stored value = parameter + offset (Gemma norms)
+};
+Tensor undo_gguf_change(const Tensor& t, const GgufChangeToUndo& change);
 
 // Finds checkpoint tensors by canonical (Hugging Face) parameter name, through the
 // format's own naming (GGUF "blk.N.attn_q.weight", llama2.c's stacked "wq").
@@ -45,20 +57,20 @@ class CheckpointWeights {
  private:
   const Checkpoint& checkpoint_;
   std::unordered_map<std::string, std::string> gguf_names_;  // canonical -> GGUF
-  std::unordered_map<std::string, int64_t> gguf_permute_heads_;  // q/k rows to un-permute
+  std::unordered_map<std::string, GgufChangeToUndo> gguf_changes_;  // what the converter did, by name
 };
 
-std::unique_ptr<LlamaModel> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
-std::unique_ptr<LlamaModel> load_model(const std::string& path, const LoadOptions& options = {});
+std::unique_ptr<Model> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Applies a kernel layout ("auto" or "", "plain", "transpose", "shuffle16x16",
 // "interleave4x16") to every matmul weight whose shape and scheme allow it (not the
 // embedding table), recording it on each parameter so every later load re-applies it.
 // "auto" picks per weight the layout of the fastest kernel this CPU has for it. Like
 // vLLM's process_weights_after_loading, run once.
-void apply_weight_layout(LlamaModel& model, const std::string& layout);
+void apply_weight_layout(Model& model, const std::string& layout);
 
 // Loads every parameter of `model` from `checkpoint` (all must be present).
-void load_weights(LlamaModel& model, const Checkpoint& checkpoint, const LoadOptions& options = {});
+void load_weights(Model& model, const Checkpoint& checkpoint, const LoadOptions& options = {});
 
 }  // namespace refit

@@ -26,7 +26,7 @@ bool is_linear_weight(const std::string& name) {
 }
 }  // namespace
 
-QuantizedModelSummary quantize_linear_weights(LlamaModel& model, const QuantScheme& scheme, bool lm_head) {
+QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head) {
   QuantizedModelSummary summary;
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;

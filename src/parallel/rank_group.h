@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "models/batched_forward.h"
+#include "models/model.h"
 #include "runtime/engine.h"
 #include "parallel/weight_readback.h"
 #include "parallel/weight_sync.h"

@@ -37,6 +37,7 @@ Engine::Engine(const EngineOptions& options) {
     LoadOptions load;
     load.tensor_parallel = tp;
     load.progress = options.progress;
+    load.max_model_len = options.max_model_len;
     // Quantized serving: asked for, or the checkpoint's own scheme (GGUF Q8_0/MXFP4, HF FP8).
     // The scheme is set on the parameters before the first load; every load quantizes.
     const QuantScheme stored = checkpoint_quant_scheme(*checkpoint);
@@ -44,7 +45,8 @@ Engine::Engine(const EngineOptions& options) {
     description_ = options.model_path;
     if (quant.enabled()) {
       ModelConfig config = read_model_config(*checkpoint);
-      model_ = std::make_unique<LlamaModel>(config, config.weight_dtype, tp);
+      limit_context(config, options.max_model_len, checkpoint->path());
+      model_ = create_model(config, config.weight_dtype, tp);
       // A head the file stores quantized stays so under the file's own method (also when
       // asked for by name, e.g. q8_0-w8a8 on a Q8_0 GGUF); another method keeps it float.
       const bool head = quant.method == stored.method && checkpoint_lm_head_quantized(*checkpoint);

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama_model.h"
+#include "models/model.h"
 #include "runtime/generator.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/weight_update.h"
@@ -33,6 +33,9 @@ struct EngineOptions {
   std::string quant;        // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
   std::string layout;       // "" or "auto", "plain", "transpose", "shuffle16x16", "interleave4x16"
   int threads = 0;          // 0: all cores
+  // Context length served (vLLM --max-model-len, llama.cpp -c); 0: the checkpoint's. At
+  // most the checkpoint's; it also picks LongRoPE's short or long factors.
+  int64_t max_model_len = 0;
   std::shared_ptr<Communicator> communicator;  // null: single process (tp must be 1)
   std::function<void(size_t, size_t)> progress;  // (tensors loaded, total) while loading
 };
@@ -56,7 +59,7 @@ class Engine {
 
   const ModelConfig& config() const;
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  const LlamaModel& model() const { return *model_; }
+  const Model& model() const { return *model_; }
   const std::string& description() const { return description_; }
   int rank() const;
   int world_size() const;
@@ -103,10 +106,10 @@ class Engine {
 
   // The lock generation steps hold (servers with their own loop take it per step).
   std::shared_mutex& weights_mutex() { return weights_mutex_; }
-  LlamaModel& mutable_model() { return *model_; }
+  Model& mutable_model() { return *model_; }
 
  private:
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string description_;
   std::atomic<uint64_t> weight_version_{1};

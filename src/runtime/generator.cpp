@@ -7,7 +7,7 @@
 
 namespace refit {
 
-GenerateResult generate(const LlamaModel& model, const GenerateRequest& req,
+GenerateResult generate(const Model& model, const GenerateRequest& req,
                         const TokenCallback& on_token) {
   const ModelConfig& c = model.config();
   if (req.prompt.empty()) fail("generate: the prompt has no tokens");

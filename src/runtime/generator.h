@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/llama_model.h"
+#include "models/model.h"
 #include "runtime/sampler.h"
 
 namespace refit {
@@ -32,7 +32,7 @@ struct GenerateResult {
 // Called after each generated token; return false to stop.
 using TokenCallback = std::function<bool(int32_t token)>;
 
-GenerateResult generate(const LlamaModel& model, const GenerateRequest& request,
+GenerateResult generate(const Model& model, const GenerateRequest& request,
                         const TokenCallback& on_token = {});
 
 }  // namespace refit

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "models/batched_forward.h"
+#include "models/model.h"
 
 namespace refit {
 
@@ -78,10 +78,10 @@ struct Scheduler::Sequence {
 
 namespace {
 
-int64_t auto_blocks(const LlamaModel& model, const SchedulerOptions& o) {
+int64_t auto_blocks(const Model& model, const SchedulerOptions& o) {
   if (o.kv_blocks > 0) return o.kv_blocks;
   const ModelConfig& c = model.config();
-  const int64_t kv_heads = model.blocks().empty() ? c.n_kv_heads : model.blocks()[0].attention->local_kv_heads();
+  const int64_t kv_heads = model.local_kv_heads();
   const int64_t block_bytes = 2 * c.n_layers * o.block_size * kv_heads * c.head_dim * 4;
   const int64_t want = o.max_running * ((c.max_seq_len + o.block_size - 1) / o.block_size);
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_bytes) / std::max<int64_t>(block_bytes, 1));
@@ -143,7 +143,7 @@ int64_t rank_of(const std::vector<double>& values, int32_t token) {
 
 }  // namespace
 
-Scheduler::Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
+Scheduler::Scheduler(const Model& model, std::shared_mutex& weights_mutex,
                      std::function<uint64_t()> weight_version, SchedulerOptions options, StepForward forward)
     : model_(model),
       weights_mutex_(weights_mutex),

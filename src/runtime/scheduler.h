@@ -55,8 +55,7 @@
 
 #include "core/error.h"
 #include "layers/paged_kv_cache.h"
-#include "models/batched_forward.h"
-#include "models/llama_model.h"
+#include "models/model.h"
 #include "runtime/sampler.h"
 
 namespace refit {
@@ -172,7 +171,7 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(const LlamaModel& model, std::shared_mutex& weights_mutex,
+  Scheduler(const Model& model, std::shared_mutex& weights_mutex,
             std::function<uint64_t()> weight_version, SchedulerOptions options = {}, StepForward forward = {});
   ~Scheduler();  // stops the loop; pending requests end with "abort"
   Scheduler(const Scheduler&) = delete;
@@ -243,7 +242,7 @@ class Scheduler {
   void publish_blocks_locked(Sequence& s);
   int64_t invalidate_prefix_cache_locked();
 
-  const LlamaModel& model_;
+  const Model& model_;
   std::shared_mutex& weights_mutex_;
   std::function<uint64_t()> weight_version_;
   SchedulerOptions options_;

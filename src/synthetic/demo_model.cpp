@@ -8,7 +8,7 @@ namespace refit {
 DemoModel make_demo_model(uint64_t seed, const TensorParallel& tp) {
   const ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
   DemoModel demo;
-  demo.model = std::make_unique<LlamaModel>(config, DType::f32, tp);
+  demo.model = create_model(config, DType::f32, tp);
   ParameterSet& params = demo.model->parameters();
   for (auto& [name, tensor] : synthetic_weights(config, DType::f32, seed)) {
     CheckpointTarget target = params.target(name);

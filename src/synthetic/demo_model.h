@@ -6,13 +6,13 @@
 
 #include <memory>
 
-#include "models/llama_model.h"
+#include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace refit {
 
 struct DemoModel {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
 };
 

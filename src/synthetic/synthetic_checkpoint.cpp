@@ -13,7 +13,7 @@
 #include "formats/safetensors_writer.h"
 #include "synthetic/synthetic_model.h"
 #include "synthetic/synthetic_vocab.h"
-#include "models/tensor_names.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 
@@ -102,6 +102,8 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       j["sliding_window"] = c.max_seq_len;
       j["max_window_layers"] = c.n_layers;
       break;
+    default:
+      fail("synthetic checkpoints of architecture {} are not written yet", architecture_name(c.arch));
   }
   return j;
 }

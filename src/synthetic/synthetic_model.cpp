@@ -52,6 +52,8 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
       c.rms_eps = 1e-6f;
       c.rope_theta = 1000000.0f;
       break;
+    default:
+      fail("there is no synthetic preset for architecture {} yet", architecture_name(arch));
   }
   // HF checkpoints rotate halves; the GGUF writer permutes llama q/k rows to match
   // llama.cpp's adjacent-pair rope, and config_from_gguf() selects that style on load.

@@ -25,7 +25,7 @@
 
 #include "core/tensor.h"
 #include "models/model_config.h"
-#include "models/tensor_names.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 

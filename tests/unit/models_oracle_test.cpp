@@ -70,7 +70,7 @@ LogitError compare_logits(const std::vector<float>& got, const std::vector<float
 }
 
 // Every row of logits for `sequence` fed in one batch (teacher forcing).
-std::vector<float> teacher_forced_logits(const LlamaModel& model, const std::vector<int32_t>& sequence) {
+std::vector<float> teacher_forced_logits(const Model& model, const std::vector<int32_t>& sequence) {
   KvCache cache = model.make_cache(static_cast<int64_t>(sequence.size()));
   Tensor logits = model.forward(sequence, 0, cache, /*all_logits=*/true);
   return logits.to_floats();

@@ -74,7 +74,7 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
     options.tp = c.tp;
     options.communicator = comm;
     Engine engine(options);
-    LlamaModel& model = engine.mutable_model();
+    Model& model = engine.mutable_model();
     const TensorParallel& tp = model.tensor_parallel();
     const Parameter& qkv = model.parameters().get("model.layers.0.self_attn.qkv_proj.weight");
     ASSERT_TRUE(qkv.quantized());
@@ -193,7 +193,7 @@ TEST(QuantSubShards, reloading_q_proj_alone_cannot_change_k_or_v) {
 }
 
 // Decoded stored weights of a quantized engine, parameter by parameter, plain order.
-std::map<std::string, std::vector<float>> decoded(const LlamaModel& m) {
+std::map<std::string, std::vector<float>> decoded(const Model& m) {
   std::map<std::string, std::vector<float>> out;
   for (const auto& p : m.parameters().all()) {
     if (!p->quantized()) continue;
@@ -213,7 +213,7 @@ TEST(QuantNativeGguf, quantized_files_are_served_quantized_with_their_exact_valu
     EngineOptions options;
     options.model_path = path;
     Engine engine(options);
-    const LlamaModel& model = engine.model();
+    const Model& model = engine.model();
     EXPECT_NE(engine.description().find(type), std::string::npos) << engine.description();
     const TensorMap file = base_weights(path, model);  // the reader's decoded values
     auto values = decoded(model);
@@ -267,7 +267,7 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
         options.tp = world;
         options.communicator = comm;
         Engine engine(options);
-        LlamaModel& model = engine.mutable_model();
+        Model& model = engine.mutable_model();
         const Parameter& head = model.parameters().get(head_name);
         ASSERT_TRUE(head.quantized());
         EXPECT_EQ(head.quantization().name(), "q8_0");

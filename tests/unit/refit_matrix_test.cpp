@@ -47,7 +47,7 @@ TEST_P(RefitMatrix, refit_equals_fresh_load_bitwise_with_stable_addresses) {
     options.tp = c.tp;
     options.communicator = comm;
     Engine engine(options);
-    LlamaModel& model = engine.mutable_model();
+    Model& model = engine.mutable_model();
     const TensorParallel& tp = model.tensor_parallel();
     if (c.layout == "shuffle") {  // the pipeline really ran where shapes allow
       EXPECT_EQ(model.parameters().get("model.layers.0.self_attn.qkv_proj.weight").data().layout(),
@@ -121,7 +121,7 @@ TEST(RefitFailures, refused_updates_change_nothing) {
   options.model_path = model_path("qwen2");
   options.layout = "shuffle";
   Engine engine(options);
-  const LlamaModel& model = engine.model();
+  const Model& model = engine.model();
   auto snapshot = fresh_model(model.config(), {}, base_weights(options.model_path, model), "", "shuffle");
   const uint64_t version = engine.weight_version();
   const TensorMap good = perturbed(base_weights(options.model_path, model), 9, DType::f32);
@@ -174,7 +174,7 @@ TEST(RefitSeed001, second_full_and_third_partial_load_after_shuffle_are_exact) {
   options.model_path = model_path("llama");
   options.layout = "shuffle";
   Engine engine(options);
-  LlamaModel& model = engine.mutable_model();
+  Model& model = engine.mutable_model();
   const Parameter& qkv = model.parameters().get("model.layers.2.self_attn.qkv_proj.weight");
   ASSERT_EQ(qkv.transforms(), std::vector<LayoutTransform>{LayoutTransform::shuffle_16x16});
   const void* address = qkv.data().storage()->data();

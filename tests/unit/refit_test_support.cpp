@@ -11,7 +11,7 @@
 
 namespace refit::testing {
 
-TensorMap base_weights(const std::string& path, const LlamaModel& model) {
+TensorMap base_weights(const std::string& path, const Model& model) {
   auto ck = Checkpoint::open(path);
   CheckpointWeights weights(*ck, model.config());
   TensorMap out;
@@ -35,10 +35,10 @@ TensorMap perturbed(const TensorMap& base, uint32_t seed, DType dtype) {
   return out;
 }
 
-std::unique_ptr<LlamaModel> fresh_model(const ModelConfig& config, const TensorParallel& tp,
+std::unique_ptr<Model> fresh_model(const ModelConfig& config, const TensorParallel& tp,
                                         const TensorMap& weights, const std::string& quant,
                                         const std::string& layout) {
-  auto m = std::make_unique<LlamaModel>(config, DType::f32, tp);
+  auto m = create_model(config, DType::f32, tp);
   if (!quant.empty()) quantize_linear_weights(*m, parse_quant_scheme(quant));
   for (const std::string& name : m->parameters().checkpoint_names()) {
     CheckpointTarget t = m->parameters().target(name);
@@ -48,7 +48,7 @@ std::unique_ptr<LlamaModel> fresh_model(const ModelConfig& config, const TensorP
   return m;
 }
 
-std::map<std::string, const void*> addresses(const LlamaModel& m) {
+std::map<std::string, const void*> addresses(const Model& m) {
   std::map<std::string, const void*> a;
   for (const auto& p : m.parameters().all()) {
     a[p->name()] = p->data().storage()->data();
@@ -57,7 +57,7 @@ std::map<std::string, const void*> addresses(const LlamaModel& m) {
   return a;
 }
 
-void expect_same_bytes(const LlamaModel& got, const LlamaModel& want, const std::string& what,
+void expect_same_bytes(const Model& got, const Model& want, const std::string& what,
                        bool quantized_only) {
   for (const auto& p : got.parameters().all()) {
     if (quantized_only && !p->quantized()) continue;
@@ -76,7 +76,7 @@ void expect_same_bytes(const LlamaModel& got, const LlamaModel& want, const std:
   }
 }
 
-std::vector<float> logits_of(const LlamaModel& m) {
+std::vector<float> logits_of(const Model& m) {
   const std::vector<int32_t> tokens = {1, 9038, 2501, 263, 931, 17, 4, 200};
   KvCache cache = m.make_cache(static_cast<int64_t>(tokens.size()));
   return m.forward(tokens, 0, cache, true).to_floats();

@@ -15,6 +15,7 @@
 #include "formats_test_util.h"
 #include "kernels/cpu/stream_read.h"
 #include "synthetic/demo_model.h"
+#include "models/decoder_model.h"
 #include "models/quantize_model.h"
 #include "synthetic/synthetic_checkpoint.h"
 #include "synthetic/synthetic_model.h"
@@ -96,7 +97,7 @@ TEST(TokenBench, model_info_sizes_and_decode_bytes) {
 
   ModelConfig untied = synthetic_preset(Architecture::llama, "tiny");
   untied.tied_embeddings = false;
-  LlamaModel model(untied, DType::f16);
+  DecoderModel model(untied, DType::f16);
   const BenchModelInfo u = bench_model_info(model, "untied");
   const uint64_t embed = model.parameters().get("model.embed_tokens.weight").data().nbytes();
   EXPECT_EQ(u.decode_bytes_per_token, u.size_bytes - embed + embed / uint64_t(untied.vocab_size));
@@ -105,7 +106,7 @@ TEST(TokenBench, model_info_sizes_and_decode_bytes) {
 
 TEST(TokenBench, quantized_model_counts_scales_and_names_the_scheme) {
   ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
-  LlamaModel model(config, DType::bf16);
+  DecoderModel model(config, DType::bf16);
   const uint64_t float_bytes = bench_model_info(model, "bf16").size_bytes;
   quantize_linear_weights(model, parse_quant_scheme("q8_0"));
   const BenchModelInfo q = bench_model_info(model, "q8_0");
@@ -210,7 +211,7 @@ TEST(MemoryBandwidth, read_sweeps_cover_every_byte) {
 TEST(MemoryBandwidth, decode_read_regions_are_the_decode_bytes_read_in_full) {
   ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
   config.tied_embeddings = false;
-  LlamaModel model(config, DType::bf16);
+  DecoderModel model(config, DType::bf16);
   quantize_linear_weights(model, parse_quant_scheme("q8_0"));
   const BenchModelInfo info = bench_model_info(model, "q8_0");
   const std::vector<ByteRegion> regions = decode_read_regions(model);

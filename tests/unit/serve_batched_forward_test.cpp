@@ -1,6 +1,6 @@
 // batched_forward over the paged cache: a sequence's logits are bitwise the same alone,
 // inside batches of 1, 7 and 32 other sequences, with its prompt in one chunk or several,
-// and equal to the single-sequence LlamaModel::forward on a contiguous cache.
+// and equal to the single-sequence Model::forward on a contiguous cache.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
-#include "models/batched_forward.h"
+#include "models/model.h"
 #include "gtest_printers.h"
 #include "serve_test_model.h"
 

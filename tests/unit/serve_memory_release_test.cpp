@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "layers/paged_kv_cache.h"
-#include "models/batched_forward.h"
+#include "models/model.h"
 #include "runtime/engine.h"
 
 namespace refit {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "models/batched_forward.h"
+#include "models/model.h"
 #include "runtime/scheduler.h"
 #include "serve_test_model.h"
 
@@ -166,7 +166,7 @@ void expect_bitwise(const Outcome& got, const Outcome& want) {
   }
 }
 
-void load_seed(LlamaModel& model, uint64_t seed) {
+void load_seed(Model& model, uint64_t seed) {
   for (auto& [name, tensor] : synthetic_weights(model.config(), model.weight_dtype(), seed)) {
     CheckpointTarget target = model.parameters().target(name);
     if (!target.parameter) continue;
@@ -198,7 +198,7 @@ class ServePrefixScheduler : public ::testing::Test {
     return collect(*make(false)->submit(greedy(prompt, max_tokens)));
   }
   ModelConfig config_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::shared_mutex mutex_;
   std::atomic<uint64_t> version_{1};
 };

@@ -58,7 +58,7 @@ std::vector<int32_t> random_tokens(int64_t n, uint32_t seed, int64_t vocab) {
   return t;
 }
 
-void load_seed(LlamaModel& model, uint64_t seed) {
+void load_seed(Model& model, uint64_t seed) {
   for (auto& [name, tensor] : synthetic_weights(model.config(), model.weight_dtype(), seed)) {
     CheckpointTarget target = model.parameters().target(name);
     if (!target.parameter) continue;
@@ -84,7 +84,7 @@ class SchedulerTest : public ::testing::Test {
     return s;
   }
   ModelConfig config_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::shared_mutex mutex_;
   std::atomic<uint64_t> version_{1};
 };

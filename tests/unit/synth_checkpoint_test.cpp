@@ -15,7 +15,7 @@
 #include "gtest_printers.h"
 #include "synthetic/synthetic_checkpoint.h"
 #include "synthetic/synthetic_model.h"
-#include "models/tensor_names.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 namespace {

@@ -1,0 +1,42 @@
+// An architecture as data: its names (Hugging Face model_type / class, GGUF
+// general.architecture), its tensor table, and how its config fields map onto
+// ModelConfig. Each architecture is one file (models/<name>_architecture.cpp) defining
+// one ArchitectureDef; architectures.cpp lists them.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+#include "models/tensor_table.h"
+
+namespace refit {
+
+struct ArchitectureDef {
+  Architecture id;
+  const char* name;                     // "llama": GGUF general.architecture and refit's name
+  std::vector<std::string> hf_names;    // HF "architectures"[0] classes and model_type values
+  std::vector<TensorName> tensors;      // checkpoint order
+  // After the common fields are read: the architecture's own. `c` has the common ones.
+  void (*configure_hf)(const nlohmann::json& config, ModelConfig& c, const std::string& source) = nullptr;
+  void (*configure_gguf)(const GgufMetadata& metadata, ModelConfig& c) = nullptr;
+};
+
+const ArchitectureDef& architecture_def(Architecture a);
+// By GGUF name, HF class or model_type; throws naming the name and every supported one.
+const ArchitectureDef& find_architecture(const std::string& name);
+std::vector<const ArchitectureDef*> all_architectures();
+
+// The architectures, one file each.
+const ArchitectureDef& llama_architecture();
+const ArchitectureDef& mistral_architecture();
+const ArchitectureDef& qwen2_architecture();
+const ArchitectureDef& qwen3_architecture();
+const ArchitectureDef& gemma3_architecture();
+const ArchitectureDef& phi3_architecture();
+
+// The Llama naming that most architectures share (Mistral, Qwen2, Qwen3 reuse it).
+std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);
+
+}  // namespace refit

@@ -1,0 +1,54 @@
+// The list of architectures refit runs; each is defined in its own file.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "models/architecture.h"
+
+namespace refit {
+
+std::vector<const ArchitectureDef*> all_architectures() {
+  return {&llama_architecture(), &mistral_architecture(), &qwen2_architecture(),
+          &qwen3_architecture(), &gemma3_architecture(),  &phi3_architecture()};
+}
+
+const ArchitectureDef& architecture_def(Architecture a) {
+  for (const ArchitectureDef* def : all_architectures())
+    if (def->id == a) return *def;
+  fail("architecture {} has no definition", static_cast<int>(a));
+}
+
+const ArchitectureDef& find_architecture(const std::string& name) {
+  std::string known;
+  for (const ArchitectureDef* def : all_architectures()) {
+    if (name == def->name) return *def;
+    for (const std::string& n : def->hf_names)
+      if (name == n) return *def;
+    known += known.empty() ? def->name : fmt::format(", {}", def->name);
+  }
+  fail("unsupported architecture '{}' (refit runs {})", name, known);
+}
+
+std::vector<TensorName> llama_tensor_names(bool permute) {
+  const GgufChange rope = permute ? GgufChange::rope_permute : GgufChange::none;
+  return {
+      {TensorSlot::token_embd, "model.embed_tokens.weight", "token_embd.weight"},
+      {TensorSlot::attn_norm, "model.layers.{}.input_layernorm.weight", "blk.{}.attn_norm.weight"},
+      {TensorSlot::attn_q, "model.layers.{}.self_attn.q_proj.weight", "blk.{}.attn_q.weight", rope},
+      {TensorSlot::attn_k, "model.layers.{}.self_attn.k_proj.weight", "blk.{}.attn_k.weight", rope},
+      {TensorSlot::attn_v, "model.layers.{}.self_attn.v_proj.weight", "blk.{}.attn_v.weight"},
+      {TensorSlot::attn_q_bias, "model.layers.{}.self_attn.q_proj.bias", "blk.{}.attn_q.bias", rope},
+      {TensorSlot::attn_k_bias, "model.layers.{}.self_attn.k_proj.bias", "blk.{}.attn_k.bias", rope},
+      {TensorSlot::attn_v_bias, "model.layers.{}.self_attn.v_proj.bias", "blk.{}.attn_v.bias"},
+      {TensorSlot::attn_q_norm, "model.layers.{}.self_attn.q_norm.weight", "blk.{}.attn_q_norm.weight"},
+      {TensorSlot::attn_k_norm, "model.layers.{}.self_attn.k_norm.weight", "blk.{}.attn_k_norm.weight"},
+      {TensorSlot::attn_output, "model.layers.{}.self_attn.o_proj.weight", "blk.{}.attn_output.weight"},
+      {TensorSlot::ffn_norm, "model.layers.{}.post_attention_layernorm.weight", "blk.{}.ffn_norm.weight"},
+      {TensorSlot::ffn_gate, "model.layers.{}.mlp.gate_proj.weight", "blk.{}.ffn_gate.weight"},
+      {TensorSlot::ffn_up, "model.layers.{}.mlp.up_proj.weight", "blk.{}.ffn_up.weight"},
+      {TensorSlot::ffn_down, "model.layers.{}.mlp.down_proj.weight", "blk.{}.ffn_down.weight"},
+      {TensorSlot::output_norm, "model.norm.weight", "output_norm.weight"},
+      {TensorSlot::output, "lm_head.weight", "output.weight"},
+  };
+}
+
+}  // namespace refit

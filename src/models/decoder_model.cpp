@@ -1,0 +1,185 @@
+#include "models/decoder_model.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "models/tensor_table.h"
+
+namespace refit {
+namespace {
+
+std::string prefix_of(const std::string& weight_name) {  // "a.b.weight" -> "a.b"
+  const size_t dot = weight_name.rfind('.');
+  return dot == std::string::npos ? weight_name : weight_name.substr(0, dot);
+}
+
+// The fused parameter's name beside its parts: "...self_attn.q_proj" -> "...self_attn.qkv_proj".
+std::string sibling(const std::string& prefix, const char* name) {
+  const size_t dot = prefix.rfind('.');
+  return (dot == std::string::npos ? std::string() : prefix.substr(0, dot + 1)) + name;
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(const ModelConfig& config, DType weight_dtype, const TensorParallel& tp)
+    : config_(config), weight_dtype_(weight_dtype), tp_(tp) {
+  config_.validate("model config");
+  const ModelConfig& c = config_;
+  const std::string embed_name = hf_tensor_name(c, TensorSlot::token_embd);
+  embed_ = std::make_unique<VocabParallelEmbedding>(params_, embed_name, c.vocab_size, c.dim, weight_dtype, tp_);
+  for (int64_t l = 0; l < c.n_layers; ++l) add_block(l);
+  final_norm_ = &params_.add(hf_tensor_name(c, TensorSlot::output_norm), {c.dim}, DType::f32);
+  lm_head_ = std::make_unique<ParallelLmHead>(params_, hf_tensor_name(c, TensorSlot::output), c.vocab_size, c.dim,
+                                              weight_dtype, tp_, c.tied_embeddings ? &embed_->weight() : nullptr);
+}
+
+void DecoderModel::add_block(int64_t l) {
+  const ModelConfig& c = config_;
+  auto name = [&](TensorSlot s) { return hf_tensor_name(c, s, l); };
+  Block b;
+  b.config = c.layer(l);
+  // Layers with the same rope settings share one table.
+  size_t rope = 0;
+  while (rope < ropes_.size() && !(ropes_[rope] == b.config.rope)) ++rope;
+  if (rope == ropes_.size()) {
+    ropes_.push_back(b.config.rope);
+    rope_tables_.push_back(rope_cos_sin_table(b.config.rope, c.max_seq_len));
+  }
+  b.rope_table = static_cast<int64_t>(rope);
+
+  AttentionSpec a;
+  a.dim = c.dim;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.bias = c.qkv_bias;
+  a.norm_eps = c.rms_eps;
+  a.norm_weight_offset = c.norm_weight_offset;
+  a.scale = c.softmax_scale();
+  a.window = b.config.window;
+  a.rope_style = b.config.rope.style;
+  if (has_slot(c, TensorSlot::attn_qkv)) {  // stored fused: row ranges of one tensor
+    const std::string fused = prefix_of(name(TensorSlot::attn_qkv));
+    const int64_t total = c.q_dim() + 2 * c.kv_dim();
+    a.qkv_name = fused;
+    a.qkv = {{fused, c.q_dim(), c.head_dim, 0, total},
+             {fused, c.kv_dim(), c.head_dim, c.q_dim(), total},
+             {fused, c.kv_dim(), c.head_dim, c.q_dim() + c.kv_dim(), total}};
+  } else {
+    const std::string q = prefix_of(name(TensorSlot::attn_q));
+    a.qkv_name = sibling(q, "qkv_proj");
+    a.qkv = {{q, c.q_dim(), c.head_dim},
+             {prefix_of(name(TensorSlot::attn_k)), c.kv_dim(), c.head_dim},
+             {prefix_of(name(TensorSlot::attn_v)), c.kv_dim(), c.head_dim}};
+  }
+  a.o_proj = prefix_of(name(TensorSlot::attn_output));
+  if (b.config.qk_norm) {
+    a.q_norm = name(TensorSlot::attn_q_norm);
+    a.k_norm = name(TensorSlot::attn_k_norm);
+  }
+
+  FeedForwardSpec f;
+  f.dim = c.dim;
+  f.hidden = c.ffn_dim;
+  f.gelu_tanh = b.config.activation == Activation::gelu_tanh;
+  if (has_slot(c, TensorSlot::ffn_gate_up)) {
+    const std::string fused = prefix_of(name(TensorSlot::ffn_gate_up));
+    f.gate_up_name = fused;
+    f.gate_up = {{fused, c.ffn_dim, 1, 0, 2 * c.ffn_dim}, {fused, c.ffn_dim, 1, c.ffn_dim, 2 * c.ffn_dim}};
+  } else {
+    const std::string gate = prefix_of(name(TensorSlot::ffn_gate));
+    f.gate_up_name = sibling(gate, "gate_up_proj");
+    f.gate_up = {{gate, c.ffn_dim}, {prefix_of(name(TensorSlot::ffn_up)), c.ffn_dim}};
+  }
+  f.down_proj = prefix_of(name(TensorSlot::ffn_down));
+
+  // Parameters in checkpoint order: norm, attention, (post-norm), norm, FFN, (post-norm).
+  b.attn_norm = &params_.add(name(TensorSlot::attn_norm), {c.dim}, DType::f32);
+  b.attention = std::make_unique<SelfAttention>(params_, a, weight_dtype_, tp_);
+  const bool sandwich = b.config.norms == NormPlacement::sandwich;
+  if (sandwich) b.post_attn_norm = &params_.add(name(TensorSlot::post_attn_norm), {c.dim}, DType::f32);
+  b.ffn_norm = &params_.add(name(TensorSlot::ffn_norm), {c.dim}, DType::f32);
+  b.ffn = std::make_unique<FeedForward>(params_, f, weight_dtype_, tp_);
+  if (sandwich) b.post_ffn_norm = &params_.add(name(TensorSlot::post_ffn_norm), {c.dim}, DType::f32);
+  blocks_.push_back(std::move(b));
+}
+
+int64_t DecoderModel::local_kv_heads() const {
+  return blocks_.empty() ? config_.n_kv_heads : blocks_[0].attention->local_kv_heads();
+}
+
+void DecoderModel::norm(const Tensor& x, const Parameter& w, Tensor& out) const {
+  ops::rms_norm(x, w.data(), config_.rms_eps, out, config_.norm_weight_offset);
+}
+
+BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, KvStore& kv) const {
+  const ModelConfig& c = config_;
+  const int64_t B = static_cast<int64_t>(batch.size());
+  if (B == 0) fail("batched_forward: empty batch");
+  int64_t N = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const BatchSequence& s = batch[static_cast<size_t>(b)];
+    const int64_t T = static_cast<int64_t>(s.tokens.size());
+    if (s.start_pos < 0 || s.start_pos + T > c.max_seq_len)
+      fail("batched_forward: sequence {} positions {}..{} exceed the context of {}", b, s.start_pos,
+           s.start_pos + T - 1, c.max_seq_len);
+    if (T == 0 && s.logits != LogitsWanted::none)
+      fail("batched_forward: sequence {} has no new tokens but wants logits", b);
+    N += T;
+  }
+  if (N == 0) fail("batched_forward: no tokens in the batch");
+  kv.begin(batch);
+
+  // Stack the new tokens; note the rows that need logits.
+  Tensor ids = Tensor::empty({N}, DType::i32), positions = Tensor::empty({N}, DType::i32);
+  int32_t* idp = ids.data<int32_t>();
+  int32_t* pp = positions.data<int32_t>();
+  BatchForwardResult result;
+  std::vector<int64_t> logit_rows;
+  int64_t row = 0;
+  for (const BatchSequence& s : batch) {
+    const int64_t T = static_cast<int64_t>(s.tokens.size());
+    for (int64_t t = 0; t < T; ++t) {
+      idp[row + t] = s.tokens[static_cast<size_t>(t)];
+      pp[row + t] = static_cast<int32_t>(s.start_pos + t);
+    }
+    result.first_row.push_back(static_cast<int64_t>(logit_rows.size()));
+    if (s.logits == LogitsWanted::all)
+      for (int64_t t = 0; t < T; ++t) logit_rows.push_back(row + t);
+    else if (s.logits == LogitsWanted::last)
+      logit_rows.push_back(row + T - 1);
+    result.n_rows.push_back(static_cast<int64_t>(logit_rows.size()) - result.first_row.back());
+    row += T;
+  }
+
+  Tensor x = embed_->forward(ids);  // [N, dim]
+  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, x);
+  Tensor h = Tensor::empty({N, c.dim}, DType::f32);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& blk = blocks_[l];
+    norm(x, *blk.attn_norm, h);
+    Tensor o = blk.attention->forward(h, positions, rope_tables_[static_cast<size_t>(blk.rope_table)],
+                                      static_cast<int64_t>(l), kv);
+    if (blk.post_attn_norm) norm(o, *blk.post_attn_norm, o);
+    ops::add(x, o, x);
+    norm(x, *blk.ffn_norm, h);
+    Tensor f = blk.ffn->forward(h);
+    if (blk.post_ffn_norm) norm(f, *blk.post_ffn_norm, f);
+    ops::add(x, f, x);
+  }
+
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  if (R == 0) {
+    result.logits = Tensor::empty({0, c.vocab_size}, DType::f32);
+    return result;
+  }
+  Tensor picked = Tensor::empty({R, c.dim}, DType::f32);
+  for (int64_t r = 0; r < R; ++r) picked.select(0, r).copy_from(x.select(0, logit_rows[static_cast<size_t>(r)]));
+  Tensor normed = Tensor::empty({R, c.dim}, DType::f32);
+  norm(picked, *final_norm_, normed);
+  result.logits = lm_head_->forward(normed);
+  return result;
+}
+
+}  // namespace refit

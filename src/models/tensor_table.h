@@ -1,0 +1,93 @@
+// The tensors of a decoder-only transformer, named by what they are (a TensorSlot), and
+// each architecture's table from slot to its Hugging Face and GGUF names. The table
+// drives everything that needs tensor names or shapes: the parameters a model creates
+// (and so what a trainer may send), fusion (q/k/v, gate/up), tensor-parallel sharding,
+// checkpoint lookup in every format, quantization eligibility, synthetic checkpoints and
+// parameter counts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace refit {
+
+struct ModelConfig;
+
+enum class TensorSlot : uint8_t {
+  token_embd,      // [vocab, dim]
+  attn_norm,       // [dim]     before attention
+  attn_q,          // [q_dim, dim]
+  attn_k,          // [kv_dim, dim]
+  attn_v,          // [kv_dim, dim]
+  attn_qkv,        // [q_dim + 2 kv_dim, dim]: q, k, v rows fused in the checkpoint (Phi-3)
+  attn_q_bias,     // [q_dim]
+  attn_k_bias,     // [kv_dim]
+  attn_v_bias,     // [kv_dim]
+  attn_q_norm,     // [head_dim]
+  attn_k_norm,     // [head_dim]
+  attn_output,     // [dim, q_dim]
+  post_attn_norm,  // [dim]     on the attention output (sandwich norms)
+  ffn_norm,        // [dim]     before the FFN
+  ffn_gate,        // [ffn, dim]
+  ffn_up,          // [ffn, dim]
+  ffn_gate_up,     // [2 ffn, dim]: gate rows then up rows, fused in the checkpoint (Phi-3)
+  ffn_down,        // [dim, ffn]
+  post_ffn_norm,   // [dim]     on the FFN output (sandwich norms)
+  output_norm,     // [dim]
+  output,          // [vocab, dim] (absent when tied to token_embd)
+};
+const char* slot_name(TensorSlot slot);
+
+enum class TensorRole : uint8_t {
+  embedding,  // [vocab, dim]
+  matmul,     // [out, in]: quantizable, kernel layouts apply
+  norm,       // [dim] or [head_dim]
+  bias,       // [out]
+};
+
+// How llama.cpp's converter changed a tensor on its way into GGUF; the loader undoes it
+// so parameters always hold the Hugging Face values (what a trainer sends).
+enum class GgufChange : uint8_t {
+  none,
+  rope_permute,  // llama/mistral q/k rows permuted for adjacent-pair rope
+  plus_one,      // Gemma norm weights stored as (1 + w)
+};
+
+// One row of an architecture's table. "{}" in a name is the layer index.
+struct TensorName {
+  TensorSlot slot;
+  const char* hf;
+  const char* gguf;
+  GgufChange gguf_change = GgufChange::none;
+};
+
+// One tensor of one model: the table row resolved for a layer, with its shape.
+struct TensorSpec {
+  std::string hf_name;    // "model.layers.0.self_attn.q_proj.weight"
+  std::string gguf_name;  // "blk.0.attn_q.weight"
+  Shape shape;
+  TensorRole role;
+  int64_t layer = -1;  // -1 for global tensors
+  TensorSlot slot = TensorSlot::token_embd;
+  // rope_permute: the head count to permute rows with (0 when not permuted).
+  int64_t gguf_rope_permute_heads = 0;
+  float gguf_offset = 0.0f;  // plus_one: GGUF holds value + offset
+};
+
+// Every tensor `config` has, in checkpoint order, from its architecture's table (slots a
+// config does not use, such as biases without qkv_bias, are left out).
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
+// The Hugging Face name of `slot` in layer `layer` (-1: global) for config's architecture;
+// throws when the architecture has no such slot.
+std::string hf_tensor_name(const ModelConfig& config, TensorSlot slot, int64_t layer = -1);
+bool has_slot(const ModelConfig& config, TensorSlot slot);
+
+// HF row order -> llama.cpp GGUF row order for a q/k weight or bias of `n_heads` heads:
+// view rows as [n_heads, 2, head_dim/2], swap the last two, i.e. rows
+// (h, half, i) -> (h, i, half). `inverse` goes from GGUF back to HF.
+Tensor permute_rows_for_gguf_rope(const Tensor& w, int64_t n_heads, bool inverse = false);
+
+}  // namespace refit
