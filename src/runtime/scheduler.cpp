@@ -155,6 +155,7 @@ Scheduler::Scheduler(const Model& model, std::shared_mutex& weights_mutex,
     forward_ = [&model](std::span<const BatchSequence> batch, PagedKvCache& cache) {
       return batched_forward(model, batch, cache);
     };
+  window_ = model.config().max_window();
   cache_version_ = weight_version_();
   if (options_.max_running <= 0 || options_.max_step_tokens <= 0)
     fail("scheduler: max_running ({}) and max_step_tokens ({}) must be positive", options_.max_running,
@@ -202,9 +203,13 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
     fail("prompt top logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size, spec.prompt_top_logprobs);
   if (spec.min_tokens < 0) fail("min_tokens must be >= 0, got {}", spec.min_tokens);
   if (spec.prompt_logprobs_from < -1) fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
-  if (cache_.blocks_for(n_prompt + std::max<int64_t>(spec.max_tokens, 1)) > cache_.n_blocks())
+  // Positions held at once: all of them, or with a window on every layer, the prompt
+  // (admitted whole) and then a window plus the blocks it straddles.
+  const int64_t total = n_prompt + std::max<int64_t>(spec.max_tokens, 1);
+  const int64_t held = window_ > 0 ? std::min(total, std::max(n_prompt + 1, window_ + 2 * cache_.block_size())) : total;
+  if (cache_.blocks_for(held) > cache_.n_blocks())
     throw CapacityExceeded(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
-                                 n_prompt + spec.max_tokens));
+                                 window_ > 0 ? held : n_prompt + spec.max_tokens));
   auto seq = std::make_unique<Sequence>();
   seq->handle = std::make_shared<RequestHandle>();
   seq->handle->on_event_ = spec.on_event;
@@ -254,8 +259,12 @@ void Scheduler::retract(Sequence& s, bool restart) {
 }
 
 void Scheduler::detach_locked(Sequence& s) {
-  // Published blocks stay cached (evictable) once no sequence holds them.
-  if (!s.table.empty()) cache_.release(s.table);
+  // Published blocks stay cached (evictable) once no sequence holds them. Entries of
+  // blocks already given back (out of every window) are -1.
+  std::vector<int32_t> held;
+  for (int32_t b : s.table)
+    if (b >= 0) held.push_back(b);
+  if (!held.empty()) cache_.release(held);
   s.table.clear();
   s.block_keys.clear();
   s.cached = 0;
@@ -288,10 +297,27 @@ void Scheduler::publish_blocks_locked(Sequence& s) {
   const int64_t full = std::min<int64_t>(s.cached / bs, static_cast<int64_t>(s.table.size()));
   for (int64_t i = static_cast<int64_t>(s.block_keys.size()); i < full; ++i) {
     const PagedKvCache::BlockKey parent = i == 0 ? PagedKvCache::kRootKey : s.block_keys.back();
+    if (s.table[static_cast<size_t>(i)] < 0) break;  // given back (out of every window) unpublished
     std::span<const int32_t> block(s.tokens.data() + i * bs, static_cast<size_t>(bs));
     // Another request may have published the same content first; the chain goes on anyway.
     cache_.publish(s.table[static_cast<size_t>(i)], parent, block);
     s.block_keys.push_back(PagedKvCache::block_key(parent, block));
+  }
+}
+
+// With a sliding window on every layer, a block that ends before the oldest position
+// the next query can see is read by no layer again: it goes back to the pool (staying in
+// the prefix cache when published) and its table entry becomes -1, which attention never
+// reads (kernels/paged_attention.h). The next query sits at position s.cached.
+void Scheduler::release_out_of_window_locked(Sequence& s) {
+  if (window_ <= 0) return;
+  const int64_t first_visible = s.cached - window_ + 1;
+  const int64_t bs = cache_.block_size();
+  for (int64_t b = 0; (b + 1) * bs <= first_visible && b < static_cast<int64_t>(s.table.size()); ++b) {
+    int32_t& block = s.table[static_cast<size_t>(b)];
+    if (block < 0) continue;
+    cache_.release(std::span<const int32_t>(&block, 1));
+    block = -1;
   }
 }
 
@@ -671,6 +697,7 @@ void Scheduler::finish_step_locked(const std::vector<StepWork>& work, const Batc
     if (all_rows) report_prompt_logprobs(s, work[i].n_new, result, i, version, values, scaled);
     s.cached += work[i].n_new;
     publish_blocks_locked(s);
+    release_out_of_window_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
     const int64_t last_row = all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];

@@ -240,6 +240,7 @@ class Scheduler {
   void attach_cached_prefix_locked(Sequence& s);
   void detach_locked(Sequence& s);
   void publish_blocks_locked(Sequence& s);
+  void release_out_of_window_locked(Sequence& s);
   int64_t invalidate_prefix_cache_locked();
 
   const Model& model_;
@@ -249,6 +250,7 @@ class Scheduler {
   StepForward forward_;
   PagedKvCache cache_;
   uint64_t cache_version_ = 0;  // the weight version the cached blocks were computed on
+  int64_t window_ = 0;          // the model's widest window when every layer slides; else 0
   uint64_t kv_epoch_ = 1;       // bumped by each invalidation; a sequence publishes only in its own
 
   mutable std::mutex mutex_;  // guards everything below and the cache

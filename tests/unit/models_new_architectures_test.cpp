@@ -163,6 +163,31 @@ TEST_P(MicroLlamaCpp, RefitIsBitwiseAFreshLoad) {
   EXPECT_NE(got, teacher_forced(*load(hf_dir, 0), sequence));  // the update changed the model
 }
 
+// The server's paged cache (batched, chunked, blocks of 4: windows cross block edges)
+// gives bitwise the logits of the contiguous single-sequence path.
+TEST_P(MicroLlamaCpp, PagedBatchedForwardIsBitwiseTheContiguousOne) {
+  const MicroCase& c = GetParam();
+  auto model = load(kData + "/" + c.folder + "/" + c.folder + ".gguf", c.runs.back().context);
+  std::vector<int32_t> sequence;
+  for (int32_t i = 0; i < 29; ++i) sequence.push_back((i * 41 + 7) % 300 + 4);
+  const std::vector<float> want = teacher_forced(*model, sequence);
+  PagedKvCache cache = make_paged_cache(*model, 16, 4);
+  std::vector<int32_t> table;
+  ASSERT_TRUE(cache.reserve(table, static_cast<int64_t>(sequence.size())));
+  std::vector<float> got;
+  for (int64_t start = 0; start < static_cast<int64_t>(sequence.size()); start += 5) {
+    BatchSequence s;
+    s.tokens = std::span<const int32_t>(sequence).subspan(static_cast<size_t>(start),
+                                                          std::min<size_t>(5, sequence.size() - start));
+    s.start_pos = start;
+    s.block_table = table;
+    s.logits = LogitsWanted::all;
+    const std::vector<float> rows = batched_forward(*model, std::span<const BatchSequence>(&s, 1), cache).logits.to_floats();
+    got.insert(got.end(), rows.begin(), rows.end());
+  }
+  EXPECT_EQ(got, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Architectures, MicroLlamaCpp,
     ::testing::Values(
