@@ -1,8 +1,8 @@
 // `refit bench`: prompt-processing and generation speed as llama.cpp's llama-bench measures
-// and prints it (runtime/token_bench.h, runtime/bench_report.h), beside a STREAM-style
+// and prints it (benchmarks/token_bench.h, benchmarks/bench_report.h), beside a STREAM-style
 // bandwidth measured in the same run (decode cannot beat bandwidth / weight bytes). With
 // --refit: weight-update throughput from disk and from memory beside memcpy
-// (runtime/refit_bench.h).
+// (benchmarks/refit_bench.h).
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // `refit serve`: an OpenAI-compatible HTTP server with SGLang's RL weight-update
 // endpoints over one model (server/http_server.h). Ctrl-C (SIGINT/SIGTERM) stops it.
-// `mpirun -np N refit serve --tp N`: tensor-parallel serving (server/rank_group.h).
+// `mpirun -np N refit serve --tp N`: tensor-parallel serving (parallel/rank_group.h).
 #include <fmt/format.h>
 
 #include <atomic>

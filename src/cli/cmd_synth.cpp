@@ -1,4 +1,4 @@
-// `refit synth`: write a deterministic synthetic checkpoint (models/synthetic_checkpoint.h)
+// `refit synth`: write a deterministic synthetic checkpoint (synthetic/synthetic_checkpoint.h)
 // with the shapes of a common real model, for tests and benchmarks.
 #include <fmt/format.h>
 

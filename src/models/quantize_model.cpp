@@ -5,6 +5,9 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
+#include "models/tensor_table.h"
+
+#include <unordered_set>
 
 namespace refit {
 
@@ -15,15 +18,29 @@ std::string QuantizedModelSummary::str() const {
 }
 
 namespace {
-bool is_linear_weight(const std::string& name) {
-  static const char* const suffixes[] = {".qkv_proj.weight", ".o_proj.weight", ".gate_up_proj.weight",
-                                         ".down_proj.weight"};
-  for (const char* suffix : suffixes) {
-    const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-  }
+
+// The checkpoint names of the blocks' matmul weights, from the architecture's table.
+std::unordered_set<std::string> block_matmuls(const ModelConfig& config) {
+  std::unordered_set<std::string> names;
+  for (const TensorSpec& s : model_tensor_specs(config))
+    if (s.role == TensorRole::matmul && s.layer >= 0) names.insert(s.hf_name);
+  return names;
+}
+
+bool is_linear_weight(const Parameter& p, const std::unordered_set<std::string>& matmuls) {
+  for (const SubShard& s : p.sub_shards())
+    if (matmuls.count(s.checkpoint_name)) return true;
   return false;
 }
+
+// A GGUF's first block matmul (blk.0.attn_q, or attn_qkv where q/k/v are stored fused):
+// its type is the file's weight scheme.
+const GgufTensorInfo* first_block_matmul(const GgufFile& g) {
+  for (const TensorSpec& s : model_tensor_specs(config_from_gguf(g.metadata())))
+    if (s.role == TensorRole::matmul && s.layer == 0) return g.find_tensor(s.gguf_name);
+  return nullptr;
+}
+
 }  // namespace
 
 QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head) {
@@ -31,9 +48,12 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;
   // The output projection: its own parameter, or the embedding table it is tied to.
-  const std::string head = !lm_head ? "" : model.config().tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const ModelConfig& c = model.config();
+  const std::string head =
+      !lm_head ? "" : hf_tensor_name(c, c.tied_embeddings ? TensorSlot::token_embd : TensorSlot::output);
+  const std::unordered_set<std::string> matmuls = block_matmuls(c);
   for (const auto& p : model.parameters().all()) {
-    if (!is_linear_weight(p->name()) && p->name() != head) continue;
+    if (!is_linear_weight(*p, matmuls) && p->name() != head) continue;
     std::string why = p->quantization_unsupported_reason(scheme);
     if (why.empty()) {
       p->set_quantization(scheme);
@@ -56,7 +76,7 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
 //    is again an e2m1 value, so the decoded values are the same (the bytes may differ).
 bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
   if (ck.format() != CheckpointFormat::gguf) return false;
-  const GgufTensorInfo* q = ck.gguf()->find_tensor("blk.0.attn_q.weight");
+  const GgufTensorInfo* q = first_block_matmul(*ck.gguf());
   const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
   if (!out) out = ck.gguf()->find_tensor("token_embd.weight");  // tied: the table is the head
   return q && out && out->type == q->type && (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
@@ -65,7 +85,7 @@ bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
 QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   QuantScheme s;
   if (ck.format() == CheckpointFormat::gguf) {
-    const GgufTensorInfo* q = ck.gguf()->find_tensor("blk.0.attn_q.weight");
+    const GgufTensorInfo* q = first_block_matmul(*ck.gguf());
     if (q && q->type == GgmlType::q8_0) s.method = QuantMethod::q8_0;
     if (q && q->type == GgmlType::mxfp4) s.method = QuantMethod::mxfp4;
     return s;

@@ -1,8 +1,9 @@
-// Quantized serving of a Llama-family model: which parameters a scheme quantizes, and the
-// scheme a checkpoint is already stored in.
+// Quantized serving: which parameters a scheme quantizes, and the scheme a checkpoint is
+// already stored in.
 //
-// The scheme quantizes the weights of every linear layer in the blocks (fused q/k/v and
-// o; fused gate/up and down). The embedding, norms and biases stay as loaded; so does the
+// The scheme quantizes the weights of every linear layer in the blocks: the parameters
+// filled from a matmul tensor of the architecture's table (fused q/k/v and o; fused
+// gate/up and down). The embedding, norms and biases stay as loaded; so does the
 // LM head, unless the checkpoint itself stores it quantized (GGUF; a tied head is the
 // embedding table, which is then stored quantized and decoded row by row on lookup).
 // (vLLM keeps lm_head unquantized under online FP8 too.)

@@ -1,5 +1,5 @@
 // The wire format of the commands the tensor-parallel lead broadcasts to its workers
-// (server/rank_group.h, server/weight_sync.h): little-endian int64 fields, length-prefixed
+// (parallel/rank_group.h, parallel/weight_sync.h): little-endian int64 fields, length-prefixed
 // strings and int32 arrays, read back with bounds checks. A short or lying payload is a
 // protocol bug, never a crash: the reader throws naming what was wrong, prefixed with
 // `context` ("tensor-parallel serving", "weight sync").

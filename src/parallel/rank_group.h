@@ -9,9 +9,9 @@
 //   update_disk     a weight update from a checkpoint path (+ names)
 //   update_tensors  a weight update from tensors (names, dtypes, shapes, then the bytes)
 //   read_weight     /get_weights_by_name: each rank in turn broadcasts its piece of the
-//                   named tensor, the lead puts them together (server/weight_readback.h)
+//                   named tensor, the lead puts them together (parallel/weight_readback.h)
 //   sync_init       /init_weights_update_group: every rank joins the trainer's torch group
-//                   as rank_offset + its rank (server/weight_sync.h), all at once, since
+//                   as rank_offset + its rank (parallel/weight_sync.h), all at once, since
 //                   gloo's rendezvous needs every member; any rank failing undoes all joins
 //   sync_update     /update_weights_from_distributed: every rank receives every broadcast
 //                   itself (each keeps its own shard of the full tensors), stages, and the

@@ -25,7 +25,7 @@ std::optional<DType> dtype_from_torch_name(const std::string& given) {
   return std::nullopt;
 }
 
-// ---- the command payload (RankGroup): server/command_wire.h ----
+// ---- the command payload (RankGroup): parallel/command_wire.h ----
 
 std::string DistributedUpdate::encode() const {
   WireWriter w;

@@ -3,7 +3,7 @@
 // One loop thread runs steps. Each step it drops cancelled requests, admits waiting ones
 // while blocks and batch slots allow (FIFO), gives every running request its next token
 // (decode) or its next prompt chunk (chunked prefill within a per-step token budget), runs
-// ONE batched forward (models/batched_forward.h) under the weights' shared lock, and
+// ONE batched forward (models/model.h) under the weights' shared lock, and
 // samples. Requests join and leave the batch between any two steps.
 //
 // KV pressure: a request needing a new block when none is free preempts the most recently

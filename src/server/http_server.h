@@ -12,7 +12,7 @@
 // answer {"success", "message", "weight_version"}. A failed request never stops the server.
 //
 // Tensor parallel: on rank 0 of `mpirun -np N refit serve --tp N`, with a RankGroup
-// (server/rank_group.h) that runs every step and weight update on all ranks.
+// (parallel/rank_group.h) that runs every step and weight update on all ranks.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // Synthetic checkpoints on disk (what `refit synth` writes): the weights of
-// models/synthetic_model.h and the vocabulary of models/synthetic_vocab.h, as
+// synthetic/synthetic_model.h and the vocabulary of synthetic/synthetic_vocab.h, as
 //   * a Hugging Face folder: config.json, generation_config.json, tokenizer.json,
 //     tokenizer_config.json and model.safetensors (or model-0000i-of-0000n.safetensors shards
 //     plus model.safetensors.index.json when the weights exceed max_shard_bytes), or

@@ -71,7 +71,7 @@ Tensor synthetic_tensor(const ModelConfig& config, const TensorSpec& spec, DType
 
 // All tensors of the model in memory, under their HF names, in model_tensor_specs() order.
 // For the built-in demo model and tests; checkpoints are written tensor by tensor instead
-// (models/synthetic_checkpoint.h).
+// (synthetic/synthetic_checkpoint.h).
 std::vector<std::pair<std::string, Tensor>> synthetic_weights(const ModelConfig& config,
                                                               DType weight_dtype, uint64_t seed);
 

@@ -1,6 +1,6 @@
 // The torch TCPStore client (src/dist/torch_group/) against a real torch 1.13 TCPStore
 // host, and against a fake host that breaks the protocol; the weight-sync request's
-// command encoding and torch dtype names (src/server/weight_sync.h).
+// command encoding and torch dtype names (src/parallel/weight_sync.h).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -11,6 +11,7 @@
 
 #include "formats/checkpoint.h"
 #include "models/model_loader.h"
+#include "models/quantize_model.h"
 #include "refit_test_support.h"
 #include "runtime/generator.h"
 #include "weights/weight_update.h"
@@ -186,6 +187,26 @@ TEST_P(MicroLlamaCpp, PagedBatchedForwardIsBitwiseTheContiguousOne) {
     got.insert(got.end(), rows.begin(), rows.end());
   }
   EXPECT_EQ(got, want);
+}
+
+// Quantization picks the blocks' matmul weights from the architecture's table (fused in
+// the checkpoint or not): four per layer, and the model still computes nearly the same.
+TEST_P(MicroLlamaCpp, Q8_0QuantizesEveryBlockMatmulFromTheTable) {
+  const MicroCase& c = GetParam();
+  const std::string gguf = kData + "/" + c.folder + "/" + c.folder + ".gguf";
+  auto ck = Checkpoint::open(gguf);
+  ModelConfig config = read_model_config(*ck);
+  auto model = create_model(config, config.weight_dtype);
+  const QuantizedModelSummary q = quantize_linear_weights(*model, parse_quant_scheme("q8_0"));
+  EXPECT_EQ(q.quantized.size(), static_cast<size_t>(4 * config.n_layers)) << q.str();
+  EXPECT_TRUE(q.kept.empty()) << q.str();
+  load_weights(*model, *ck);
+  std::vector<int32_t> sequence;
+  for (int32_t i = 0; i < 12; ++i) sequence.push_back((i * 29 + 3) % 300 + 4);
+  const std::vector<float> a = teacher_forced(*model, sequence), b = teacher_forced(*load_model(gguf), sequence);
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += std::fabs(static_cast<double>(a[i]) - b[i]);
+  EXPECT_LT(sum / static_cast<double>(a.size()), 0.5);  // llama-q8_0's tolerance in the oracle test
 }
 
 INSTANTIATE_TEST_SUITE_P(

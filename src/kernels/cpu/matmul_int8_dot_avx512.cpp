@@ -21,7 +21,7 @@
 //
 // Shuffled weights (16-row tiles of [2][16 rows][16 bytes] pieces) are read in place by
 // ShuffledTile, rows in the vector lanes instead of blocks (see there). Interleaved Q8_0
-// weights (core/interleave_4x16.h) run the plain kernel with BlockSums16's Il path: the
+// weights (kernels/interleave_4x16.h) run the plain kernel with BlockSums16's Il path: the
 // block sums come out of vpdpbusd already one per lane, and the pair sums are skipped.
 //
 // Compiled for AVX-512 VNNI only inside the pragma region below: nothing here may call
