@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +36,15 @@ struct Kernel {
   std::function<std::string(std::span<const Tensor* const>)> constraint;
   std::string constraint_text;  // shown by `refit kernels`, e.g. "K % 32 == 0"
   const void* fn = nullptr;     // the op's typed function pointer (see kernels/ops.h)
+  // Set on a kernel that reads its weight (argument "w") faster in the layout it accepts
+  // than other kernels read the plain one, so that a loader stores weights in that layout
+  // where this kernel will run (preferred_weight_layout, kernels/weight_layout.h). Dispatch
+  // ignores it: selection stays a function of the tensors.
+  struct WeightLayoutPreference {
+    std::function<bool()> usable;  // this CPU and REFIT_CPU_ISA let the kernel run
+    int64_t min_weight_cols = 0;   // narrower weights gain nothing (e.g. the same bytes)
+  };
+  std::optional<WeightLayoutPreference> prefers_weight_layout{};
   // false: a reference row, looked up by name (tests, benchmarks) and never chosen by
   // select(), for a kernel that a higher row takes over for every input it accepts.
   bool selectable = true;

@@ -363,6 +363,11 @@ void register_kernels(KernelRegistry& registry) {
                           (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
                           "int8 activations [M, K], x_scale [M, K/32]";
       k.fn = simd ? row.avx512 : row.definition;
+      // The interleave is what this kernel reads fastest (prefill 10-28% faster on
+      // `medium`, decode within noise: bench/RESULTS.md); rows shorter than one run of 16
+      // blocks are the same bytes interleaved, so they stay plain.
+      if (simd && row.layout == kInterleaved)
+        k.prefers_weight_layout = Kernel::WeightLayoutPreference{&avx512_vnni_usable, kInterleaveRun};
       registry.add(std::move(k));
     }
   for (const bool simd : {false, true}) {
