@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <regex>
 
 #include "core/error.h"
 #include "core/float_formats.h"
-#include "kernels/interleave_4x16.h"
-#include "kernels/cpu/matmul_int8_dot.h"
+#include "kernels/weight_layout.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -277,29 +277,29 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
 }
 
 void apply_weight_layout(Model& model, const std::string& layout) {
-  std::vector<LayoutTransform> transforms;
-  // "auto" (the default): each weight in the layout its fastest kernel reads. Today that
-  // is the interleave for q8_0-w8a8 codes where the AVX-512 VNNI kernel runs (prefill
-  // 10-28% faster on `medium`, decode within noise: bench/RESULTS.md, session 8) and
-  // plain for everything else.
+  // "auto" (the default): each weight in the layout its fastest kernel reads, as the
+  // kernels say (kernels/weight_layout.h). Today that is the interleave for q8_0-w8a8
+  // codes where the AVX-512 VNNI kernel runs (prefill 10-28% faster on `medium`, decode
+  // within noise: bench/RESULTS.md, session 8) and plain for everything else.
   const bool automatic = layout.empty() || layout == "auto";
-  if (layout == "transpose") transforms = {LayoutTransform::transpose};
+  std::optional<LayoutTransform> forced;
+  if (layout == "transpose") forced = LayoutTransform::transpose;
   else if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle")
-    transforms = {LayoutTransform::shuffle_16x16};
+    forced = LayoutTransform::shuffle_16x16;
   else if (layout == "interleave4x16" || layout == "interleave_4x16" || layout == "interleave")
-    transforms = {LayoutTransform::interleave_4x16};
-  else if (automatic && cpu::int8dot::avx512_vnni_usable())
-    transforms = {LayoutTransform::interleave_4x16};
+    forced = LayoutTransform::interleave_4x16;
   else if (!automatic && layout != "plain")
     fail("unknown weight layout '{}' (use auto, plain, transpose, shuffle16x16 or interleave4x16)", layout);
+  if (!automatic && !forced) return;
   const std::string embedding = hf_tensor_name(model.config(), TensorSlot::token_embd);
-  for (LayoutTransform t : transforms)
-    for (const auto& p : model.parameters().all()) {
-      if (p->local_shape().size() != 2 || p->name() == embedding) continue;
-      // Rows shorter than one run of 16 blocks are the same bytes interleaved: left plain.
-      if (automatic && p->local_shape()[1] < kInterleaveRun) continue;
-      if (p->transform_unsupported_reason(t).empty()) p->apply_transform(t);
-    }
+  for (const auto& p : model.parameters().all()) {
+    if (p->local_shape().size() != 2 || p->name() == embedding) continue;
+    std::optional<LayoutTransform> t = forced;
+    if (automatic &&
+        preferred_weight_layout(p->quantization(), p->logical_dtype(), p->local_shape()) == Layout::interleaved_4x16)
+      t = LayoutTransform::interleave_4x16;
+    if (t && p->transform_unsupported_reason(*t).empty()) p->apply_transform(*t);
+  }
 }
 
 void limit_context(ModelConfig& config, int64_t max_model_len, const std::string& source) {
