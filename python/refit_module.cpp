@@ -308,16 +308,22 @@ void bind_tensor(py::module_& m) {
           "shards",
           [](const PyParameter& p) {
             py::list out;
-            for (const SubShard& s : p.shards())
+            for (const SubShard& s : p.shards()) {
+              py::list slices;
+              for (const SliceRange& r : s.slices()) slices.append(py::make_tuple(r.start, r.length));
               out.append(py::dict("checkpoint_name"_a = s.checkpoint_name,
                                   "checkpoint_shape"_a = shape_tuple(s.checkpoint_shape), "split_dim"_a = s.split_dim,
                                   "slice_start"_a = s.slice_start, "slice_length"_a = s.slice_length,
-                                  "local_row_offset"_a = s.local_row_offset, "local_rows"_a = s.local_rows));
+                                  "slices"_a = slices, "local_row_offset"_a = s.local_row_offset,
+                                  "local_rows"_a = s.local_rows));
+            }
             return out;
           },
           "Which checkpoint tensor fills which rows of this rank's (untransformed) parameter: the rows "
           "[local_row_offset, +local_rows) hold the slice [slice_start, +slice_length) along split_dim "
-          "(-1: the whole tensor).");
+          "(-1: the whole tensor). A tensor the checkpoint stores fused and tensor parallelism splits "
+          "(Phi-3's qkv_proj under --tp) takes several ranges: 'slices' lists every (start, length) in "
+          "local row order, the first being slice_start/slice_length.");
 }
 
 void bind_engine(py::module_& m) {

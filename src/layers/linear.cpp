@@ -9,23 +9,28 @@
 namespace refit {
 namespace {
 
-// Sources that are consecutive row ranges of one checkpoint tensor, landing on
-// consecutive local rows, are one sub-shard: a tensor stored fused (Phi-3's qkv_proj) then
-// loads as the single tensor a trainer sends. Ranges that are not consecutive (a fused
-// tensor split across tensor-parallel ranks) would need several sub-shards of one
-// checkpoint tensor, which parameters do not support yet.
+// Sources that are row ranges of one checkpoint tensor stored fused (Phi-3's qkv_proj,
+// gate_up_proj) become one sub-shard of that tensor, so it loads, refits and reads back as
+// the single tensor a trainer sends. Consecutive ranges join into one (at TP=1 the whole
+// tensor, replicated); under tensor parallelism each rank takes its heads of q, of k and
+// of v, which are apart in the checkpoint and follow one another locally: one sub-shard
+// of several ranges.
 void merge_fused_checkpoint_rows(std::vector<SubShard>& shards, const std::string& name) {
   std::vector<SubShard> merged;
   for (SubShard& s : shards) {
     if (!merged.empty() && merged.back().checkpoint_name == s.checkpoint_name) {
       SubShard& m = merged.back();
-      if (m.slice_start + m.slice_length != s.slice_start || m.local_row_offset + m.local_rows != s.local_row_offset)
-        fail("{}: the checkpoint stores {} fused; splitting a fused checkpoint tensor across tensor-parallel "
-             "ranks is not supported",
-             name, s.checkpoint_name);
-      m.slice_length += s.slice_length;
+      // Sources of one tensor are listed together, so their local rows follow one another.
+      if (m.local_row_offset + m.local_rows != s.local_row_offset)
+        fail("{}: rows of the fused checkpoint tensor {} are not consecutive in the parameter", name,
+             s.checkpoint_name);
+      // The range this source continues: the first, or the last one added.
+      int64_t& last_start = m.more_slices.empty() ? m.slice_start : m.more_slices.back().start;
+      int64_t& last_length = m.more_slices.empty() ? m.slice_length : m.more_slices.back().length;
+      if (last_start + last_length == s.slice_start) last_length += s.slice_length;
+      else m.more_slices.push_back({s.slice_start, s.slice_length});
       m.local_rows += s.local_rows;
-      if (m.slice_start == 0 && m.slice_length == m.checkpoint_shape[0]) m.split_dim = -1;
+      if (m.more_slices.empty() && m.slice_start == 0 && m.slice_length == m.checkpoint_shape[0]) m.split_dim = -1;
       continue;
     }
     merged.push_back(std::move(s));

@@ -243,7 +243,9 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
     std::shared_lock lock(engine_.weights_mutex());
     mine = local_weight_piece(engine_, name, wanted);
   }
-  // Header: status, split_dim, slice_start, rank of the piece, then its dims (at most 8).
+  // Header: status, split_dim, number of slices, rank (dims) of the piece, then its dims
+  // (at most 8); then the slices as (start, length) pairs, several for a fused checkpoint
+  // tensor (Phi-3's qkv_proj holds this rank's q, k and v heads).
   constexpr int kMaxDims = 8;
   std::vector<WeightPiece> pieces;
   for (int root = 0; root < world_size(); ++root) {
@@ -252,7 +254,7 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
       const bool ok = mine.status == 200 && mine.values.dim() <= kMaxDims;
       header[0] = ok ? 200 : mine.status == 200 ? 400 : mine.status;
       header[1] = mine.split_dim;
-      header[2] = mine.slice_start;
+      header[2] = ok ? static_cast<int64_t>(mine.slices.size()) : 0;
       header[3] = ok ? mine.values.dim() : 0;
       for (int64_t d = 0; ok && d < mine.values.dim(); ++d) header[4 + d] = mine.values.size(d);
     }
@@ -266,6 +268,13 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
       }
       continue;
     }
+    std::vector<int64_t> ranges(static_cast<size_t>(2 * header[2]));
+    if (root == rank())
+      for (size_t i = 0; i < mine.slices.size(); ++i) {
+        ranges[2 * i] = mine.slices[i].start;
+        ranges[2 * i + 1] = mine.slices[i].length;
+      }
+    if (!ranges.empty()) communicator_->broadcast(ranges.data(), ranges.size() * sizeof(int64_t), root);
     Shape shape(header + 4, header + 4 + header[3]);
     Tensor values = root == rank() ? mine.values : Tensor::empty(shape, DType::f32);
     broadcast_bytes(values.raw_data(), values.nbytes(), root);
@@ -273,7 +282,8 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
     WeightPiece piece = root == 0 ? mine : WeightPiece{};
     piece.values = values;
     piece.split_dim = header[1];
-    piece.slice_start = header[2];
+    piece.slices.clear();
+    for (size_t i = 0; i < ranges.size(); i += 2) piece.slices.push_back({ranges[i], ranges[i + 1]});
     piece.head_rows = mine.head_rows;  // the same model everywhere: the same leading rows
     pieces.push_back(std::move(piece));
   }

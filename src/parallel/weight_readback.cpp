@@ -39,7 +39,7 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
     row0 = s.local_row_offset;
     piece.full_shape = s.checkpoint_shape;
     piece.split_dim = s.split_dim;
-    piece.slice_start = s.slice_start;
+    piece.slices = s.slices();
   } else {
     piece.full_shape = t.shape();
     if (engine.world_size() > 1) piece.sharding = p->sharding_str();
@@ -50,14 +50,39 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
   for (size_t d = 1; d < piece.full_shape.size(); ++d) cols *= piece.full_shape[d];
   wanted = std::max<int64_t>(wanted, 0);
   piece.head_rows = cols > 0 ? std::min(full_rows, wanted / cols + (wanted % cols != 0)) : full_rows;
-  if (t.dim() >= 1) {
-    const int64_t rows = piece.split_dim == 0
-                             ? std::clamp<int64_t>(piece.head_rows - piece.slice_start, 0, t.size(0))
-                             : std::min(piece.head_rows, t.size(0));
-    t = t.narrow(0, 0, rows);
+  if (t.dim() == 0) {
+    piece.values = Tensor::from_floats(t.shape(), t.to_floats());
+    return piece;
   }
-  if (p->quantized()) t = p->dequantized(row0, t.size(0));
-  piece.values = Tensor::from_floats(t.shape(), t.to_floats());
+  // The local rows to read, as (first local row, count): split by rows, each range's rows
+  // that fall within the leading ones (a range wholly past them is dropped); otherwise the
+  // leading rows themselves.
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  if (piece.split_dim == 0) {
+    std::vector<SliceRange> kept;
+    int64_t local = 0;
+    for (const SliceRange& r : piece.slices) {
+      const int64_t n = std::clamp<int64_t>(piece.head_rows - r.start, 0, r.length);
+      if (n > 0) {
+        parts.push_back({local, n});
+        kept.push_back({r.start, n});
+      }
+      local += r.length;
+    }
+    piece.slices = std::move(kept);
+  } else {
+    parts.push_back({0, std::min(piece.head_rows, t.size(0))});
+  }
+  Shape shape = t.shape();
+  shape[0] = 0;
+  std::vector<float> values;
+  for (auto [local, n] : parts) {
+    const Tensor rows = p->quantized() ? p->dequantized(row0 + local, n) : t.narrow(0, local, n);
+    const std::vector<float> f = rows.to_floats();
+    values.insert(values.end(), f.begin(), f.end());
+    shape[0] += n;
+  }
+  piece.values = Tensor::from_floats(shape, values);
   return piece;
 }
 
@@ -70,14 +95,20 @@ Tensor assemble_weight(const std::vector<WeightPiece>& pieces) {
   Tensor full = Tensor::zeros(head, DType::f32);
   for (const WeightPiece& piece : pieces) {
     if (piece.values.numel() == 0) continue;  // none of the leading rows are this rank's
-    const int64_t dim = piece.split_dim, start = piece.slice_start;
-    const int64_t length = piece.values.size(dim);
-    if (dim != first.split_dim || start < 0 || start + length > full.size(dim) ||
-        (dim != 0 && piece.values.size(0) != full.size(0)))
-      fail("assemble_weight: a rank's slice [{}, {}) along dim {} does not fit {}", start, start + length, dim,
-           shape_str(head));
-    Tensor dst = full.narrow(dim, start, length);
-    dst.copy_from(piece.values);
+    const int64_t dim = piece.split_dim;
+    int64_t taken = 0;  // of the piece's values along dim
+    for (const SliceRange& r : piece.slices) {
+      if (dim != first.split_dim || r.start < 0 || r.length < 0 || r.start + r.length > full.size(dim) ||
+          taken + r.length > piece.values.size(dim) || (dim != 0 && piece.values.size(0) != full.size(0)))
+        fail("assemble_weight: a rank's slice [{}, {}) along dim {} does not fit {}", r.start, r.start + r.length,
+             dim, shape_str(head));
+      Tensor dst = full.narrow(dim, r.start, r.length);
+      dst.copy_from(piece.values.narrow(dim, taken, r.length));
+      taken += r.length;
+    }
+    if (taken != piece.values.size(dim))
+      fail("assemble_weight: a rank's ranges hold {} of its {} values along dim {}", taken, piece.values.size(dim),
+           dim);
   }
   return full;
 }

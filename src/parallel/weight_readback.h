@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "weights/shard.h"
 
 namespace refit {
 
@@ -24,7 +25,10 @@ struct WeightPiece {
   Shape full_shape;       // the whole checkpoint tensor's shape
   std::string dtype;      // the checkpoint's dtype (a quantized weight's values are decoded)
   int64_t split_dim = -1; // dim of the full tensor this piece is a slice of (-1: whole)
-  int64_t slice_start = 0;
+  // Where `values` go along split_dim, in order: one range, or several for a tensor the
+  // checkpoint stores fused (Phi-3's qkv_proj under --tp: this rank's q, k and v heads),
+  // each cut to the leading rows read.
+  std::vector<SliceRange> slices;
   int64_t head_rows = 0;  // leading rows of the full tensor read (all ranks alike)
   std::string sharding;   // the parameter's sharding, for a local-only read ("" otherwise)
 };

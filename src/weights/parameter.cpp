@@ -20,7 +20,10 @@ Parameter::Parameter(std::string name, Shape local_shape, DType stored_dtype,
     for (const SubShard& s : sub_shards_) logical_shape_[0] += s.checkpoint_shape[0];
   }
   int64_t rows = 0;
-  for (const SubShard& s : sub_shards_) rows += s.local_rows;
+  for (const SubShard& s : sub_shards_) {
+    rows += s.local_rows;
+    if (!s.more_slices.empty()) check_ranges(s);
+  }
   // Rows past the last sub-shard are padding no checkpoint fills (vocab shards).
   REFIT_ASSERT(local_shape_.empty() ? rows <= 1 : rows <= local_shape_[0]);
   data_ = Tensor::empty(local_shape_, stored_dtype);
@@ -30,6 +33,30 @@ Parameter::Parameter(std::string name, Shape local_shape, DType stored_dtype,
 Parameter::Parameter(std::string name, Shape shape, DType stored_dtype)
     : Parameter(name, shape, stored_dtype,
                 {SubShard{name, shape, -1, 0, 0, 0, shape.empty() ? 1 : shape[0]}}) {}
+
+// A sub-shard of several ranges (a fused checkpoint tensor split across ranks) must take
+// distinct rows of its tensor, exactly filling its local rows: each stored row then derives
+// from one checkpoint row, and readback can put every rank's rows back where they came from.
+void Parameter::check_ranges(const SubShard& s) const {
+  if (s.split_dim != 0 || s.checkpoint_shape.empty())
+    fail("parameter '{}': '{}' has several ranges along dim {}; only row ranges (dim 0) are supported", name_,
+         s.checkpoint_name, s.split_dim);
+  std::vector<SliceRange> ranges = s.slices();
+  int64_t total = 0;
+  for (const SliceRange& r : ranges) {
+    if (r.length <= 0 || r.start < 0 || r.start + r.length > s.checkpoint_shape[0])
+      fail("parameter '{}': rows {}..{} outside '{}' ({} rows)", name_, r.start, r.start + r.length,
+           s.checkpoint_name, s.checkpoint_shape[0]);
+    total += r.length;
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const SliceRange& a, const SliceRange& b) { return a.start < b.start; });
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].start < ranges[i - 1].start + ranges[i - 1].length)
+      fail("parameter '{}': ranges of '{}' overlap ({})", name_, s.checkpoint_name, s.slices_str());
+  if (total != s.local_rows)
+    fail("parameter '{}': ranges of '{}' ({}) hold {} rows, not its {} local rows", name_, s.checkpoint_name,
+         s.slices_str(), total, s.local_rows);
+}
 
 const SubShard* Parameter::find_sub_shard(const std::string& checkpoint_name) const {
   for (const SubShard& s : sub_shards_)
@@ -47,8 +74,7 @@ std::string Parameter::sharding_str() const {
   for (const SubShard& sub : sub_shards_) {
     s += fmt::format(" rows {}..{} <- {}", sub.local_row_offset, sub.local_row_offset + sub.local_rows,
                      sub.checkpoint_name);
-    if (sub.split_dim >= 0)
-      s += fmt::format("[dim {}: {}..{}]", sub.split_dim, sub.slice_start, sub.slice_start + sub.slice_length);
+    if (sub.split_dim >= 0) s += fmt::format("[dim {}: {}]", sub.split_dim, sub.slices_str());
   }
   return s;
 }
@@ -117,14 +143,12 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
     // No layout transform: convert straight into the stored rows (row_dim() is 0). A staging
     // buffer would add a second pass over the bytes and a fresh, zeroed allocation per
     // tensor, which dominated refit time (bench/RESULTS.md, "refit throughput").
-    Tensor region = writable().narrow(0, sub.local_row_offset, sub.local_rows);
-    Tensor source = sub.slice(full);
-    region.copy_from(source.shape() == region.shape() ? source : source.reshape(region.shape()));
+    copy_slices(sub, full, writable().narrow(0, sub.local_row_offset, sub.local_rows));
     return;
   }
   // Stage only this sub-shard's rows: extra memory is bounded by one parameter.
   Tensor rows = Tensor::empty(sub.local_shape(), data_.dtype());
-  rows.copy_from(sub.slice(full));
+  copy_slices(sub, full, rows);
   if (local_shape_.size() <= 1) {  // vectors: no layout transforms
     writable().narrow(0, sub.local_row_offset, sub.local_rows).copy_from(rows.view({sub.local_rows}));
     return;
@@ -137,6 +161,20 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
     // Row ranges are contiguous in memory for the plain and the shuffled layout (a
     // shuffle tile never crosses a 16-row boundary, and sub-shards start on one).
     std::memcpy(region.raw_data(), stored_rows.raw_data(), stored_rows.nbytes());
+  }
+}
+
+void Parameter::copy_slices(const SubShard& sub, const Tensor& full, Tensor dst) const {
+  if (sub.more_slices.empty()) {
+    Tensor source = sub.slice(full);
+    dst.copy_from(source.shape() == dst.shape() ? source : source.reshape(dst.shape()));
+    return;
+  }
+  // Each range straight from the checkpoint tensor to its rows (no concatenated copy).
+  int64_t row = 0;
+  for (const SliceRange& r : sub.slices()) {
+    dst.narrow(0, row, r.length).copy_from(full.narrow(0, r.start, r.length));
+    row += r.length;
   }
 }
 

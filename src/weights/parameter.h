@@ -53,7 +53,9 @@ class Parameter {
   const SubShard* find_sub_shard(const std::string& checkpoint_name) const;
   const std::vector<LayoutTransform>& transforms() const { return transforms_; }
   bool transposed() const;
-  std::string sharding_str() const;  // "replicated" or "rank 1 of 2: rows 64..128 of q_proj, ..."
+  // "replicated", or per sub-shard its local rows and the ranges of its checkpoint tensor:
+  // "rank 1 of 2, row dim 0: rows 0..64 <- ...qkv_proj.weight[dim 0: 64..128, 160..192, 224..256]"
+  std::string sharding_str() const;
 
   // The stored tensor (read-only to the outside; exported through DLPack as is).
   const Tensor& data() const { return data_; }
@@ -101,6 +103,10 @@ class Parameter {
  private:
   // `rows` (already sliced and converted, plain layout [n, K]) in the stored form.
   Tensor transformed(const Tensor& rows) const;
+  // Refuses (at creation) a sub-shard of several ranges that could not be loaded exactly.
+  void check_ranges(const SubShard& sub_shard) const;
+  // `sub_shard`'s slice of `full` converted into `dst` (its local shape, plain layout).
+  void copy_slices(const SubShard& sub_shard, const Tensor& full, Tensor dst) const;
   Tensor writable() const;
   // Quantized load of one sub-shard's rows (f32 [n, K]), and a kernel layout (shuffle or
   // interleave) applied in place to the codes (and, for the shuffle, scales) already held.
