@@ -47,8 +47,8 @@ void report(benchmark::State& state, int64_t M, int64_t weight_bytes) {
   const double flops = 2.0 * double(M) * double(kK) * double(kN);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["wGB/s"] = benchmark::Counter(double(weight_bytes) * 1e-9 * double(state.iterations()),
-                                               benchmark::Counter::kIsRate);
+  state.counters["wGB/s"] = benchmark::Counter(
+      double(weight_bytes) * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // refit::ops::matmul with weights of `dtype`: f32 goes to OpenBLAS (1 thread per refit
@@ -89,7 +89,8 @@ void BM_openblas_sgemm(benchmark::State& state) {
   openblas_set_num_threads(refit::num_threads());
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(kN), int(kK), 1.0f,
-                x.data<float>(), int(kK), w.data<float>(), int(kK), 0.0f, out.data<float>(), int(kN));
+                x.data<float>(), int(kK), w.data<float>(), int(kK), 0.0f, out.data<float>(),
+                int(kN));
     benchmark::DoNotOptimize(out.data<float>());
   }
   openblas_set_num_threads(1);  // as refit's f32 kernel expects
@@ -108,8 +109,9 @@ void BM_stream_copy(benchmark::State& state) {
     });
     benchmark::DoNotOptimize(a.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(
-      2.0 * kStreamFloats * sizeof(float) * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * kStreamFloats * sizeof(float) * 1e-9 * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_stream_read(benchmark::State& state) {
@@ -129,8 +131,9 @@ void BM_stream_read(benchmark::State& state) {
     });
     benchmark::DoNotOptimize(partial.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(
-      2.0 * kStreamFloats * sizeof(float) * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(2.0 * kStreamFloats * sizeof(float) * 1e-9 * double(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void args(benchmark::internal::Benchmark* b) {

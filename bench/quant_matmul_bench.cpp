@@ -5,9 +5,9 @@
 // so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
 // (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
 // which time-sharing on a loaded machine inflates far less. The `BM_read` rows read the same
-// copies with no arithmetic: the ceiling for the kernels' wGB/s, on the same pages. The w8a8 rows quantize the
-// activations each iteration (int8 blocks for q8_0/mxfp4, e4m3 per token for fp8) and run
-// the integer-dot and bf16-dot kernels.
+// copies with no arithmetic: the ceiling for the kernels' wGB/s, on the same pages. The w8a8 rows
+// quantize the activations each iteration (int8 blocks for q8_0/mxfp4, e4m3 per token for fp8) and
+// run the integer-dot and bf16-dot kernels.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -22,9 +22,9 @@
 #include "kernels/cpu/stream_read.h"
 #include "kernels/matmul_quantized.h"
 #include "kernels/ops.h"
+#include "kernels/quant/quant_scheme.h"
 #include "kernels/registry.h"
 #include "weights/layout_transform.h"
-#include "kernels/quant/quant_scheme.h"
 
 namespace {
 using namespace refit;
@@ -54,7 +54,8 @@ Weights make_weights(std::string scheme, int64_t n, int64_t k) {
   if (scheme == "bf16") {
     Tensor f = Tensor::from_floats({n, k}, w).to(DType::bf16);
     out.bytes_each = f.nbytes();
-    for (size_t used = 0; used < budget || out.codes.size() < 2; used += out.bytes_each) out.codes.push_back(f.clone());
+    for (size_t used = 0; used < budget || out.codes.size() < 2; used += out.bytes_each)
+      out.codes.push_back(f.clone());
     return out;
   }
   const QuantScheme s = parse_quant_scheme(scheme);
@@ -81,7 +82,8 @@ double cpu_seconds() {
 
 // The scalar kernel for the same arguments (matmul_quantized_cpu.cpp), for comparison.
 kernels::MatmulQuantizedFn scalar_kernel(const std::string& scheme) {
-  const std::string name = "matmul_quantized.cpu." + std::string(scheme == "fp8" ? "f8" : scheme) + "_plain";
+  const std::string name =
+      "matmul_quantized.cpu." + std::string(scheme == "fp8" ? "f8" : scheme) + "_plain";
   for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
     if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
   std::abort();
@@ -94,7 +96,8 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
   // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
   // iteration, as a decode step does.
-  const QuantScheme qs = scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme.substr(0, scheme.find('+')));
+  const QuantScheme qs =
+      scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme.substr(0, scheme.find('+')));
   const bool w8a8 = qs.w8a8, int8 = w8a8 && qs.int8_activations();
   Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
   Tensor x8 = Tensor::empty({1, K}, DType::f8_e4m3fn), x8s = Tensor::empty({1}, DType::f32);
@@ -110,9 +113,10 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
     } else if (w8a8) {
       ops::quantize_per_token_fp8(x, x8, x8s);
       ops::matmul_quantized(x8, x8s, w.codes[next], w.scales[next], w.group, Tensor(), out);
-    }
-    else if (scalar) scalar_kernel(scheme)(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
-    else ops::matmul_quantized(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
+    } else if (scalar)
+      scalar_kernel(scheme)(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
+    else
+      ops::matmul_quantized(x, Tensor(), w.codes[next], w.scales[next], w.group, Tensor(), out);
     cpu += cpu_seconds() - c0;
     benchmark::DoNotOptimize(out.data<float>()[0]);
     next = (next + 1) % w.codes.size();
@@ -157,19 +161,39 @@ void BM_read(benchmark::State& state, std::string scheme) {
 
 BENCHMARK_CAPTURE(BM_read, bf16, std::string("bf16"))->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_read, q8_0, std::string("q8_0"))->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, bf16, std::string("bf16"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8, std::string("q8_0-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, bf16, std::string("bf16"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0, std::string("q8_0"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8, std::string("fp8"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4, std::string("mxfp4"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8, std::string("q8_0-w8a8"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, q8_0_w8a8_interleaved, std::string("q8_0-w8a8+interleaved"), false)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, mxfp4_w8a8, std::string("mxfp4-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, fp8_w8a8, std::string("fp8-channel-w8a8"), false)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, fp8_scalar, std::string("fp8"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_decode, mxfp4_scalar, std::string("mxfp4"), true)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4_w8a8, std::string("mxfp4-w8a8"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8_w8a8, std::string("fp8-channel-w8a8"), false)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, q8_0_scalar, std::string("q8_0"), true)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, fp8_scalar, std::string("fp8"), true)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_decode, mxfp4_scalar, std::string("mxfp4"), true)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -16,7 +16,9 @@ constexpr const char* kLegacyUsedName = "used_dltensor";
 constexpr const char* kVersionedName = "dltensor_versioned";
 constexpr const char* kVersionedUsedName = "used_dltensor_versioned";
 
-std::string label(const std::string& name) { return name.empty() ? "tensor" : fmt::format("'{}'", name); }
+std::string label(const std::string& name) {
+  return name.empty() ? "tensor" : fmt::format("'{}'", name);
+}
 
 // Runs a producer's deleter with the GIL held: numpy's and torch's deleters touch Python
 // objects, and the last reference to an imported tensor may be dropped on a thread that
@@ -64,7 +66,8 @@ Tensor consume_capsule(py::handle capsule, const std::string& what) {
   if (!name) throw py::error_already_set();
   try {
     if (std::strcmp(name, kVersionedName) == 0) {
-      auto* managed = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), name));
+      auto* managed =
+          static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), name));
       if (!managed) throw py::error_already_set();
       if (PyCapsule_SetName(capsule.ptr(), kVersionedUsedName) != 0) throw py::error_already_set();
       return from_dlpack(gil_guarded(managed));
@@ -92,13 +95,20 @@ std::string device_from_dlpack_tuple(py::handle device_tuple) {
   const int type = t[0].cast<int>();
   const int index = t.size() > 1 ? t[1].cast<int>() : 0;
   switch (type) {
-    case kDLCPU: return "cpu";
-    case kDLCUDA: return fmt::format("cuda:{}", index);
-    case kDLCUDAHost: return "cuda_host";
-    case kDLCUDAManaged: return fmt::format("cuda_managed:{}", index);
-    case kDLROCM: return fmt::format("rocm:{}", index);
-    case kDLROCMHost: return "rocm_host";
-    default: return fmt::format("DLPack device type {}", type);
+    case kDLCPU:
+      return "cpu";
+    case kDLCUDA:
+      return fmt::format("cuda:{}", index);
+    case kDLCUDAHost:
+      return "cuda_host";
+    case kDLCUDAManaged:
+      return fmt::format("cuda_managed:{}", index);
+    case kDLROCM:
+      return fmt::format("rocm:{}", index);
+    case kDLROCMHost:
+      return "rocm_host";
+    default:
+      return fmt::format("DLPack device type {}", type);
   }
 }
 
@@ -126,13 +136,15 @@ void check_reachable(const std::string& device, const std::string& what) {
         "send a CPU tensor (tensor.cpu())",
         label(what), device));
   if (device.rfind("cuda", 0) != 0)
-    throw py::value_error(fmt::format("parameter {}: tensors on {} are not supported", label(what), device));
+    throw py::value_error(
+        fmt::format("parameter {}: tensors on {} are not supported", label(what), device));
   // A CUDA build can hold tensors on the GPU, but an engine's weights still live on the
   // CPU (docs/cuda.md), so a GPU tensor is refused before its memory is handed over.
-  throw py::value_error(fmt::format(
-      "parameter {}: the tensor is on {}, but this engine's weights live on the cpu; send a CPU tensor "
-      "(tensor.cpu())",
-      label(what), device));
+  throw py::value_error(
+      fmt::format("parameter {}: the tensor is on {}, but this engine's weights live on the cpu; "
+                  "send a CPU tensor "
+                  "(tensor.cpu())",
+                  label(what), device));
 }
 
 bool is_torch_tensor(py::handle object) {
@@ -155,8 +167,8 @@ Tensor import_torch(py::handle object, const std::string& what) {
     capsule = detached.attr("__dlpack__")();
   } catch (py::error_already_set& e) {
     // e.g. a sparse tensor, a conjugated complex view.
-    throw py::type_error(fmt::format("parameter {}: cannot import this torch tensor ({} {}): {}", label(what),
-                                     py::str(object.attr("dtype")).cast<std::string>(),
+    throw py::type_error(fmt::format("parameter {}: cannot import this torch tensor ({} {}): {}",
+                                     label(what), py::str(object.attr("dtype")).cast<std::string>(),
                                      py::str(object.attr("layout")).cast<std::string>(), brief(e)));
   }
   return consume_capsule(capsule, what);
@@ -171,17 +183,17 @@ Tensor import_dlpack_object(py::handle object, const std::string& what) {
     capsule = object.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 1));
   } catch (py::error_already_set& e) {
     if (!e.matches(PyExc_TypeError)) {
-      throw py::type_error(fmt::format("parameter {}: the {} refused DLPack export: {}", label(what),
-                                       py::str(py::type::of(object).attr("__name__")).cast<std::string>(),
-                                       brief(e)));
+      throw py::type_error(fmt::format(
+          "parameter {}: the {} refused DLPack export: {}", label(what),
+          py::str(py::type::of(object).attr("__name__")).cast<std::string>(), brief(e)));
     }
     // A pre-1.0 producer (numpy 1.24) does not know max_version.
     try {
       capsule = object.attr("__dlpack__")();
     } catch (py::error_already_set& e2) {
-      throw py::type_error(fmt::format("parameter {}: the {} refused DLPack export: {}", label(what),
-                                       py::str(py::type::of(object).attr("__name__")).cast<std::string>(),
-                                       brief(e2)));
+      throw py::type_error(fmt::format(
+          "parameter {}: the {} refused DLPack export: {}", label(what),
+          py::str(py::type::of(object).attr("__name__")).cast<std::string>(), brief(e2)));
     }
   }
   return consume_capsule(capsule, what);
@@ -233,9 +245,15 @@ bool build_has_cuda() {
 py::tuple dlpack_device_tuple(const Device& device) {
   int type = kDLCPU;
   switch (device.type) {
-    case DeviceType::cpu: type = kDLCPU; break;
-    case DeviceType::cuda: type = kDLCUDA; break;
-    case DeviceType::rocm: type = kDLROCM; break;
+    case DeviceType::cpu:
+      type = kDLCPU;
+      break;
+    case DeviceType::cuda:
+      type = kDLCUDA;
+      break;
+    case DeviceType::rocm:
+      type = kDLROCM;
+      break;
   }
   return py::make_tuple(type, device.type == DeviceType::cpu ? 0 : device.index);
 }
@@ -247,8 +265,9 @@ py::object PyTensor::dlpack(py::object stream, py::object max_version, py::objec
   if (!stream.is_none() && tensor_.device().type == DeviceType::cpu && stream.cast<int64_t>() != -1)
     throw py::value_error("__dlpack__: stream must be None for a CPU tensor");
   if (!dl_device.is_none() && !dl_device.equal(dlpack_device()))
-    throw ExportRefused(fmt::format("{} lives on {}; refit does not copy across devices in __dlpack__",
-                                    label(name_), tensor_.device().str()));
+    throw ExportRefused(
+        fmt::format("{} lives on {}; refit does not copy across devices in __dlpack__",
+                    label(name_), tensor_.device().str()));
   const bool make_copy = !copy.is_none() && copy.cast<bool>();
   Tensor t = make_copy ? tensor_.clone() : tensor_;
   bool versioned = false;
@@ -289,8 +308,8 @@ uintptr_t PyTensor::data_ptr() const {
 }
 
 std::string PyTensor::repr() const {
-  return fmt::format("refit.Tensor({}{}{})", name_.empty() ? "" : "'" + name_ + "', ", tensor_.str(),
-                     tensor_.read_only() ? ", read-only" : "");
+  return fmt::format("refit.Tensor({}{}{})", name_.empty() ? "" : "'" + name_ + "', ",
+                     tensor_.str(), tensor_.read_only() ? ", read-only" : "");
 }
 
 Tensor import_tensor(py::handle object, const std::string& what) {
@@ -298,10 +317,11 @@ Tensor import_tensor(py::handle object, const std::string& what) {
   if (is_torch_tensor(object)) return import_torch(object, what);
   if (py::hasattr(object, "__dlpack__")) return import_dlpack_object(object, what);
   if (PyCapsule_CheckExact(object.ptr())) return consume_capsule(object, what);
-  throw py::type_error(fmt::format(
-      "parameter {}: expected a tensor (torch.Tensor, numpy.ndarray, refit.Tensor or any object with "
-      "__dlpack__), got {}",
-      label(what), py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+  throw py::type_error(
+      fmt::format("parameter {}: expected a tensor (torch.Tensor, numpy.ndarray, refit.Tensor or "
+                  "any object with "
+                  "__dlpack__), got {}",
+                  label(what), py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
 }
 
 py::object export_tensor(const Tensor& tensor, const std::string& format) {
@@ -319,7 +339,8 @@ py::object export_tensor(const Tensor& tensor, const std::string& format) {
     py::module_ numpy = py::module_::import("numpy");
     return numpy.attr("from_dlpack")(wrapped);
   }
-  throw py::value_error(fmt::format("format must be 'auto', 'torch', 'numpy' or 'refit', got '{}'", format));
+  throw py::value_error(
+      fmt::format("format must be 'auto', 'torch', 'numpy' or 'refit', got '{}'", format));
 }
 
 }  // namespace refit::python

@@ -27,7 +27,8 @@ std::vector<std::pair<std::string, py::object>> named_items(py::handle tensors) 
     try {
       pair = py::reinterpret_borrow<py::object>(item).cast<py::tuple>();
     } catch (const py::cast_error&) {
-      throw py::type_error("weight update: expected (name, tensor) pairs or a dict of name -> tensor");
+      throw py::type_error(
+          "weight update: expected (name, tensor) pairs or a dict of name -> tensor");
     }
     if (pair.size() != 2 || !py::isinstance<py::str>(pair[0]))
       throw py::type_error("weight update: expected (name, tensor) pairs with a str name");
@@ -47,11 +48,13 @@ class PyWeightUpdate {
     update_ = engine_->begin_update(update_options(check_finite));
   }
   ~PyWeightUpdate() {
-    if (update_ && !update_->finished()) update_->abort();  // drops staged references; nothing was written
+    if (update_ && !update_->finished())
+      update_->abort();  // drops staged references; nothing was written
   }
 
   void update(const std::string& name, py::handle object) {
-    if (update_->finished()) throw UpdateRefused("weight update: the transaction has already been committed or aborted");
+    if (update_->finished())
+      throw UpdateRefused("weight update: the transaction has already been committed or aborted");
     Tensor tensor;
     try {
       tensor = import_tensor(object, name);
@@ -72,14 +75,16 @@ class PyWeightUpdate {
 
   uint64_t commit() {
     if (!failure_.empty())
-      throw UpdateRefused(fmt::format("weight update: refusing to commit after a refused tensor ({}); abort it", failure_));
+      throw UpdateRefused(fmt::format(
+          "weight update: refusing to commit after a refused tensor ({}); abort it", failure_));
     py::gil_scoped_release release;
     as_update_error([&] { engine_->commit(*update_); });
     return engine_->weight_version();
   }
 
   void abort() {
-    if (update_->finished()) throw UpdateRefused("weight update: the transaction has already been committed or aborted");
+    if (update_->finished())
+      throw UpdateRefused("weight update: the transaction has already been committed or aborted");
     update_->abort();
   }
 
@@ -98,38 +103,47 @@ class PyWeightUpdate {
 uint64_t update_from_tensors(Engine& engine, py::handle tensors, bool check_finite) {
   // Import everything first (with the GIL): a refusal here leaves the engine untouched.
   std::vector<std::pair<std::string, Tensor>> imported;
-  for (auto& [name, object] : named_items(tensors)) imported.emplace_back(name, import_tensor(object, name));
+  for (auto& [name, object] : named_items(tensors))
+    imported.emplace_back(name, import_tensor(object, name));
   if (imported.empty()) throw py::value_error("update_weights_from_tensors: no tensors given");
   py::gil_scoped_release release;
-  return as_update_error([&] { return engine.update_weights_from_tensors(imported, update_options(check_finite)); });
+  return as_update_error(
+      [&] { return engine.update_weights_from_tensors(imported, update_options(check_finite)); });
 }
 
 uint64_t update_from_disk(Engine& engine, py::handle path, py::object names, bool check_finite) {
   const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
   std::vector<std::string> wanted;
   if (!names.is_none()) {
-    if (py::isinstance<py::str>(names)) throw py::type_error("update_weights_from_disk: names must be a list of names");
+    if (py::isinstance<py::str>(names))
+      throw py::type_error("update_weights_from_disk: names must be a list of names");
     wanted = names.cast<std::vector<std::string>>();
-    if (wanted.empty()) throw py::value_error("update_weights_from_disk: names is empty (pass None for all)");
+    if (wanted.empty())
+      throw py::value_error("update_weights_from_disk: names is empty (pass None for all)");
   }
   py::gil_scoped_release release;
-  return as_update_error([&] { return engine.update_weights_from_disk(file, wanted, update_options(check_finite)); });
+  return as_update_error(
+      [&] { return engine.update_weights_from_disk(file, wanted, update_options(check_finite)); });
 }
 
 }  // namespace
 
 void bind_updates(py::module_& m, py::class_<Engine>& engine_class) {
-  py::class_<PyWeightUpdate>(m, "WeightUpdate",
-                             "A weight-update transaction: update(name, tensor)* then commit() or abort(). Each tensor "
-                             "is validated at once (nothing is written); commit() writes them all in place between "
-                             "two forward passes and bumps the weight version. As a context manager it commits on a "
-                             "clean exit and aborts on an exception.")
+  py::class_<PyWeightUpdate>(
+      m, "WeightUpdate",
+      "A weight-update transaction: update(name, tensor)* then commit() or abort(). Each tensor "
+      "is validated at once (nothing is written); commit() writes them all in place between "
+      "two forward passes and bumps the weight version. As a context manager it commits on a "
+      "clean exit and aborts on an exception.")
       .def("update", &PyWeightUpdate::update, py::arg("name"), py::arg("tensor"),
-           "Validates and stages `tensor` for checkpoint name `name` (zero-copy; it must stay unchanged until "
-           "commit). Raises refit.UpdateError / TypeError / ValueError naming the parameter; the transaction "
+           "Validates and stages `tensor` for checkpoint name `name` (zero-copy; it must stay "
+           "unchanged until "
+           "commit). Raises refit.UpdateError / TypeError / ValueError naming the parameter; the "
+           "transaction "
            "then cannot commit.")
       .def("update_many", &PyWeightUpdate::update_many, py::arg("tensors"))
-      .def("commit", &PyWeightUpdate::commit, "Applies every staged tensor; returns the new weight version.")
+      .def("commit", &PyWeightUpdate::commit,
+           "Applies every staged tensor; returns the new weight version.")
       .def("abort", &PyWeightUpdate::abort)
       .def_property_readonly("failed", &PyWeightUpdate::failed)
       .def_property_readonly("failure", &PyWeightUpdate::failure)
@@ -148,15 +162,21 @@ void bind_updates(py::module_& m, py::class_<Engine>& engine_class) {
   engine_class
       .def(
           "begin_update",
-          [](py::object self, bool check_finite) { return std::make_unique<PyWeightUpdate>(self, check_finite); },
+          [](py::object self, bool check_finite) {
+            return std::make_unique<PyWeightUpdate>(self, check_finite);
+          },
           py::arg("check_finite") = false)
-      .def("update_weights_from_tensors", &update_from_tensors, py::arg("tensors"), py::arg("check_finite") = false,
-           "Validates every (name, tensor) pair (a list of pairs or a dict), then writes them all in place; "
-           "on any refusal nothing changes. Accepts torch tensors that require grad, non-contiguous views and "
-           "f32/f16/bf16. Returns the new weight version.")
-      .def("update_weights_from_disk", &update_from_disk, py::arg("path"), py::arg("names") = py::none(),
+      .def("update_weights_from_tensors", &update_from_tensors, py::arg("tensors"),
            py::arg("check_finite") = false,
-           "Loads the named tensors (None: all) from a checkpoint into the existing storage. Returns the new "
+           "Validates every (name, tensor) pair (a list of pairs or a dict), then writes them all "
+           "in place; "
+           "on any refusal nothing changes. Accepts torch tensors that require grad, "
+           "non-contiguous views and "
+           "f32/f16/bf16. Returns the new weight version.")
+      .def("update_weights_from_disk", &update_from_disk, py::arg("path"),
+           py::arg("names") = py::none(), py::arg("check_finite") = false,
+           "Loads the named tensors (None: all) from a checkpoint into the existing storage. "
+           "Returns the new "
            "weight version.");
 }
 

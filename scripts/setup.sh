@@ -11,7 +11,7 @@ PACKAGES=(
   libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libcpp-httplib-dev libgloo-dev
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev
 )
 
 missing=()

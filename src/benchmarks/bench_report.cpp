@@ -15,8 +15,8 @@ struct Column {
   const char* name;
   int width;
 };
-constexpr Column kColumns[] = {{"model", -30}, {"size", 10},   {"params", 10}, {"backend", -10},
-                               {"threads", 7}, {"test", 13},   {"t/s", 20}};
+constexpr Column kColumns[] = {{"model", -30}, {"size", 10}, {"params", 10}, {"backend", -10},
+                               {"threads", 7}, {"test", 13}, {"t/s", 20}};
 
 // Pads by display columns (UTF-8 code points), so "±" takes one column whatever fmt's own
 // width rules are (llama-bench's printf pads by bytes and adds one column for it).
@@ -29,7 +29,8 @@ std::string cell(const std::string& value, int width) {
 }
 
 std::string size_str(uint64_t bytes) {
-  if (bytes < 1024ull * 1024 * 1024) return fmt::format("{:.2f} MiB", double(bytes) / 1024.0 / 1024.0);
+  if (bytes < 1024ull * 1024 * 1024)
+    return fmt::format("{:.2f} MiB", double(bytes) / 1024.0 / 1024.0);
   return fmt::format("{:.2f} GiB", double(bytes) / 1024.0 / 1024.0 / 1024.0);
 }
 
@@ -138,50 +139,67 @@ std::string token_bench_markdown_row(const TokenBenchResult& r, const BenchModel
 std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& model,
                                const std::vector<TokenBenchResult>& results) {
   std::string out = fmt::format(
-      "\nmemory bandwidth (STREAM-style, {} threads, 2 x {} MiB arrays, best of {} passes): copy {:.2f} GB/s "
+      "\nmemory bandwidth (STREAM-style, {} threads, 2 x {} MiB arrays, best of {} passes): copy "
+      "{:.2f} GB/s "
       "(read + write bytes), read-only {:.2f} GB/s\n",
       s.threads, s.array_bytes >> 20, s.reps, s.copy_gbs, s.read_gbs);
   const double limit_copy = decode_limit_ts(s.copy_gbs, model.decode_bytes_per_token);
   const double limit_read = decode_limit_ts(s.read_gbs, model.decode_bytes_per_token);
   const double limit_own = decode_limit_ts(s.weights_read_gbs, model.decode_bytes_per_token);
   if (limit_own > 0)
-    out += fmt::format("the weights themselves, read-only in place (the pages decode reads, best of {} passes): {:.2f} GB/s\n",
-                       s.reps, s.weights_read_gbs);
-  out += fmt::format("decode limit = bandwidth / weight bytes per token ({:.3f} GB): {:.2f} t/s (copy), {:.2f} t/s (read){}\n",
-                     double(model.decode_bytes_per_token) * 1e-9, limit_copy, limit_read,
-                     limit_own > 0 ? fmt::format(", {:.2f} t/s (weights read)", limit_own) : std::string());
+    out += fmt::format(
+        "the weights themselves, read-only in place (the pages decode reads, best of {} passes): "
+        "{:.2f} GB/s\n",
+        s.reps, s.weights_read_gbs);
+  out += fmt::format(
+      "decode limit = bandwidth / weight bytes per token ({:.3f} GB): {:.2f} t/s (copy), {:.2f} "
+      "t/s (read){}\n",
+      double(model.decode_bytes_per_token) * 1e-9, limit_copy, limit_read,
+      limit_own > 0 ? fmt::format(", {:.2f} t/s (weights read)", limit_own) : std::string());
   std::string shares;
   for (const TokenBenchResult& r : results)
-    shares += fmt::format("{}{} {:.0f}%", shares.empty() ? "" : ", ", r.name(), 100.0 * r.cpu_share());
+    shares +=
+        fmt::format("{}{} {:.0f}%", shares.empty() ? "" : ", ", r.name(), 100.0 * r.cpu_share());
   if (!shares.empty())
-    out += fmt::format("CPU share of the timed runs (process CPU time / wall time / threads; 100% = the cores "
-                       "were ours): {}\n", shares);
+    out += fmt::format(
+        "CPU share of the timed runs (process CPU time / wall time / threads; 100% = the cores "
+        "were ours): {}\n",
+        shares);
   for (const TokenBenchResult& r : results)
     if (r.n_gen > 0 && r.n_prompt == 0 && limit_copy > 0)
-      out += fmt::format("{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit{}\n", r.name(),
-                         r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read,
-                         limit_own > 0 ? fmt::format(", {:.0f}% of the weights-read limit", 100.0 * r.avg_ts() / limit_own)
-                                       : std::string());
+      out += fmt::format(
+          "{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit{}\n", r.name(),
+          r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read,
+          limit_own > 0
+              ? fmt::format(", {:.0f}% of the weights-read limit", 100.0 * r.avg_ts() / limit_own)
+              : std::string());
   return out;
 }
 
 std::string refit_bench_markdown(const RefitBenchResult& r) {
   std::string out = fmt::format(
-      "refit (weight update) of {}: {:.3f} GB of parameters, largest {:.1f} MiB, {} threads\n\n", r.model,
-      double(r.parameter_bytes) * 1e-9, double(r.largest_parameter_bytes) / 1048576.0, r.n_threads);
-  out += "| source                         |       GB |    GB/s (avg ± sd) |  best GB/s | % of memcpy | peak extra RSS | peak extra anon |\n";
-  out += "| ------------------------------ | -------: | -----------------: | ---------: | ----------: | -------------: | --------------: |\n";
+      "refit (weight update) of {}: {:.3f} GB of parameters, largest {:.1f} MiB, {} threads\n\n",
+      r.model, double(r.parameter_bytes) * 1e-9, double(r.largest_parameter_bytes) / 1048576.0,
+      r.n_threads);
+  out +=
+      "| source                         |       GB |    GB/s (avg ± sd) |  best GB/s | % of memcpy "
+      "| peak extra RSS | peak extra anon |\n";
+  out +=
+      "| ------------------------------ | -------: | -----------------: | ---------: | ----------: "
+      "| -------------: | --------------: |\n";
   for (const RefitBenchSource& s : r.sources) {
-    std::string what = s.name == "disk" ? fmt::format("disk ({:.0f}% page-cached)", 100.0 * s.page_cached)
-                                        : std::string("in-memory tensors");
-    out += fmt::format("| {:<30} | {:>8.3f} | {:>18} | {:>10.2f} | {:>10.0f}% | {:>14} | {:>15} |\n", what,
-                       double(s.bytes) * 1e-9, fmt::format("{:.2f} ± {:.2f}", s.avg_gbs(), s.stddev_gbs()),
-                       s.best_gbs(), r.memcpy_gbs > 0 ? 100.0 * s.avg_gbs() / r.memcpy_gbs : 0.0,
-                       mib(s.peak_extra_rss_kb), mib(s.peak_extra_anon_kb));
+    std::string what = s.name == "disk"
+                           ? fmt::format("disk ({:.0f}% page-cached)", 100.0 * s.page_cached)
+                           : std::string("in-memory tensors");
+    out += fmt::format(
+        "| {:<30} | {:>8.3f} | {:>18} | {:>10.2f} | {:>10.0f}% | {:>14} | {:>15} |\n", what,
+        double(s.bytes) * 1e-9, fmt::format("{:.2f} ± {:.2f}", s.avg_gbs(), s.stddev_gbs()),
+        s.best_gbs(), r.memcpy_gbs > 0 ? 100.0 * s.avg_gbs() / r.memcpy_gbs : 0.0,
+        mib(s.peak_extra_rss_kb), mib(s.peak_extra_anon_kb));
   }
   out += fmt::format("| {:<30} | {:>8.3f} | {:>18} | {:>10.2f} | {:>10}% | {:>14} | {:>15} |\n",
-                     "memcpy (1 thread, same bytes)", double(r.memcpy_bytes) * 1e-9, "", r.memcpy_gbs, 100, "",
-                     "");
+                     "memcpy (1 thread, same bytes)", double(r.memcpy_bytes) * 1e-9, "",
+                     r.memcpy_gbs, 100, "", "");
   return out;
 }
 

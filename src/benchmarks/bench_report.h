@@ -7,11 +7,10 @@
 // The bandwidth limit and the refit throughput get their own markdown lines and tables.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "benchmarks/memory_bandwidth.h"
 #include "benchmarks/refit_bench.h"

@@ -35,7 +35,8 @@ struct AlignedBuffer {
   explicit AlignedBuffer(size_t n) : bytes(n) {
     constexpr size_t kHugePage = size_t{2} << 20;
     const bool huge = n >= 2 * kHugePage;
-    const size_t rounded = huge ? (n + kHugePage - 1) / kHugePage * kHugePage : std::max<size_t>(n, 1);
+    const size_t rounded =
+        huge ? (n + kHugePage - 1) / kHugePage * kHugePage : std::max<size_t>(n, 1);
     void* p = nullptr;
     if (posix_memalign(&p, huge ? kHugePage : 4096, rounded) != 0) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -57,9 +58,12 @@ uint64_t share_start(uint64_t total, int64_t shares, int64_t p) {
 }
 
 void parallel_fill(AlignedBuffer& b, uint8_t value) {
-  parallel_for(static_cast<int64_t>(b.bytes), [&](int64_t s, int64_t e, int) {
-    std::memset(b.data.get() + s, value, static_cast<size_t>(e - s));
-  }, int64_t{1} << 20);
+  parallel_for(
+      static_cast<int64_t>(b.bytes),
+      [&](int64_t s, int64_t e, int) {
+        std::memset(b.data.get() + s, value, static_cast<size_t>(e - s));
+      },
+      int64_t{1} << 20);
 }
 
 std::vector<std::filesystem::path> regular_files(const std::string& path) {
@@ -81,14 +85,17 @@ std::vector<std::filesystem::path> regular_files(const std::string& path) {
 int64_t stream_array_bytes() {
   int64_t llc = 0;
   for (int index = 0; index < 8; ++index) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    const std::string dir =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
     std::ifstream level_file(dir + "level"), size_file(dir + "size");
     int level = 0;
     std::string size;
     if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
     int64_t bytes = std::atoll(size.c_str());
-    if (size.back() == 'K') bytes <<= 10;
-    else if (size.back() == 'M') bytes <<= 20;
+    if (size.back() == 'K')
+      bytes <<= 10;
+    else if (size.back() == 'M')
+      bytes <<= 20;
     if (level >= 2) llc = std::max(llc, bytes);
   }
   return std::clamp<int64_t>(4 * llc, int64_t{256} << 20, int64_t{2} << 30);
@@ -152,7 +159,8 @@ double measure_read_gbs(const std::vector<ByteRegion>& regions, int reps) {
     }
     return sum;
   };
-  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8, 0);  // each thread's sum on its own line
+  std::vector<uint64_t> sink(static_cast<size_t>(shares) * 8,
+                             0);  // each thread's sum on its own line
   double best = 1e300;
   for (const bool streams : {false, true})
     for (int i = 0; i <= std::max(reps, 1); ++i) {  // pass 0 is untimed
@@ -194,10 +202,14 @@ ProcMemory read_proc_memory() {
   char line[256];
   while (std::fgets(line, sizeof line, f)) {
     long long kb = 0;
-    if (std::sscanf(line, "VmRSS: %lld", &kb) == 1) m.rss_kb = kb;
-    else if (std::sscanf(line, "VmHWM: %lld", &kb) == 1) m.hwm_kb = kb;
-    else if (std::sscanf(line, "RssAnon: %lld", &kb) == 1) m.rss_anon_kb = kb;
-    else if (std::sscanf(line, "RssFile: %lld", &kb) == 1) m.rss_file_kb = kb;
+    if (std::sscanf(line, "VmRSS: %lld", &kb) == 1)
+      m.rss_kb = kb;
+    else if (std::sscanf(line, "VmHWM: %lld", &kb) == 1)
+      m.hwm_kb = kb;
+    else if (std::sscanf(line, "RssAnon: %lld", &kb) == 1)
+      m.rss_anon_kb = kb;
+    else if (std::sscanf(line, "RssFile: %lld", &kb) == 1)
+      m.rss_file_kb = kb;
   }
   std::fclose(f);
   return m;
@@ -234,9 +246,11 @@ void PeakMemorySampler::stop() {
 void PeakMemorySampler::sample() {
   const ProcMemory m = read_proc_memory();
   int64_t v = peak_rss_kb_.load();
-  while (m.rss_kb > v && !peak_rss_kb_.compare_exchange_weak(v, m.rss_kb)) {}
+  while (m.rss_kb > v && !peak_rss_kb_.compare_exchange_weak(v, m.rss_kb)) {
+  }
   v = peak_anon_kb_.load();
-  while (m.rss_anon_kb > v && !peak_anon_kb_.compare_exchange_weak(v, m.rss_anon_kb)) {}
+  while (m.rss_anon_kb > v && !peak_anon_kb_.compare_exchange_weak(v, m.rss_anon_kb)) {
+  }
 }
 
 double page_cached_fraction(const std::string& path) {

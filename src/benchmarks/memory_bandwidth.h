@@ -16,12 +16,12 @@
 namespace refit {
 
 struct StreamResult {
-  double copy_gbs = 0;   // STREAM "Copy" a[i] = b[i], counted as read + write bytes
-  double read_gbs = 0;   // read-only pass (a sum), the access pattern of decode's weights
+  double copy_gbs = 0;  // STREAM "Copy" a[i] = b[i], counted as read + write bytes
+  double read_gbs = 0;  // read-only pass (a sum), the access pattern of decode's weights
   // The same read-only pass over the bytes a decode step reads, in place (measure_read_gbs
   // on the weights); 0 where not measured. See there for why it is measured too.
   double weights_read_gbs = 0;
-  int threads = 0;       // refit pool threads used
+  int threads = 0;          // refit pool threads used
   int64_t array_bytes = 0;  // bytes of each array
   int reps = 0;
 };

@@ -3,20 +3,20 @@
 #include <algorithm>
 #include <chrono>
 
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/token_bench.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/checkpoint.h"
 #include "models/model_loader.h"
-#include "benchmarks/memory_bandwidth.h"
-#include "benchmarks/token_bench.h"
 
 namespace refit {
 namespace {
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 std::vector<double> gbs_samples(const RefitBenchSource& s) {
@@ -42,7 +42,8 @@ void time_updates(RefitBenchSource& s, int reps, Fn&& update) {
     s.samples_ns.push_back(elapsed);
     const int64_t peak_total = s.hwm_reset_worked ? after.hwm_kb : sampler.peak_rss_kb();
     s.peak_extra_rss_kb = std::max(s.peak_extra_rss_kb, peak_total - before.rss_kb);
-    s.peak_extra_anon_kb = std::max(s.peak_extra_anon_kb, sampler.peak_anon_kb() - before.rss_anon_kb);
+    s.peak_extra_anon_kb =
+        std::max(s.peak_extra_anon_kb, sampler.peak_anon_kb() - before.rss_anon_kb);
   }
 }
 
@@ -55,7 +56,8 @@ double RefitBenchSource::best_gbs() const {
 double RefitBenchSource::avg_gbs() const { return bench_mean(gbs_samples(*this)); }
 double RefitBenchSource::stddev_gbs() const { return bench_stddev(gbs_samples(*this)); }
 
-std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& engine, const std::string& path) {
+std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& engine,
+                                                                const std::string& path) {
   auto checkpoint = Checkpoint::open(path);
   CheckpointWeights weights(*checkpoint, read_model_config(*checkpoint));
   std::vector<std::pair<std::string, Tensor>> out;
@@ -85,9 +87,8 @@ RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, 
   return s;
 }
 
-RefitBenchSource bench_refit_from_tensors(Engine& engine,
-                                          const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                          int reps) {
+RefitBenchSource bench_refit_from_tensors(
+    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps) {
   RefitBenchSource s;
   s.name = "tensors";
   s.detail = "in-memory tensors";

@@ -28,34 +28,34 @@ struct RefitBenchSource {
   // (staging buffers, conversions), sampled every 0.5 ms.
   int64_t peak_extra_rss_kb = 0;
   int64_t peak_extra_anon_kb = 0;
-  bool hwm_reset_worked = false;     // /proc/self/clear_refs accepted the peak reset
-  double page_cached = -1;           // disk: fraction of the files in the page cache before
+  bool hwm_reset_worked = false;  // /proc/self/clear_refs accepted the peak reset
+  double page_cached = -1;        // disk: fraction of the files in the page cache before
   double best_gbs() const;
   double avg_gbs() const;
   double stddev_gbs() const;
 };
 
 struct RefitBenchResult {
-  std::string model;                 // what the engine serves
-  uint64_t parameter_bytes = 0;      // stored bytes of every parameter
+  std::string model;             // what the engine serves
+  uint64_t parameter_bytes = 0;  // stored bytes of every parameter
   uint64_t largest_parameter_bytes = 0;
   int n_threads = 0;
-  double memcpy_gbs = 0;             // one std::memcpy of `bytes` (best of reps), one thread
+  double memcpy_gbs = 0;  // one std::memcpy of `bytes` (best of reps), one thread
   uint64_t memcpy_bytes = 0;
   std::vector<RefitBenchSource> sources;
 };
 
 // Every checkpoint tensor the engine's parameters take, read from `path` and copied into
 // owned memory (as a trainer would hold them), under their checkpoint names.
-std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& engine, const std::string& path);
+std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& engine,
+                                                                const std::string& path);
 
 // Times update_weights_from_disk(path) `reps` times (after warming the page cache and one
 // untimed update).
 RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps);
 // Times update_weights_from_tensors(tensors) `reps` times (after one untimed update).
-RefitBenchSource bench_refit_from_tensors(Engine& engine,
-                                          const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                          int reps);
+RefitBenchSource bench_refit_from_tensors(
+    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps);
 
 // Both sources and the memcpy baseline for `engine` with weights from `path`.
 RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps);

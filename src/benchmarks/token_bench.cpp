@@ -1,6 +1,7 @@
 #include "benchmarks/token_bench.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <cctype>
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <numeric>
 #include <random>
 
-#include <sys/resource.h>
-
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -18,15 +17,17 @@ namespace refit {
 namespace {
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 uint64_t process_cpu_ns() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  auto ns = [](const timeval& t) { return uint64_t(t.tv_sec) * 1'000'000'000ull + uint64_t(t.tv_usec) * 1000ull; };
+  auto ns = [](const timeval& t) {
+    return uint64_t(t.tv_sec) * 1'000'000'000ull + uint64_t(t.tv_usec) * 1000ull;
+  };
   return ns(u.ru_utime) + ns(u.ru_stime);
 }
 
@@ -50,10 +51,14 @@ std::string size_class(uint64_t n_params) {
 // llama_model_ftype_name spelling.
 std::string ftype_name(DType t) {
   switch (t) {
-    case DType::f32: return "all F32";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    default: return std::string(dtype_name(t));
+    case DType::f32:
+      return "all F32";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    default:
+      return std::string(dtype_name(t));
   }
 }
 
@@ -87,8 +92,9 @@ BenchModelInfo bench_model_info(const Model& model, const std::string& filename)
     if (p->quantized() && quant.empty()) quant = p->quantization().name();
     info.size_bytes += bytes;
     info.n_params += static_cast<uint64_t>(p->data().numel());
-    info.decode_bytes_per_token += lookup_only(model, *p) ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
-                                               : bytes;
+    info.decode_bytes_per_token +=
+        lookup_only(model, *p) ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
+                               : bytes;
   }
   // Quantized at load: the scheme in llama.cpp's spelling ("Q8_0", "MXFP4", "FP8-TENSOR").
   for (char& ch : quant) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
@@ -140,14 +146,16 @@ uint64_t TokenBenchResult::stddev_ns() const {
   return static_cast<uint64_t>(bench_stddev(v));
 }
 
-TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps, uint32_t seed) {
+TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
+                                 uint32_t seed) {
   const ModelConfig& c = model.config();
-  if (n_prompt < 0 || n_gen < 0) fail("bench: -p and -n must not be negative (got {} and {})", n_prompt, n_gen);
+  if (n_prompt < 0 || n_gen < 0)
+    fail("bench: -p and -n must not be negative (got {} and {})", n_prompt, n_gen);
   if (n_prompt == 0 && n_gen == 0) fail("bench: a test needs -p or -n above 0");
   if (reps < 1) fail("bench: -r must be at least 1 (got {})", reps);
   if (n_prompt + n_gen > c.max_seq_len)
-    fail("bench: {} prompt + {} generated tokens exceed the model's context length {}", n_prompt, n_gen,
-         c.max_seq_len);
+    fail("bench: {} prompt + {} generated tokens exceed the model's context length {}", n_prompt,
+         n_gen, c.max_seq_len);
 
   TokenBenchResult r;
   r.n_prompt = n_prompt;

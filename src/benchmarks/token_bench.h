@@ -14,17 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
 #include "benchmarks/memory_bandwidth.h"
+#include "models/model.h"
 
 namespace refit {
 
 // What llama-bench reports about the model (llama_model_desc / _size / _n_params).
 struct BenchModelInfo {
   std::string filename;
-  std::string type;          // "llama 1B F16": architecture, size class, weight dtype or scheme
-  uint64_t size_bytes = 0;   // bytes of every stored parameter (codes + scales if quantized)
-  uint64_t n_params = 0;     // elements of every stored parameter
+  std::string type;         // "llama 1B F16": architecture, size class, weight dtype or scheme
+  uint64_t size_bytes = 0;  // bytes of every stored parameter (codes + scales if quantized)
+  uint64_t n_params = 0;    // elements of every stored parameter
   // Bytes one decode step must read: every parameter except the embedding table when the
   // LM head is untied (a lookup reads one row of it). The KV cache is extra and small at tg128.
   uint64_t decode_bytes_per_token = 0;
@@ -40,8 +40,8 @@ struct TokenBenchResult {
   int n_prompt = 0;
   int n_gen = 0;
   int n_threads = 0;
-  int n_batch = 0;         // largest batch one forward pass took (n_prompt, or 1 for tg)
-  std::string test_time;   // RFC 3339, UTC, when the test started
+  int n_batch = 0;        // largest batch one forward pass took (n_prompt, or 1 for tg)
+  std::string test_time;  // RFC 3339, UTC, when the test started
   std::vector<uint64_t> samples_ns;
   // Process CPU time (user + system) over the timed runs. On a shared machine the share of
   // the requested threads the test really got, cpu_ns / (sum of samples_ns * n_threads),

@@ -13,16 +13,16 @@
 #include <utility>
 #include <vector>
 
+#include "benchmarks/bench_report.h"
+#include "benchmarks/memory_bandwidth.h"
+#include "benchmarks/refit_bench.h"
+#include "benchmarks/token_bench.h"
 #include "cli/command.h"
 #include "cli/progress_bar.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
-#include "benchmarks/bench_report.h"
 #include "runtime/engine.h"
-#include "benchmarks/memory_bandwidth.h"
-#include "benchmarks/refit_bench.h"
-#include "benchmarks/token_bench.h"
 
 namespace refit::cli {
 namespace {
@@ -33,8 +33,9 @@ struct BenchArgs {
   int n_gen = 128;
   std::vector<std::string> pg;  // llama-bench's -pg PP,TG: a prompt, then TG tokens, timed together
   int threads = 0;
-  std::string quant;   // EngineOptions::quant: quantize weights at load
-  std::string layout;  // EngineOptions::layout: auto, plain, transpose, shuffle16x16, interleave4x16
+  std::string quant;  // EngineOptions::quant: quantize weights at load
+  std::string
+      layout;  // EngineOptions::layout: auto, plain, transpose, shuffle16x16, interleave4x16
   int reps = 5;
   std::string output = "md";
   bool no_bandwidth = false;
@@ -73,8 +74,10 @@ void note(const BenchArgs& a, const std::string& what) {
   if (a.progress) fmt::print(stderr, "refit bench: {}\n", what);
 }
 
-int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, int>>& pg, Engine& engine) {
-  const BenchModelInfo info = bench_model_info(engine.model(), a.model.empty() ? "(built-in demo)" : a.model);
+int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, int>>& pg,
+                         Engine& engine) {
+  const BenchModelInfo info =
+      bench_model_info(engine.model(), a.model.empty() ? "(built-in demo)" : a.model);
   const bool md = a.output == "md";
   if (md) fmt::print("{}", token_bench_markdown_header());
   std::fflush(stdout);
@@ -101,7 +104,8 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
 
   std::vector<TokenBenchResult> results;
   auto run = [&](int n_prompt, int n_gen) {
-    note(a, fmt::format("{} x {} (+1 warm-up)", n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen),
+    note(a, fmt::format("{} x {} (+1 warm-up)",
+                        n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen),
                         a.reps));
     results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed));
     if (md) fmt::print("{}", token_bench_markdown_row(results.back(), info));
@@ -127,7 +131,8 @@ int run_bench(const BenchArgs& a) {
   if (a.reps < 1) fail("bench: -r must be at least 1 (got {})", a.reps);
   if (a.n_prompt < 0 || a.n_gen < 0) fail("bench: -p and -n must not be negative");
   const auto pg = parse_pg(a.pg);  // malformed values fail before the model loads
-  if (!a.refit && a.n_prompt == 0 && a.n_gen == 0 && pg.empty()) fail("bench: nothing to run (-p 0 and -n 0, no -pg)");
+  if (!a.refit && a.n_prompt == 0 && a.n_gen == 0 && pg.empty())
+    fail("bench: nothing to run (-p 0 and -n 0, no -pg)");
   if (a.refit && a.model.empty() && a.refit_from.empty())
     fail("bench --refit needs -m PATH (the checkpoint whose weights are pushed into the engine)");
 
@@ -153,29 +158,44 @@ int run_bench(const BenchArgs& a) {
 }
 
 CommandRegistrar registrar{
-    {"bench", "Prompt and generation speed as llama-bench measures it (or refit throughput with --refit)",
+    {"bench",
+     "Prompt and generation speed as llama-bench measures it (or refit throughput with --refit)",
      [](CLI::App& sub) {
        auto args = std::make_shared<BenchArgs>();
-       sub.add_option("-m,--model", args->model, "Model (GGUF, HF folder, llama2.c .bin); none: built-in demo");
-       sub.add_option("-p,--n-prompt", args->n_prompt, "Prompt tokens (pp test, one batch); 0 skips it")
+       sub.add_option("-m,--model", args->model,
+                      "Model (GGUF, HF folder, llama2.c .bin); none: built-in demo");
+       sub.add_option("-p,--n-prompt", args->n_prompt,
+                      "Prompt tokens (pp test, one batch); 0 skips it")
            ->capture_default_str();
-       sub.add_option("-n,--n-gen", args->n_gen, "Generated tokens (tg test, one at a time); 0 skips it")
+       sub.add_option("-n,--n-gen", args->n_gen,
+                      "Generated tokens (tg test, one at a time); 0 skips it")
            ->capture_default_str();
-       sub.add_option("--pg", args->pg,
-                      "Prompt then generation, timed together as llama-bench's -pg: PP,TG (repeatable)");
+       sub.add_option(
+           "--pg", args->pg,
+           "Prompt then generation, timed together as llama-bench's -pg: PP,TG (repeatable)");
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
-       sub.add_option("--quant", args->quant,
-                      "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
-       sub.add_option("--layout", args->layout, "Weight layout transform: auto (default: the fastest kernel's layout per weight), plain, transpose, shuffle16x16, interleave4x16");
-       sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")->capture_default_str();
+       sub.add_option(
+           "--quant", args->quant,
+           "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 "
+           "also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a "
+           "Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
+       sub.add_option("--layout", args->layout,
+                      "Weight layout transform: auto (default: the fastest kernel's layout per "
+                      "weight), plain, transpose, shuffle16x16, interleave4x16");
+       sub.add_option("-r,--repetitions", args->reps, "Timed repetitions per test")
+           ->capture_default_str();
        sub.add_option("-o,--output", args->output, "Output format")
            ->check(CLI::IsMember({"md", "json"}))
            ->capture_default_str();
-       sub.add_flag("--no-bandwidth", args->no_bandwidth, "Skip the STREAM-style bandwidth measurement");
-       sub.add_flag("--refit", args->refit,
-                    "Measure weight-update throughput (disk and in-memory) beside memcpy instead of pp/tg");
-       sub.add_option("--refit-from", args->refit_from, "--refit: checkpoint to update from (default: -m)");
-       sub.add_option("--seed", args->seed, "Seed of the random prompt tokens")->capture_default_str();
+       sub.add_flag("--no-bandwidth", args->no_bandwidth,
+                    "Skip the STREAM-style bandwidth measurement");
+       sub.add_flag(
+           "--refit", args->refit,
+           "Measure weight-update throughput (disk and in-memory) beside memcpy instead of pp/tg");
+       sub.add_option("--refit-from", args->refit_from,
+                      "--refit: checkpoint to update from (default: -m)");
+       sub.add_option("--seed", args->seed, "Seed of the random prompt tokens")
+           ->capture_default_str();
        sub.add_flag("--progress", args->progress, "Progress lines on stderr");
        return std::function<int()>([args] { return run_bench(*args); });
      }}};

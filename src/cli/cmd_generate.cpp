@@ -1,13 +1,13 @@
 // `refit generate`: load a model (or the built-in demo model), tokenise the prompt,
 // generate, and print the text as it is produced.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "cli/command.h"
 #include "cli/engine_args.h"
@@ -66,7 +66,8 @@ int run(const GenerateOptions& o) {
   if (!o.json && !o.engine.model.empty()) {
     std::error_code ec;
     const std::string& model = o.engine.model;
-    const auto bytes = std::filesystem::is_regular_file(model, ec) ? std::filesystem::file_size(model, ec) : 0;
+    const auto bytes =
+        std::filesystem::is_regular_file(model, ec) ? std::filesystem::file_size(model, ec) : 0;
     engine_options.progress = progress_bar(model, bytes);
   }
   Engine engine(engine_options);
@@ -77,7 +78,8 @@ int run(const GenerateOptions& o) {
   if (!o.prompt_ids.empty()) {
     req.prompt = parse_ids(o.prompt_ids);
   } else {
-    if (!tokenizer) fail("{} carries no tokenizer: pass --tokenizer FILE or --prompt-ids", engine.description());
+    if (!tokenizer)
+      fail("{} carries no tokenizer: pass --tokenizer FILE or --prompt-ids", engine.description());
     req.prompt = tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
     if (req.prompt.empty()) req.prompt.push_back(engine.config().bos_id);
   }
@@ -137,7 +139,8 @@ int run(const GenerateOptions& o) {
   const double decode_tps = result.tokens.size() > 1 && result.decode_seconds > 0
                                 ? (result.tokens.size() - 1) / result.decode_seconds
                                 : 0.0;
-  const double prefill_tps = result.prefill_seconds > 0 ? req.prompt.size() / result.prefill_seconds : 0.0;
+  const double prefill_tps =
+      result.prefill_seconds > 0 ? req.prompt.size() / result.prefill_seconds : 0.0;
   if (o.json) {
     nlohmann::json j;
     j["model"] = engine.description();
@@ -153,34 +156,39 @@ int run(const GenerateOptions& o) {
     j["decode_tokens_per_second"] = decode_tps;
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else if (isatty(STDERR_FILENO)) {
-    fmt::print(stderr, "[{} prompt tokens at {:.1f} t/s, {} generated at {:.1f} t/s]\n", req.prompt.size(),
-               prefill_tps, result.tokens.size(), decode_tps);
+    fmt::print(stderr, "[{} prompt tokens at {:.1f} t/s, {} generated at {:.1f} t/s]\n",
+               req.prompt.size(), prefill_tps, result.tokens.size(), decode_tps);
   }
   return 0;
 }
 
-CommandRegistrar registrar{{"generate", "Generate text with a model (the built-in demo model without -m)",
-                            [](CLI::App& sub) {
-  auto o = std::make_shared<GenerateOptions>();
-  add_engine_args(sub, o->engine);
-  sub.add_option("-p,--prompt", o->prompt, "Prompt text")->default_val("Once upon a time");
-  sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
-  sub.add_option("-n,--n-predict", o->n, "Number of tokens to generate")->check(CLI::NonNegativeNumber);
-  sub.add_option("--temp", o->temperature, "Temperature (0 = greedy)");
-  sub.add_option("--top-k", o->top_k, "Top-k (0 = off)");
-  sub.add_option("--top-p", o->top_p, "Top-p (1 = off)");
-  sub.add_option("--min-p", o->min_p, "Min-p (0 = off)");
-  sub.add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
-  sub.add_option("--seed", o->seed, "Random seed for sampling");
-  sub.add_flag("--json", o->json, "Print one JSON object: prompt_tokens, tokens, text");
-  sub.add_option("--logits", o->logits_file, "Write f32 logits of every position to FILE");
-  sub.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
-  sub.add_option("--refit-from", o->refit_from, "Refit to this checkpoint's weights during generation");
-  sub.add_option("--refit-after", o->refit_after, "Generated tokens before the refit (0: before the prompt)")
-      ->check(CLI::NonNegativeNumber);
-  sub.add_option("--refit-names", o->refit_names, "Comma-separated tensor names to refit (default: all)");
-  return std::function<int()>([o] { return run(*o); });
-}}};
+CommandRegistrar registrar{
+    {"generate", "Generate text with a model (the built-in demo model without -m)",
+     [](CLI::App& sub) {
+       auto o = std::make_shared<GenerateOptions>();
+       add_engine_args(sub, o->engine);
+       sub.add_option("-p,--prompt", o->prompt, "Prompt text")->default_val("Once upon a time");
+       sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
+       sub.add_option("-n,--n-predict", o->n, "Number of tokens to generate")
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--temp", o->temperature, "Temperature (0 = greedy)");
+       sub.add_option("--top-k", o->top_k, "Top-k (0 = off)");
+       sub.add_option("--top-p", o->top_p, "Top-p (1 = off)");
+       sub.add_option("--min-p", o->min_p, "Min-p (0 = off)");
+       sub.add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
+       sub.add_option("--seed", o->seed, "Random seed for sampling");
+       sub.add_flag("--json", o->json, "Print one JSON object: prompt_tokens, tokens, text");
+       sub.add_option("--logits", o->logits_file, "Write f32 logits of every position to FILE");
+       sub.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the end-of-sequence token");
+       sub.add_option("--refit-from", o->refit_from,
+                      "Refit to this checkpoint's weights during generation");
+       sub.add_option("--refit-after", o->refit_after,
+                      "Generated tokens before the refit (0: before the prompt)")
+           ->check(CLI::NonNegativeNumber);
+       sub.add_option("--refit-names", o->refit_names,
+                      "Comma-separated tensor names to refit (default: all)");
+       return std::function<int()>([o] { return run(*o); });
+     }}};
 
 }  // namespace
 }  // namespace refit::cli

@@ -31,7 +31,8 @@ nlohmann::ordered_json to_json(const Checkpoint& c) {
   j["vocab"] = vj;
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const auto& t : c.tensors())
-    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.nbytes}});
+    tensors.push_back(
+        {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.nbytes}});
   j["tensors"] = tensors;
   j["total_bytes"] = c.total_bytes();
   return j;
@@ -40,9 +41,12 @@ nlohmann::ordered_json to_json(const Checkpoint& c) {
 std::string escaped(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '\t') out += "\\t";
-    else out += ch;
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else
+      out += ch;
   }
   return out;
 }
@@ -63,7 +67,8 @@ void print_text(const Checkpoint& c) {
     if (!v.model.empty()) fmt::print(", model {}", v.model);
     if (!v.pre.empty()) fmt::print(", pre-tokenizer {}", v.pre);
     if (v.n_merges) fmt::print(", {} merges", v.n_merges);
-    auto special = [](std::string_view what, const std::optional<int64_t>& id, const std::string& text) {
+    auto special = [](std::string_view what, const std::optional<int64_t>& id,
+                      const std::string& text) {
       if (id) fmt::print(", {} {}", what, *id);
       if (!text.empty()) fmt::print(" '{}'", escaped(text));
     };
@@ -75,7 +80,8 @@ void print_text(const Checkpoint& c) {
   size_t width = 4;
   for (const auto& t : c.tensors()) width = std::max(width, t.name.size());
   for (const auto& t : c.tensors())
-    fmt::print("  {:<{}}  {:<6} {:<18} {:>12}\n", t.name, width, t.dtype, shape_str(t.shape), t.nbytes);
+    fmt::print("  {:<{}}  {:<6} {:<18} {:>12}\n", t.name, width, t.dtype, shape_str(t.shape),
+               t.nbytes);
 }
 
 CommandRegistrar registrar{
@@ -83,7 +89,8 @@ CommandRegistrar registrar{
      [](CLI::App& sub) {
        auto path = std::make_shared<std::string>();
        auto json = std::make_shared<bool>(false);
-       sub.add_option("path", *path, "GGUF file, safetensors file, Hugging Face folder or llama2.c .bin")
+       sub.add_option("path", *path,
+                      "GGUF file, safetensors file, Hugging Face folder or llama2.c .bin")
            ->required();
        sub.add_flag("--json", *json, "Print JSON for machines");
        return std::function<int()>([path, json] {

@@ -2,6 +2,7 @@
 // endpoints over one model (server/http_server.h). Ctrl-C (SIGINT/SIGTERM) stops it.
 // `mpirun -np N refit serve --tp N`: tensor-parallel serving (parallel/rank_group.h).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,16 +11,14 @@
 #include <cstdio>
 #include <thread>
 
-#include <unistd.h>
-
 #include "cli/command.h"
 #include "cli/engine_args.h"
 #include "core/error.h"
-#include "kernels/cpu/serve_kernels.h"
-#include "runtime/engine.h"
 #include "dist/communicator.h"
-#include "server/http_server.h"
+#include "kernels/cpu/serve_kernels.h"
 #include "parallel/rank_group.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
 
 namespace refit::cli {
 namespace {
@@ -28,7 +27,8 @@ struct ServeOptions {
   EngineArgs engine;
   std::string host = "127.0.0.1", served_name;
   int port = 8000, http_threads = 128;
-  int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096, block_size = 16;
+  int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096,
+          block_size = 16;
   double queue_timeout = 120;
   bool no_prefix_cache = false;
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
@@ -94,14 +94,17 @@ ServerOptions server_options(const ServeOptions& o) {
 void announce(const ServeOptions& o, const Engine& engine, int port) {
   // The first line names the port (tests start the server with --port 0 and read it) and
   // the pid that SIGTERM stops (under mpirun: rank 0's, which then stops every rank).
-  fmt::print("refit serve: listening on http://{}:{} ({}; tp {}; batch-invariant f32 matmul {}; pid {})\n", o.host, port,
-             engine.description(), engine.world_size(), batch_invariant_f32_matmul() ? "on" : "off", getpid());
+  fmt::print(
+      "refit serve: listening on http://{}:{} ({}; tp {}; batch-invariant f32 matmul {}; pid {})\n",
+      o.host, port, engine.description(), engine.world_size(),
+      batch_invariant_f32_matmul() ? "on" : "off", getpid());
   std::fflush(stdout);
 }
 
 // Tensor parallel: rank 0 serves HTTP on a second thread while its main thread (the one
 // MPI may be called from) runs every rank's collectives; the other ranks follow it.
-int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<Communicator> communicator) {
+int run_tensor_parallel(const ServeOptions& o, Engine& engine,
+                        std::shared_ptr<Communicator> communicator) {
   RankGroup group(engine, std::move(communicator));
   if (!group.lead()) {
     // Signals (mpirun forwards SIGTERM to every rank) are the lead's to act on: it tells
@@ -111,9 +114,11 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine, std::shared_ptr<C
     group.run_worker();
     return 0;
   }
-  HttpServer server(engine, server_options(o), &group);  // the group's destructor frees the workers on error
+  HttpServer server(engine, server_options(o),
+                    &group);  // the group's destructor frees the workers on error
   server.bind();
-  ShutdownWatcher watcher(server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
+  ShutdownWatcher watcher(
+      server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
   announce(o, engine, server.port());
   std::exception_ptr error;
   std::thread http([&] {
@@ -137,41 +142,55 @@ int run(const ServeOptions& o) {
   if (o.engine.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
   HttpServer server(engine, server_options(o));
   server.bind();
-  ShutdownWatcher watcher(server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
+  ShutdownWatcher watcher(
+      server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
   announce(o, engine, server.port());
   server.serve();
   return 0;
 }
 
-CommandRegistrar registrar{{"serve", "OpenAI-compatible HTTP server with RL weight-update endpoints",
-                            [](CLI::App& sub) {
-  auto o = std::make_shared<ServeOptions>();
-  add_engine_args(sub, o->engine);
-  sub.add_option("--host", o->host, "Address to listen on")->default_val("127.0.0.1");
-  sub.add_option("--port", o->port, "Port (0: any free port)")->default_val(8000);
-  sub.add_option("--served-model-name", o->served_name, "Model name reported and accepted in requests");
-  sub.add_option("--http-threads", o->http_threads, "Concurrent HTTP connections")->default_val(128);
-  sub.add_option("--kv-blocks", o->kv_blocks, "KV-cache blocks (0: auto)")->default_val(0);
-  sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->default_val(16);
-  sub.add_option("--max-running", o->max_running, "Requests per batch")->default_val(64);
-  sub.add_option("--max-step-tokens", o->max_step_tokens, "New tokens per step (prefill chunk budget)")->default_val(256);
-  sub.add_option("--max-waiting", o->max_waiting, "Queued requests before 503")->default_val(4096);
-  sub.add_option("--queue-timeout", o->queue_timeout, "Seconds a request may wait for KV space before 503")->default_val(120);
-  sub.add_flag("--no-prefix-cache", o->no_prefix_cache, "Do not share KV blocks between requests with a common prefix");
-  sub.add_option("--logprobs-mode", o->logprobs_mode,
-                 "What logprobs report (vLLM's values): raw_logprobs, processed_logprobs, raw_logits, processed_logits; "
-                 "also sglang. Default: raw_logprobs on /v1/*, SGLang's semantics on /generate")
-      ->check(CLI::IsMember({"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", "sglang"}));
-  sub.add_option("--max-logprobs", o->max_logprobs, "Most top logprobs a request may ask for (-1: the whole vocabulary)")
-      ->default_val(-1)
-      ->check(CLI::Range(-1, INT_MAX));
-  sub.add_option("--shutdown-timeout", o->shutdown_timeout,
-                 "Seconds requests in flight may finish after SIGTERM before they end with 'abort' (a second signal exits "
-                 "at once)")
-      ->default_val(30)
-      ->check(CLI::NonNegativeNumber);
-  return std::function<int()>([o] { return run(*o); });
-}}};
+CommandRegistrar registrar{
+    {"serve", "OpenAI-compatible HTTP server with RL weight-update endpoints", [](CLI::App& sub) {
+       auto o = std::make_shared<ServeOptions>();
+       add_engine_args(sub, o->engine);
+       sub.add_option("--host", o->host, "Address to listen on")->default_val("127.0.0.1");
+       sub.add_option("--port", o->port, "Port (0: any free port)")->default_val(8000);
+       sub.add_option("--served-model-name", o->served_name,
+                      "Model name reported and accepted in requests");
+       sub.add_option("--http-threads", o->http_threads, "Concurrent HTTP connections")
+           ->default_val(128);
+       sub.add_option("--kv-blocks", o->kv_blocks, "KV-cache blocks (0: auto)")->default_val(0);
+       sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->default_val(16);
+       sub.add_option("--max-running", o->max_running, "Requests per batch")->default_val(64);
+       sub.add_option("--max-step-tokens", o->max_step_tokens,
+                      "New tokens per step (prefill chunk budget)")
+           ->default_val(256);
+       sub.add_option("--max-waiting", o->max_waiting, "Queued requests before 503")
+           ->default_val(4096);
+       sub.add_option("--queue-timeout", o->queue_timeout,
+                      "Seconds a request may wait for KV space before 503")
+           ->default_val(120);
+       sub.add_flag("--no-prefix-cache", o->no_prefix_cache,
+                    "Do not share KV blocks between requests with a common prefix");
+       sub.add_option(
+              "--logprobs-mode", o->logprobs_mode,
+              "What logprobs report (vLLM's values): raw_logprobs, processed_logprobs, raw_logits, "
+              "processed_logits; "
+              "also sglang. Default: raw_logprobs on /v1/*, SGLang's semantics on /generate")
+           ->check(CLI::IsMember(
+               {"raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits", "sglang"}));
+       sub.add_option("--max-logprobs", o->max_logprobs,
+                      "Most top logprobs a request may ask for (-1: the whole vocabulary)")
+           ->default_val(-1)
+           ->check(CLI::Range(-1, INT_MAX));
+       sub.add_option("--shutdown-timeout", o->shutdown_timeout,
+                      "Seconds requests in flight may finish after SIGTERM before they end with "
+                      "'abort' (a second signal exits "
+                      "at once)")
+           ->default_val(30)
+           ->check(CLI::NonNegativeNumber);
+       return std::function<int()>([o] { return run(*o); });
+     }}};
 
 }  // namespace
 }  // namespace refit::cli

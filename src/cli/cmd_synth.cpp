@@ -1,17 +1,16 @@
 // `refit synth`: write a deterministic synthetic checkpoint (synthetic/synthetic_checkpoint.h)
 // with the shapes of a common real model, for tests and benchmarks.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <map>
 
-#include <unistd.h>
-
 #include "cli/command.h"
 #include "core/error.h"
-#include "synthetic/synthetic_checkpoint.h"
 #include "models/architecture.h"
+#include "synthetic/synthetic_checkpoint.h"
 #include "synthetic/synthetic_model.h"
 
 namespace refit::cli {
@@ -76,11 +75,13 @@ CommandRegistrar registrar{
            ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}))
            ->capture_default_str();
        sub.add_option("--preset", args->preset,
-                      "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 layers, GQA)")
+                      "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 "
+                      "layers, GQA)")
            ->check(CLI::IsMember({"tiny", "small", "medium"}))
            ->capture_default_str();
-       sub.add_option("--dtype", args->dtype,
-                      "Matmul weight and embedding dtype (norms and biases are f32); q8_0: GGUF only")
+       sub.add_option(
+              "--dtype", args->dtype,
+              "Matmul weight and embedding dtype (norms and biases are f32); q8_0: GGUF only")
            ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}))
            ->capture_default_str();
        sub.add_option("--format", args->format, "hf: a folder with safetensors; gguf: one file")

@@ -35,15 +35,19 @@ std::string read_text_file(const std::string& path) {
 CommandRegistrar registrar{
     {"tokenize", "Print the token ids of a text (or decode ids with --decode)", [](CLI::App& sub) {
        auto args = std::make_shared<TokenizeArgs>();
-       sub.add_option("-m,--model", args->model,
-                      "GGUF (model or vocabulary-only), HF folder / tokenizer.json, or llama2.c model .bin")
+       sub.add_option(
+              "-m,--model", args->model,
+              "GGUF (model or vocabulary-only), HF folder / tokenizer.json, or llama2.c model .bin")
            ->required();
-       sub.add_option("--tokenizer", args->tokenizer, "Tokenizer to use instead (llama2.c tokenizer .bin, GGUF, tokenizer.json)");
-       sub.add_flag("--no-bos", args->no_bos, "Do not add BOS/EOS even where the vocabulary asks for them");
+       sub.add_option("--tokenizer", args->tokenizer,
+                      "Tokenizer to use instead (llama2.c tokenizer .bin, GGUF, tokenizer.json)");
+       sub.add_flag("--no-bos", args->no_bos,
+                    "Do not add BOS/EOS even where the vocabulary asks for them");
        sub.add_flag("--no-parse-special", args->no_parse_special,
                     "Treat text that spells a control token (<s>, <|im_end|>) as plain text");
        sub.add_option("--file,-f", args->file, "Read the text from this file");
-       sub.add_flag("--decode", args->decode, "TEXT is a list of token ids; print the decoded text");
+       sub.add_flag("--decode", args->decode,
+                    "TEXT is a list of token ids; print the decoded text");
        sub.add_option("text", args->text, "Text to tokenize (or ids to decode)");
        return std::function<int()>([args] {
          std::optional<std::string> tokenizer_path;
@@ -55,7 +59,8 @@ CommandRegistrar registrar{
            std::fwrite(decoded.data(), 1, decoded.size(), stdout);
            std::fputc('\n', stdout);
          } else {
-           fmt::print("{}\n", tokenize_for_cli(*tokenizer, text, args->no_bos, !args->no_parse_special));
+           fmt::print("{}\n",
+                      tokenize_for_cli(*tokenizer, text, args->no_bos, !args->no_parse_special));
          }
          return 0;
        });

@@ -8,16 +8,23 @@
 namespace refit::cli {
 
 void add_engine_args(CLI::App& sub, EngineArgs& a) {
-  sub.add_option("-m,--model", a.model, "GGUF file, Hugging Face folder or llama2.c .bin (default: built-in demo model)");
-  sub.add_option("--tokenizer", a.tokenizer, "Tokenizer file for formats that carry none (llama2.c)");
+  sub.add_option("-m,--model", a.model,
+                 "GGUF file, Hugging Face folder or llama2.c .bin (default: built-in demo model)");
+  sub.add_option("--tokenizer", a.tokenizer,
+                 "Tokenizer file for formats that carry none (llama2.c)");
   sub.add_option("-t,--threads", a.threads, "Compute threads (default: all cores)");
   sub.add_option("-c,--ctx-size,--max-model-len", a.max_model_len,
                  "Context length to serve (default: the checkpoint's; at most that)")
       ->check(CLI::NonNegativeNumber);
-  sub.add_option("--tp", a.tp, "Tensor-parallel size (run under mpirun -np N)")->check(CLI::PositiveNumber);
+  sub.add_option("--tp", a.tp, "Tensor-parallel size (run under mpirun -np N)")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--quant", a.quant,
-                 "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; -w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
-  sub.add_option("--layout", a.layout, "Weight layout transform: auto (default: the fastest kernel's layout per weight), plain, transpose, shuffle16x16, interleave4x16");
+                 "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; "
+                 "-w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 "
+                 "error). On a Q8_0/MXFP4 GGUF, q8_0-w8a8/mxfp4-w8a8 keep the file's codes");
+  sub.add_option("--layout", a.layout,
+                 "Weight layout transform: auto (default: the fastest kernel's layout per weight), "
+                 "plain, transpose, shuffle16x16, interleave4x16");
 }
 
 EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
@@ -32,8 +39,10 @@ EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
   if (a.tp > 1) {
     e.communicator = mpi_communicator_if_launched();
     if (!e.communicator)
-      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit {} --tp {} ...`{}", a.tp, a.tp, command,
-           a.tp, built_with_mpi() ? "" : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
+      fail("--tp {} runs one process per rank: start it as `mpirun -np {} refit {} --tp {} ...`{}",
+           a.tp, a.tp, command, a.tp,
+           built_with_mpi() ? ""
+                            : " (and this build has no MPI: install libopenmpi-dev and rebuild)");
   }
   return e;
 }

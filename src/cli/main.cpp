@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   CLI::App app{"refit: an LLM inference engine built for reinforcement learning"};
   app.require_subcommand(1);
   auto& all = commands();
-  std::sort(all.begin(), all.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::sort(all.begin(), all.end(),
+            [](const Command& a, const Command& b) { return a.name < b.name; });
   std::function<int()> action;
   std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
   for (auto& command : all) {

@@ -15,8 +15,8 @@ std::function<void(size_t, size_t)> progress_bar(const std::string& label, size_
     if (percent == *last) return;
     *last = percent;
     const int filled = percent / 4;
-    fmt::print(stderr, "\rloading {} [{}{}] {:3d}%", label, std::string(filled, '#'), std::string(25 - filled, ' '),
-               percent);
+    fmt::print(stderr, "\rloading {} [{}{}] {:3d}%", label, std::string(filled, '#'),
+               std::string(25 - filled, ' '), percent);
     if (percent == 100) fmt::print(stderr, "\n");
   };
 }

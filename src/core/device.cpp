@@ -6,9 +6,12 @@ namespace refit {
 
 const char* device_type_name(DeviceType t) {
   switch (t) {
-    case DeviceType::cpu: return "cpu";
-    case DeviceType::cuda: return "cuda";
-    case DeviceType::rocm: return "rocm";
+    case DeviceType::cpu:
+      return "cpu";
+    case DeviceType::cuda:
+      return "cuda";
+    case DeviceType::rocm:
+      return "rocm";
   }
   return "?";
 }

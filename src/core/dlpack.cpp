@@ -19,18 +19,27 @@ bool is_sub_byte(DType d) { return dtype_bits(d) < 8; }
 
 DLDeviceType to_dlpack_device(DeviceType t) {
   switch (t) {
-    case DeviceType::cpu: return kDLCPU;
-    case DeviceType::cuda: return kDLCUDA;
-    case DeviceType::rocm: return kDLROCM;
+    case DeviceType::cpu:
+      return kDLCPU;
+    case DeviceType::cuda:
+      return kDLCUDA;
+    case DeviceType::rocm:
+      return kDLROCM;
   }
   return kDLCPU;
 }
 
 Device from_dlpack_device(DLDevice d) {
   switch (d.device_type) {
-    case kDLCPU: case kDLCUDAHost: case kDLROCMHost: return Device::cpu();
-    case kDLCUDA: case kDLCUDAManaged: return Device{DeviceType::cuda, d.device_id};
-    case kDLROCM: return Device{DeviceType::rocm, d.device_id};
+    case kDLCPU:
+    case kDLCUDAHost:
+    case kDLROCMHost:
+      return Device::cpu();
+    case kDLCUDA:
+    case kDLCUDAManaged:
+      return Device{DeviceType::cuda, d.device_id};
+    case kDLROCM:
+      return Device{DeviceType::rocm, d.device_id};
     default:
       fail("DLPack import: device type {} is not supported (refit knows cpu, cuda and rocm)",
            static_cast<int>(d.device_type));
@@ -44,9 +53,10 @@ void fill_dl_tensor(const Tensor& t, ExportContext* ctx, DLTensor* out) {
   ctx->strides = t.strides();
   if (is_sub_byte(t.dtype())) {
     if (t.dim() == 0 || t.stride(-1) != 1 || t.size(-1) % 2 != 0 || t.offset() % 2 != 0)
-      fail("DLPack export: {} must be contiguous along an even last dimension at an even "
-           "offset to pack two values per byte (got {})",
-           dtype_name(t.dtype()), t.str());
+      fail(
+          "DLPack export: {} must be contiguous along an even last dimension at an even "
+          "offset to pack two values per byte (got {})",
+          dtype_name(t.dtype()), t.str());
     for (size_t i = 0; i + 1 < ctx->strides.size(); ++i) {
       if (ctx->strides[i] % 2 != 0)
         fail("DLPack export: {} stride {} of dimension {} splits a byte", dtype_name(t.dtype()),
@@ -75,7 +85,8 @@ Tensor wrap_dl_tensor(const DLTensor& dl, bool read_only, std::function<void()> 
     Shape shape(dl.shape, dl.shape + dl.ndim);
     for (int64_t d : shape)
       if (d < 0) fail("DLPack import: negative dimension in shape {}", shape_str(shape));
-    Shape strides = dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
+    Shape strides =
+        dl.strides ? Shape(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
     int64_t max_offset = 0;  // in DLPack elements
@@ -109,20 +120,34 @@ Tensor wrap_dl_tensor(const DLTensor& dl, bool read_only, std::function<void()> 
 
 DLDataType to_dlpack_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return {kDLFloat, 32, 1};
-    case DType::f64: return {kDLFloat, 64, 1};
-    case DType::f16: return {kDLFloat, 16, 1};
-    case DType::bf16: return {kDLBfloat, 16, 1};
-    case DType::f8_e4m3fn: return {kDLFloat8_e4m3fn, 8, 1};
-    case DType::f8_e5m2: return {kDLFloat8_e5m2, 8, 1};
-    case DType::e8m0: return {kDLFloat8_e8m0fnu, 8, 1};
-    case DType::f4_e2m1: return {kDLFloat4_e2m1fn, 4, 2};
-    case DType::i8: return {kDLInt, 8, 1};
-    case DType::u8: return {kDLUInt, 8, 1};
-    case DType::i16: return {kDLInt, 16, 1};
-    case DType::i32: return {kDLInt, 32, 1};
-    case DType::i64: return {kDLInt, 64, 1};
-    case DType::boolean: return {kDLBool, 8, 1};
+    case DType::f32:
+      return {kDLFloat, 32, 1};
+    case DType::f64:
+      return {kDLFloat, 64, 1};
+    case DType::f16:
+      return {kDLFloat, 16, 1};
+    case DType::bf16:
+      return {kDLBfloat, 16, 1};
+    case DType::f8_e4m3fn:
+      return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::f8_e5m2:
+      return {kDLFloat8_e5m2, 8, 1};
+    case DType::e8m0:
+      return {kDLFloat8_e8m0fnu, 8, 1};
+    case DType::f4_e2m1:
+      return {kDLFloat4_e2m1fn, 4, 2};
+    case DType::i8:
+      return {kDLInt, 8, 1};
+    case DType::u8:
+      return {kDLUInt, 8, 1};
+    case DType::i16:
+      return {kDLInt, 16, 1};
+    case DType::i32:
+      return {kDLInt, 32, 1};
+    case DType::i64:
+      return {kDLInt, 64, 1};
+    case DType::boolean:
+      return {kDLBool, 8, 1};
   }
   REFIT_ASSERT(false);
 }
@@ -167,8 +192,10 @@ DType from_dlpack_dtype(DLDataType d) {
     case kDLFloat8_e8m0fnu:
       if (d.bits == 8) return DType::e8m0;
       return bad("float8 must be 8 bits");
-    case kDLComplex: return bad("complex numbers");
-    default: return bad("refit has no matching dtype (fnuz, e3m4, b11 and float6 variants)");
+    case kDLComplex:
+      return bad("complex numbers");
+    default:
+      return bad("refit has no matching dtype (fnuz, e3m4, b11 and float6 variants)");
   }
 }
 
@@ -191,12 +218,17 @@ DLManagedTensorVersioned* to_dlpack_versioned(const Tensor& tensor) {
 DLManagedTensor* to_dlpack_legacy(const Tensor& tensor) {
   if (!tensor.defined()) fail("DLPack export: the tensor is undefined");
   switch (tensor.dtype()) {
-    case DType::f8_e4m3fn: case DType::f8_e5m2: case DType::e8m0: case DType::f4_e2m1:
-      fail("DLPack export: {} has no type code before DLPack 1.0, so the legacy "
-           "DLManagedTensor cannot carry it; use the versioned export, or export as_bytes() "
-           "(a u8 view of the same memory)",
-           dtype_name(tensor.dtype()));
-    default: break;
+    case DType::f8_e4m3fn:
+    case DType::f8_e5m2:
+    case DType::e8m0:
+    case DType::f4_e2m1:
+      fail(
+          "DLPack export: {} has no type code before DLPack 1.0, so the legacy "
+          "DLManagedTensor cannot carry it; use the versioned export, or export as_bytes() "
+          "(a u8 view of the same memory)",
+          dtype_name(tensor.dtype()));
+    default:
+      break;
   }
   auto ctx = std::make_unique<ExportContext>();
   ctx->tensor = tensor;

@@ -29,15 +29,15 @@ enum class DType : uint8_t {
 };
 
 inline constexpr DType kAllDTypes[] = {
-    DType::f32,     DType::f64,  DType::f16, DType::bf16, DType::f8_e4m3fn,
-    DType::f8_e5m2, DType::f4_e2m1, DType::e8m0, DType::i8, DType::u8,
-    DType::i16,     DType::i32,  DType::i64, DType::boolean};
+    DType::f32,     DType::f64,     DType::f16,  DType::bf16,   DType::f8_e4m3fn,
+    DType::f8_e5m2, DType::f4_e2m1, DType::e8m0, DType::i8,     DType::u8,
+    DType::i16,     DType::i32,     DType::i64,  DType::boolean};
 
 // Bits per element (4 for f4_e2m1, else a multiple of 8).
 int dtype_bits(DType t);
 // Bytes needed for n elements (rounded up for sub-byte types).
 size_t dtype_nbytes(DType t, int64_t n);
-bool dtype_is_floating(DType t);  // every float format, including f8/f4/e8m0
+bool dtype_is_floating(DType t);       // every float format, including f8/f4/e8m0
 std::string_view dtype_name(DType t);  // "f32", "bf16", "f8_e4m3fn", ...
 std::optional<DType> dtype_from_name(std::string_view name);
 

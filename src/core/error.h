@@ -33,9 +33,9 @@ template <typename... Args>
 }
 
 // Internal invariant (never user input): a bug in refit if it fires.
-#define REFIT_ASSERT(cond)                                                                  \
-  do {                                                                                      \
-    if (!(cond))                                                                            \
+#define REFIT_ASSERT(cond)                                                                        \
+  do {                                                                                            \
+    if (!(cond))                                                                                  \
       throw ::refit::Error(fmt::format("internal error: {} ({}:{})", #cond, __FILE__, __LINE__)); \
   } while (0)
 

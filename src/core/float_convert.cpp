@@ -17,7 +17,8 @@ const bool kHaveF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("
 
 // Blocks of 8; a block with a NaN lane is converted by the scalar function, so NaN payloads
 // and quiet bits come out exactly as f32_to_f16 makes them (F16C's NaN rules differ).
-__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out, int64_t n) {
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out,
+                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(in + i);
@@ -31,7 +32,8 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
-__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, float* out, int64_t n) {
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* in, float* out,
+                                                         int64_t n) {
   int64_t i = 0;
   const __m128i exp_mask = _mm_set1_epi16(0x7C00);
   for (; i + 8 <= n; i += 8) {

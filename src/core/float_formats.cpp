@@ -16,9 +16,9 @@ struct MiniFloat {
   int exponent_bits;
   int mantissa_bits;
   int bias;
-  bool has_inf;          // IEEE-style: all-ones exponent is inf/NaN (f16, e5m2)
-  uint32_t max_finite;   // magnitude code of the largest finite value
-  uint32_t nan_code;     // magnitude code used for NaN (ignored if no NaN exists)
+  bool has_inf;         // IEEE-style: all-ones exponent is inf/NaN (f16, e5m2)
+  uint32_t max_finite;  // magnitude code of the largest finite value
+  uint32_t nan_code;    // magnitude code used for NaN (ignored if no NaN exists)
   bool has_nan;
 };
 

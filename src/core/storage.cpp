@@ -83,7 +83,8 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
 
 size_t Storage::discard_contents() {
   if (device_.type != DeviceType::cpu || !owned_)
-    fail("Storage::discard_contents: only owned, writable host memory can be given back ({})", device_.str());
+    fail("Storage::discard_contents: only owned, writable host memory can be given back ({})",
+         device_.str());
   if (nbytes_ == 0) return 0;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data_);

@@ -14,9 +14,12 @@ namespace refit {
 
 const char* layout_name(Layout l) {
   switch (l) {
-    case Layout::strided: return "strided";
-    case Layout::shuffled_16x16: return "shuffled_16x16";
-    case Layout::interleaved_4x16: return "interleaved_4x16";
+    case Layout::strided:
+      return "strided";
+    case Layout::shuffled_16x16:
+      return "shuffled_16x16";
+    case Layout::interleaved_4x16:
+      return "interleaved_4x16";
   }
   return "?";
 }
@@ -99,7 +102,8 @@ Tensor Tensor::from_floats(Shape shape, std::span<const float> values) {
     fail("from_floats: shape {} needs {} values, got {}", shape_str(shape), product(shape),
          values.size());
   Tensor t = empty(std::move(shape), DType::f32);
-  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));  // data() may be null
+  if (!values.empty())
+    std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));  // data() may be null
   return t;
 }
 
@@ -273,19 +277,22 @@ void Tensor::copy_across_devices(const Tensor& src) {
   const Device dst_dev = device(), src_dev = src.device();
   if (dst_dev.type != DeviceType::cpu && src_dev.type != DeviceType::cpu &&
       dst_dev.type != src_dev.type)
-    fail("copy_from: cannot copy between {} and {} directly; copy through the CPU "
-         "(destination {}, source {})",
-         dst_dev.str(), src_dev.str(), str(), src.str());
+    fail(
+        "copy_from: cannot copy between {} and {} directly; copy through the CPU "
+        "(destination {}, source {})",
+        dst_dev.str(), src_dev.str(), str(), src.str());
   if (src.dtype_ != dtype_ || !is_contiguous() || !src.is_contiguous())
-    fail("copy_from: a copy between {} and {} needs two contiguous tensors of the same dtype "
-         "(destination {}, source {}); convert or make it contiguous on one device first",
-         dst_dev.str(), src_dev.str(), str(), src.str());
+    fail(
+        "copy_from: a copy between {} and {} needs two contiguous tensors of the same dtype "
+        "(destination {}, source {}); convert or make it contiguous on one device first",
+        dst_dev.str(), src_dev.str(), str(), src.str());
   const DeviceType backend = dst_dev.type != DeviceType::cpu ? dst_dev.type : src_dev.type;
   DeviceAllocator* allocator = device_allocator(backend);
   if (!allocator)
-    fail("copy_from: no {} backend in this build to copy between {} and {} (destination {}, "
-         "source {})",
-         device_type_name(backend), dst_dev.str(), src_dev.str(), str(), src.str());
+    fail(
+        "copy_from: no {} backend in this build to copy between {} and {} (destination {}, "
+        "source {})",
+        device_type_name(backend), dst_dev.str(), src_dev.str(), str(), src.str());
   if (numel() == 0) return;
   allocator->copy(raw_data(), dst_dev, src.raw_data(), src_dev, nbytes());
 }
@@ -320,7 +327,8 @@ void Tensor::copy_from(const Tensor& src) {
       convert_f16_to_f32(s, d, n);
     return;
   }
-  if (both_contiguous && src.dtype_ == DType::f32 && (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
+  if (both_contiguous && src.dtype_ == DType::f32 &&
+      (dtype_ == DType::bf16 || dtype_ == DType::f16)) {
     const float* s = src.data<float>();
     uint16_t* d = data<uint16_t>();
     const int64_t n = numel();
@@ -334,23 +342,25 @@ void Tensor::copy_from(const Tensor& src) {
   // Rows contiguous in both (a narrowed or sliced view, as splitting a fused QKV output):
   // one copy per row, not one per element (per element, the QKV split and its memcpy
   // calls took ~7% of an MXFP4 W8A8 pp128 profile on `medium`; row by row, 0.6%).
-  if (src.dtype_ == dtype_ && elem_bytes > 0 && dim() >= 2 && strides_.back() == 1 && src.strides_.back() == 1) {
+  if (src.dtype_ == dtype_ && elem_bytes > 0 && dim() >= 2 && strides_.back() == 1 &&
+      src.strides_.back() == 1) {
     const Shape outer(shape_.begin(), shape_.end() - 1);
-    const Shape dst_outer(strides_.begin(), strides_.end() - 1), src_outer(src.strides_.begin(), src.strides_.end() - 1);
+    const Shape dst_outer(strides_.begin(), strides_.end() - 1),
+        src_outer(src.strides_.begin(), src.strides_.end() - 1);
     const size_t row_bytes = static_cast<size_t>(shape_.back()) * elem_bytes;
-    for_each_offset_pair(outer, dst_outer, offset_, src_outer, src.offset_, [&](int64_t d, int64_t s) {
-      std::memmove(static_cast<uint8_t*>(dst_base) + d * elem_bytes,
-                   static_cast<const uint8_t*>(src_base) + s * elem_bytes, row_bytes);
-    });
+    for_each_offset_pair(
+        outer, dst_outer, offset_, src_outer, src.offset_, [&](int64_t d, int64_t s) {
+          std::memmove(static_cast<uint8_t*>(dst_base) + d * elem_bytes,
+                       static_cast<const uint8_t*>(src_base) + s * elem_bytes, row_bytes);
+        });
     return;
   }
   if (src.dtype_ == dtype_ && elem_bytes > 0) {
-    for_each_offset_pair(shape_, strides_, offset_, src.strides_, src.offset_,
-                         [&](int64_t d, int64_t s) {
-                           std::memcpy(static_cast<uint8_t*>(dst_base) + d * elem_bytes,
-                                       static_cast<const uint8_t*>(src_base) + s * elem_bytes,
-                                       elem_bytes);
-                         });
+    for_each_offset_pair(
+        shape_, strides_, offset_, src.strides_, src.offset_, [&](int64_t d, int64_t s) {
+          std::memcpy(static_cast<uint8_t*>(dst_base) + d * elem_bytes,
+                      static_cast<const uint8_t*>(src_base) + s * elem_bytes, elem_bytes);
+        });
     return;
   }
   for_each_offset_pair(shape_, strides_, offset_, src.strides_, src.offset_,

@@ -21,8 +21,8 @@
 namespace refit {
 
 enum class Layout : uint8_t {
-  strided,         // plain: element (i, j, ...) at offset + sum(index * stride)
-  shuffled_16x16,  // AITER shuffle_weight(w, (16, 16)) of a row-major [N, K] matrix
+  strided,           // plain: element (i, j, ...) at offset + sum(index * stride)
+  shuffled_16x16,    // AITER shuffle_weight(w, (16, 16)) of a row-major [N, K] matrix
   interleaved_4x16,  // 1-byte codes, each row's runs of 16 blocks of 32 stored 4 bytes of
                      // every block at a time (kernels/interleave_4x16.h)
 };

@@ -65,7 +65,8 @@ int threads_from_env() {
   char* end = nullptr;
   long v = std::strtol(env, &end, 10);
   if (end == env || *end != '\0' || v < 1 || v > kMaxPoolThreads)
-    fail("REFIT_THREADS='{}' is not a thread count (expected an integer in 1..{})", env, kMaxPoolThreads);
+    fail("REFIT_THREADS='{}' is not a thread count (expected an integer in 1..{})", env,
+         kMaxPoolThreads);
   return static_cast<int>(v);
 }
 
@@ -122,7 +123,8 @@ class Pool {
     std::atomic<uint64_t> word{0};  // (job id << 32) | (first unit << 16) | end unit
   };
   static uint64_t pack(uint32_t job, int64_t first, int64_t last) {
-    return (uint64_t{job} << 32) | (static_cast<uint64_t>(first) << 16) | static_cast<uint64_t>(last);
+    return (uint64_t{job} << 32) | (static_cast<uint64_t>(first) << 16) |
+           static_cast<uint64_t>(last);
   }
 
   void start(int n) {
@@ -131,7 +133,8 @@ class Pool {
     // A worker must compare against the job counter as it is now, not as it is when the
     // thread first runs: a job or stop() posted in between would otherwise be missed.
     const uint32_t seen = job_seq_.load(std::memory_order_acquire);
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, seen, i] { worker_loop(seen, i); });
+    for (int i = 1; i < size_; ++i)
+      workers_.emplace_back([this, seen, i] { worker_loop(seen, i); });
   }
 
   void stop() {
@@ -148,7 +151,8 @@ class Pool {
     uint64_t word = shares_[s].word.load(std::memory_order_acquire);
     for (;;) {
       if (static_cast<uint32_t>(word >> 32) != job) return false;
-      const int64_t lo = static_cast<int64_t>((word >> 16) & 0xffff), hi = static_cast<int64_t>(word & 0xffff);
+      const int64_t lo = static_cast<int64_t>((word >> 16) & 0xffff),
+                    hi = static_cast<int64_t>(word & 0xffff);
       if (lo >= hi) return false;
       // The owner takes a quarter of what is left (claims shrink toward the end, so the
       // threads finish close together); a thief takes half of what is left.
@@ -170,7 +174,8 @@ class Pool {
         got = claim((self + v) % participants, job, false, first, last);
       if (!got) return;
       // Parameters are stable here: the job cannot finish before these units do.
-      const int64_t n = n_.load(std::memory_order_relaxed), units = units_.load(std::memory_order_relaxed);
+      const int64_t n = n_.load(std::memory_order_relaxed),
+                    units = units_.load(std::memory_order_relaxed);
       const int64_t begin = n * first / units, end = n * last / units;
       t_inside_job = true;
       try {
@@ -231,8 +236,7 @@ void set_num_threads(int n) {
   pool().resize(n);
 }
 
-void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
-                  int64_t grain) {
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn, int64_t grain) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int64_t participants = 1;

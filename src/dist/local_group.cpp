@@ -8,7 +8,8 @@ namespace refit {
 
 class LocalGroupCommunicator final : public Communicator {
  public:
-  LocalGroupCommunicator(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  LocalGroupCommunicator(std::shared_ptr<LocalGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
   int world_size() const override { return group_->world_; }
   std::string name() const override { return "local-threads"; }
@@ -29,7 +30,8 @@ class LocalGroupCommunicator final : public Communicator {
     LocalGroup& g = *group_;
     g.inputs_[rank_] = in;
     g.barrier_.arrive_and_wait();
-    for (int r = 0; r < g.world_; ++r) std::memcpy(out + r * count, g.inputs_[r], count * sizeof(float));
+    for (int r = 0; r < g.world_; ++r)
+      std::memcpy(out + r * count, g.inputs_[r], count * sizeof(float));
     g.barrier_.arrive_and_wait();
   }
   void broadcast(void* data, size_t bytes, int root) override {
@@ -47,12 +49,17 @@ class LocalGroupCommunicator final : public Communicator {
 };
 
 LocalGroup::LocalGroup(int world_size)
-    : world_(world_size), barrier_(world_size), inputs_(world_size), outputs_(world_size), broadcast_(world_size) {
+    : world_(world_size),
+      barrier_(world_size),
+      inputs_(world_size),
+      outputs_(world_size),
+      broadcast_(world_size) {
   if (world_size < 1) fail("LocalGroup: world size must be >= 1, got {}", world_size);
 }
 
 std::shared_ptr<Communicator> LocalGroup::communicator(int rank) {
-  if (rank < 0 || rank >= world_) fail("LocalGroup: rank {} out of range for {} ranks", rank, world_);
+  if (rank < 0 || rank >= world_)
+    fail("LocalGroup: rank {} out of range for {} ranks", rank, world_);
   // The communicator shares ownership of the group (aliasing: the group must be held
   // by a shared_ptr, which make_local_group ensures).
   return std::make_shared<LocalGroupCommunicator>(self_.lock(), rank);

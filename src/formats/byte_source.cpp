@@ -52,8 +52,8 @@ Tensor ByteSource::view(size_t offset, size_t nbytes, DType dtype, Shape shape) 
     storage = Storage::view_of_mapping(mapping_, offset, nbytes);
   } else {
     auto keep = owned_;
-    storage = Storage::wrap(const_cast<uint8_t*>(data_ + offset), nbytes, Device::cpu(),
-                            [keep] {}, /*writable=*/false);
+    storage = Storage::wrap(
+        const_cast<uint8_t*>(data_ + offset), nbytes, Device::cpu(), [keep] {}, /*writable=*/false);
   }
   return Tensor::from_storage(std::move(storage), dtype, std::move(shape));
 }
@@ -65,8 +65,7 @@ void ByteReader::seek(size_t offset, std::string_view what) {
   pos_ = offset;
 }
 
-void ByteReader::check_count(uint64_t count, uint64_t min_item_bytes,
-                             std::string_view what) const {
+void ByteReader::check_count(uint64_t count, uint64_t min_item_bytes, std::string_view what) const {
   uint64_t total;
   if (mul_overflows(count, min_item_bytes, &total) || total > remaining())
     format_fail(path_,

@@ -11,10 +11,14 @@ namespace fs = std::filesystem;
 
 const char* checkpoint_format_name(CheckpointFormat f) {
   switch (f) {
-    case CheckpointFormat::gguf: return "gguf";
-    case CheckpointFormat::safetensors: return "safetensors";
-    case CheckpointFormat::hf_folder: return "hf_folder";
-    case CheckpointFormat::llama2c: return "llama2c";
+    case CheckpointFormat::gguf:
+      return "gguf";
+    case CheckpointFormat::safetensors:
+      return "safetensors";
+    case CheckpointFormat::hf_folder:
+      return "hf_folder";
+    case CheckpointFormat::llama2c:
+      return "llama2c";
   }
   return "unknown";
 }
@@ -29,16 +33,25 @@ std::string shorten(const std::string& s) {
 
 nlohmann::ordered_json gguf_value_json(const GgufValue& v) {
   switch (v.type()) {
-    case GgufValueType::string: return shorten(v.as_string());
-    case GgufValueType::boolean: return v.as_bool();
+    case GgufValueType::string:
+      return shorten(v.as_string());
+    case GgufValueType::boolean:
+      return v.as_bool();
     // An f32 printed through double shows float noise (1e-5 as 9.99999974e-06): round-trip
     // it through its shortest float text instead.
-    case GgufValueType::f32: return std::stod(fmt::format("{}", static_cast<float>(v.as_f64())));
-    case GgufValueType::f64: return v.as_f64();
-    case GgufValueType::array: return fmt::format("<{} of {}>", v.type_str(), v.array_size());
-    case GgufValueType::i8: case GgufValueType::i16: case GgufValueType::i32:
-    case GgufValueType::i64: return v.as_i64();
-    default: return v.as_u64();
+    case GgufValueType::f32:
+      return std::stod(fmt::format("{}", static_cast<float>(v.as_f64())));
+    case GgufValueType::f64:
+      return v.as_f64();
+    case GgufValueType::array:
+      return fmt::format("<{} of {}>", v.type_str(), v.array_size());
+    case GgufValueType::i8:
+    case GgufValueType::i16:
+    case GgufValueType::i32:
+    case GgufValueType::i64:
+      return v.as_i64();
+    default:
+      return v.as_u64();
   }
 }
 
@@ -63,7 +76,8 @@ CheckpointFormat detect_file_format(const ByteSource& src, const std::string& pa
   uint64_t st_len = 0;
   if (src.size() >= 8) std::memcpy(&st_len, p, 8);
   if (src.size() >= 4 && std::memcmp(p, "GGUF", 4) == 0) return CheckpointFormat::gguf;
-  if ((src.size() > 8 && st_len <= src.size() - 8 && p[8] == '{') || fs::path(path).extension() == ".safetensors")
+  if ((src.size() > 8 && st_len <= src.size() - 8 && p[8] == '{') ||
+      fs::path(path).extension() == ".safetensors")
     return CheckpointFormat::safetensors;
   return CheckpointFormat::llama2c;
 }
@@ -101,10 +115,14 @@ uint64_t Checkpoint::total_bytes() const {
 
 Tensor Checkpoint::tensor(std::string_view name) const {
   switch (format_) {
-    case CheckpointFormat::gguf: return gguf_->tensor(name);
-    case CheckpointFormat::safetensors: return safetensors_->tensor(name);
-    case CheckpointFormat::hf_folder: return hf_->tensor(name);
-    case CheckpointFormat::llama2c: return llama2c_->tensor(name);
+    case CheckpointFormat::gguf:
+      return gguf_->tensor(name);
+    case CheckpointFormat::safetensors:
+      return safetensors_->tensor(name);
+    case CheckpointFormat::hf_folder:
+      return hf_->tensor(name);
+    case CheckpointFormat::llama2c:
+      return llama2c_->tensor(name);
   }
   return {};
 }
@@ -176,7 +194,8 @@ void Checkpoint::describe_hf() {
     }
     if (j.is_object() && j.contains("added_tokens") && j["added_tokens"].is_array())
       for (const auto& a : j["added_tokens"])
-        if (json_int(a, "id") && *json_int(a, "id") >= vocab_.size) vocab_.size = *json_int(a, "id") + 1;
+        if (json_int(a, "id") && *json_int(a, "id") >= vocab_.size)
+          vocab_.size = *json_int(a, "id") + 1;
   } else if (auto n = json_int(cfg, "vocab_size")) {
     vocab_.source = "config.json vocab_size (the folder has no tokenizer files)";
     vocab_.size = *n;
@@ -203,7 +222,8 @@ void Checkpoint::describe_llama2c() {
   const fs::path dir = fs::path(path_).parent_path();
   vocab_.size = c.vocab_size;
   vocab_.source = "llama2.c header (no tokenizer .bin found alongside)";
-  for (const std::string& cand : {fmt::format("tok{}.bin", c.vocab_size), std::string("tokenizer.bin")}) {
+  for (const std::string& cand :
+       {fmt::format("tok{}.bin", c.vocab_size), std::string("tokenizer.bin")}) {
     fs::path p = dir / cand;
     if (!fs::exists(p)) continue;
     Llama2cTokenizerData tok;

@@ -34,9 +34,9 @@ struct CheckpointTensor {
 
 struct VocabSummary {
   bool present = false;
-  std::string source;      // where the vocabulary comes from (file or metadata)
-  std::string model;       // "llama" (SentencePiece), "gpt2" (byte-level BPE), "llama2c", ...
-  std::string pre;         // pre-tokenizer name when the file states one
+  std::string source;  // where the vocabulary comes from (file or metadata)
+  std::string model;   // "llama" (SentencePiece), "gpt2" (byte-level BPE), "llama2c", ...
+  std::string pre;     // pre-tokenizer name when the file states one
   int64_t size = 0;
   int64_t n_merges = 0;
   std::optional<int64_t> bos_id, eos_id;

@@ -16,11 +16,23 @@ constexpr uint32_t kMaxNesting = 8;  // arrays of arrays deeper than this are re
 
 size_t scalar_width(GgufValueType t) {
   switch (t) {
-    case GgufValueType::u8: case GgufValueType::i8: case GgufValueType::boolean: return 1;
-    case GgufValueType::u16: case GgufValueType::i16: return 2;
-    case GgufValueType::u32: case GgufValueType::i32: case GgufValueType::f32: return 4;
-    case GgufValueType::u64: case GgufValueType::i64: case GgufValueType::f64: return 8;
-    default: return 0;  // string, array
+    case GgufValueType::u8:
+    case GgufValueType::i8:
+    case GgufValueType::boolean:
+      return 1;
+    case GgufValueType::u16:
+    case GgufValueType::i16:
+      return 2;
+    case GgufValueType::u32:
+    case GgufValueType::i32:
+    case GgufValueType::f32:
+      return 4;
+    case GgufValueType::u64:
+    case GgufValueType::i64:
+    case GgufValueType::f64:
+      return 8;
+    default:
+      return 0;  // string, array
   }
 }
 }  // namespace
@@ -37,8 +49,7 @@ class GgufParser {
       format_fail(path, "not a GGUF file (magic is '{}', expected 'GGUF')",
                   printable(std::string_view(reinterpret_cast<const char*>(magic), 4)));
     file_.version_ = r_.read<uint32_t>("the GGUF version");
-    if (file_.version_ == 1)
-      format_fail(path, "GGUF version 1 is not supported (only 2 and 3)");
+    if (file_.version_ == 1) format_fail(path, "GGUF version 1 is not supported (only 2 and 3)");
     if (file_.version_ != 2 && file_.version_ != 3)
       format_fail(path, "unknown GGUF version {} (supported: 2, 3)", file_.version_);
     const uint64_t n_tensors = r_.read<uint64_t>("the tensor count");
@@ -78,8 +89,10 @@ class GgufParser {
     file_.data_offset_ = data;
     const uint64_t size = file_.source_.size();
     if (n_tensors > 0 && data > size)
-      format_fail(path, "data section would start at {} (header ends at {}, alignment {}), past "
-                  "the end of the file ({} bytes)", data, header_end, file_.alignment_, size);
+      format_fail(path,
+                  "data section would start at {} (header ends at {}, alignment {}), past "
+                  "the end of the file ({} bytes)",
+                  data, header_end, file_.alignment_, size);
     check_tensor_ranges();
   }
 
@@ -92,8 +105,8 @@ class GgufParser {
     const uint8_t* p = r_.bytes(len, what);
     std::string s(reinterpret_cast<const char*>(p), len);
     if (!is_valid_utf8(s))
-      format_fail(r_.path(), "{} at offset {} is not valid UTF-8: '{}'", what,
-                  r_.offset() - len, printable(s));
+      format_fail(r_.path(), "{} at offset {} is not valid UTF-8: '{}'", what, r_.offset() - len,
+                  printable(s));
     return s;
   }
 
@@ -109,14 +122,30 @@ class GgufParser {
     v.type_ = type;
     auto what = [&] { return fmt::format("the value of '{}'", printable(key)); };
     switch (type) {
-      case GgufValueType::u8: v.bits_ = r_.read<uint8_t>(what()); break;
-      case GgufValueType::i8: v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int8_t>(what())}); break;
-      case GgufValueType::u16: v.bits_ = r_.read<uint16_t>(what()); break;
-      case GgufValueType::i16: v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int16_t>(what())}); break;
-      case GgufValueType::u32: v.bits_ = r_.read<uint32_t>(what()); break;
-      case GgufValueType::i32: v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int32_t>(what())}); break;
-      case GgufValueType::u64: v.bits_ = r_.read<uint64_t>(what()); break;
-      case GgufValueType::i64: v.bits_ = static_cast<uint64_t>(r_.read<int64_t>(what())); break;
+      case GgufValueType::u8:
+        v.bits_ = r_.read<uint8_t>(what());
+        break;
+      case GgufValueType::i8:
+        v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int8_t>(what())});
+        break;
+      case GgufValueType::u16:
+        v.bits_ = r_.read<uint16_t>(what());
+        break;
+      case GgufValueType::i16:
+        v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int16_t>(what())});
+        break;
+      case GgufValueType::u32:
+        v.bits_ = r_.read<uint32_t>(what());
+        break;
+      case GgufValueType::i32:
+        v.bits_ = static_cast<uint64_t>(int64_t{r_.read<int32_t>(what())});
+        break;
+      case GgufValueType::u64:
+        v.bits_ = r_.read<uint64_t>(what());
+        break;
+      case GgufValueType::i64:
+        v.bits_ = static_cast<uint64_t>(r_.read<int64_t>(what()));
+        break;
       case GgufValueType::f32: {
         double d = r_.read<float>(what());
         std::memcpy(&v.bits_, &d, 8);
@@ -129,12 +158,17 @@ class GgufParser {
       }
       case GgufValueType::boolean: {
         uint8_t b = r_.read<uint8_t>(what());
-        if (b > 1) format_fail(r_.path(), "bool value of '{}' is {}, not 0 or 1", printable(key), b);
+        if (b > 1)
+          format_fail(r_.path(), "bool value of '{}' is {}, not 0 or 1", printable(key), b);
         v.bits_ = b;
         break;
       }
-      case GgufValueType::string: v.string_ = read_string(what()); break;
-      case GgufValueType::array: read_array(v, depth, key); break;
+      case GgufValueType::string:
+        v.string_ = read_string(what());
+        break;
+      case GgufValueType::array:
+        read_array(v, depth, key);
+        break;
     }
     return v;
   }
@@ -152,8 +186,8 @@ class GgufParser {
       if (v.array_type_ == GgufValueType::boolean)
         for (uint64_t i = 0; i < count; ++i)
           if (p[i] > 1)
-            format_fail(r_.path(), "bool element {} of '{}' is {}, not 0 or 1", i,
-                        printable(key), p[i]);
+            format_fail(r_.path(), "bool element {} of '{}' is {}, not 0 or 1", i, printable(key),
+                        p[i]);
       v.raw_.assign(p, p + count * w);
     } else if (v.array_type_ == GgufValueType::string) {
       r_.check_count(count, 8, what);
@@ -186,8 +220,8 @@ class GgufParser {
       uint64_t ne = r_.read<uint64_t>("a tensor dimension");
       if (ne > static_cast<uint64_t>(INT64_MAX) || mul_overflows(numel, ne, &numel) ||
           numel > static_cast<uint64_t>(INT64_MAX))
-        format_fail(path, "tensor '{}' dimension {} = {} makes the element count overflow", name,
-                    d, ne);
+        format_fail(path, "tensor '{}' dimension {} = {} makes the element count overflow", name, d,
+                    ne);
       t.ne.push_back(ne);
     }
     uint32_t type_id = r_.read<uint32_t>("a tensor type");
@@ -221,9 +255,10 @@ class GgufParser {
       uint64_t begin, end;
       if (add_overflows(file_.data_offset_, t.offset, &begin) ||
           add_overflows(begin, t.nbytes, &end) || end > size)
-        format_fail(path, "tensor '{}' ({} bytes at data offset {}) runs past the end of the file "
-                    "({} bytes, data starts at {})", printable(t.name), t.nbytes, t.offset, size,
-                    file_.data_offset_);
+        format_fail(path,
+                    "tensor '{}' ({} bytes at data offset {}) runs past the end of the file "
+                    "({} bytes, data starts at {})",
+                    printable(t.name), t.nbytes, t.offset, size, file_.data_offset_);
       by_offset.push_back(&t);
     }
     std::sort(by_offset.begin(), by_offset.end(),
@@ -279,7 +314,8 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 
 const GgufTensorInfo& GgufFile::tensor_info(std::string_view name) const {
   const GgufTensorInfo* t = find_tensor(name);
-  if (!t) format_fail(path(), "no tensor named '{}' ({} tensors in the file)", name, tensors_.size());
+  if (!t)
+    format_fail(path(), "no tensor named '{}' ({} tensors in the file)", name, tensors_.size());
   return *t;
 }
 
@@ -297,8 +333,8 @@ GgmlTensorView GgufFile::raw(std::string_view name) const {
   GgmlTensorView v;
   v.type = t.type;
   v.shape = t.shape;
-  v.bytes = source_.view(data_offset_ + t.offset, t.nbytes, DType::u8,
-                         {static_cast<int64_t>(t.nbytes)});
+  v.bytes =
+      source_.view(data_offset_ + t.offset, t.nbytes, DType::u8, {static_cast<int64_t>(t.nbytes)});
   return v;
 }
 

@@ -59,9 +59,9 @@ class GgufValue {
 
   // Scalar readers; REFIT_ASSERT on the wrong kind (check type() first, or use the
   // GgufMetadata accessors, which give a user-facing error).
-  int64_t as_i64() const;    // any signed or unsigned integer type (u64 > INT64_MAX asserts)
-  uint64_t as_u64() const;   // any integer type whose value is >= 0
-  double as_f64() const;     // f32 or f64
+  int64_t as_i64() const;   // any signed or unsigned integer type (u64 > INT64_MAX asserts)
+  uint64_t as_u64() const;  // any integer type whose value is >= 0
+  double as_f64() const;    // f32 or f64
   bool as_bool() const;
   const std::string& as_string() const;
 
@@ -143,7 +143,7 @@ struct GgufTensorInfo {
 // bytes as a read-only u8 tensor over the mapping, plus what they mean.
 struct GgmlTensorView {
   GgmlType type = GgmlType::f32;
-  Shape shape;  // logical row-major shape of the values
+  Shape shape;   // logical row-major shape of the values
   Tensor bytes;  // u8 [nbytes], zero-copy view over the file
   int64_t numel() const;
   // Row r of the logical 2-D matrix [rows, shape.back()] as raw blocks.
@@ -165,7 +165,9 @@ class GgufFile {
   const GgufMetadata& metadata() const { return metadata_; }
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // absolute file offset of tensor data
-  std::optional<std::string> architecture() const { return metadata_.get_string("general.architecture"); }
+  std::optional<std::string> architecture() const {
+    return metadata_.get_string("general.architecture");
+  }
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;

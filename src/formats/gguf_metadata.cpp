@@ -10,19 +10,32 @@ namespace refit {
 
 std::string_view gguf_value_type_name(GgufValueType t) {
   switch (t) {
-    case GgufValueType::u8: return "u8";
-    case GgufValueType::i8: return "i8";
-    case GgufValueType::u16: return "u16";
-    case GgufValueType::i16: return "i16";
-    case GgufValueType::u32: return "u32";
-    case GgufValueType::i32: return "i32";
-    case GgufValueType::f32: return "f32";
-    case GgufValueType::boolean: return "bool";
-    case GgufValueType::string: return "string";
-    case GgufValueType::array: return "array";
-    case GgufValueType::u64: return "u64";
-    case GgufValueType::i64: return "i64";
-    case GgufValueType::f64: return "f64";
+    case GgufValueType::u8:
+      return "u8";
+    case GgufValueType::i8:
+      return "i8";
+    case GgufValueType::u16:
+      return "u16";
+    case GgufValueType::i16:
+      return "i16";
+    case GgufValueType::u32:
+      return "u32";
+    case GgufValueType::i32:
+      return "i32";
+    case GgufValueType::f32:
+      return "f32";
+    case GgufValueType::boolean:
+      return "bool";
+    case GgufValueType::string:
+      return "string";
+    case GgufValueType::array:
+      return "array";
+    case GgufValueType::u64:
+      return "u64";
+    case GgufValueType::i64:
+      return "i64";
+    case GgufValueType::f64:
+      return "f64";
   }
   return "unknown";
 }
@@ -35,9 +48,14 @@ std::string GgufValue::type_str() const {
 namespace {
 bool is_integer_type(GgufValueType t) {
   switch (t) {
-    case GgufValueType::u8: case GgufValueType::i8: case GgufValueType::u16:
-    case GgufValueType::i16: case GgufValueType::u32: case GgufValueType::i32:
-    case GgufValueType::u64: case GgufValueType::i64:
+    case GgufValueType::u8:
+    case GgufValueType::i8:
+    case GgufValueType::u16:
+    case GgufValueType::i16:
+    case GgufValueType::u32:
+    case GgufValueType::i32:
+    case GgufValueType::u64:
+    case GgufValueType::i64:
       return true;
     default:
       return false;
@@ -83,16 +101,32 @@ const std::string& GgufValue::as_string() const {
 size_t GgufValue::array_size() const {
   REFIT_ASSERT(type_ == GgufValueType::array);
   switch (array_type_) {
-    case GgufValueType::string: return strings_.size();
-    case GgufValueType::array: return elements_.size();
-    default: break;
+    case GgufValueType::string:
+      return strings_.size();
+    case GgufValueType::array:
+      return elements_.size();
+    default:
+      break;
   }
   size_t width = 0;
   switch (array_type_) {
-    case GgufValueType::u8: case GgufValueType::i8: case GgufValueType::boolean: width = 1; break;
-    case GgufValueType::u16: case GgufValueType::i16: width = 2; break;
-    case GgufValueType::u32: case GgufValueType::i32: case GgufValueType::f32: width = 4; break;
-    default: width = 8; break;
+    case GgufValueType::u8:
+    case GgufValueType::i8:
+    case GgufValueType::boolean:
+      width = 1;
+      break;
+    case GgufValueType::u16:
+    case GgufValueType::i16:
+      width = 2;
+      break;
+    case GgufValueType::u32:
+    case GgufValueType::i32:
+    case GgufValueType::f32:
+      width = 4;
+      break;
+    default:
+      width = 8;
+      break;
   }
   return raw_.size() / width;
 }
@@ -114,18 +148,43 @@ GgufValue GgufValue::at(size_t i) const {
   };
   double d;
   switch (array_type_) {
-    case GgufValueType::u8: v.bits_ = load(uint8_t{}); break;
-    case GgufValueType::boolean: v.bits_ = load(uint8_t{}); break;
-    case GgufValueType::i8: v.bits_ = static_cast<uint64_t>(int64_t{load(int8_t{})}); break;
-    case GgufValueType::u16: v.bits_ = load(uint16_t{}); break;
-    case GgufValueType::i16: v.bits_ = static_cast<uint64_t>(int64_t{load(int16_t{})}); break;
-    case GgufValueType::u32: v.bits_ = load(uint32_t{}); break;
-    case GgufValueType::i32: v.bits_ = static_cast<uint64_t>(int64_t{load(int32_t{})}); break;
-    case GgufValueType::u64: v.bits_ = load(uint64_t{}); break;
-    case GgufValueType::i64: v.bits_ = static_cast<uint64_t>(load(int64_t{})); break;
-    case GgufValueType::f32: d = load(float{}); std::memcpy(&v.bits_, &d, 8); break;
-    case GgufValueType::f64: d = load(double{}); std::memcpy(&v.bits_, &d, 8); break;
-    default: REFIT_ASSERT(false);
+    case GgufValueType::u8:
+      v.bits_ = load(uint8_t{});
+      break;
+    case GgufValueType::boolean:
+      v.bits_ = load(uint8_t{});
+      break;
+    case GgufValueType::i8:
+      v.bits_ = static_cast<uint64_t>(int64_t{load(int8_t{})});
+      break;
+    case GgufValueType::u16:
+      v.bits_ = load(uint16_t{});
+      break;
+    case GgufValueType::i16:
+      v.bits_ = static_cast<uint64_t>(int64_t{load(int16_t{})});
+      break;
+    case GgufValueType::u32:
+      v.bits_ = load(uint32_t{});
+      break;
+    case GgufValueType::i32:
+      v.bits_ = static_cast<uint64_t>(int64_t{load(int32_t{})});
+      break;
+    case GgufValueType::u64:
+      v.bits_ = load(uint64_t{});
+      break;
+    case GgufValueType::i64:
+      v.bits_ = static_cast<uint64_t>(load(int64_t{}));
+      break;
+    case GgufValueType::f32:
+      d = load(float{});
+      std::memcpy(&v.bits_, &d, 8);
+      break;
+    case GgufValueType::f64:
+      d = load(double{});
+      std::memcpy(&v.bits_, &d, 8);
+      break;
+    default:
+      REFIT_ASSERT(false);
   }
   return v;
 }
@@ -144,7 +203,8 @@ void GgufMetadata::wrong_type(std::string_view key, std::string_view wanted,
 }
 
 void GgufMetadata::missing(std::string_view key, std::string_view wanted) const {
-  throw FormatError(fmt::format("{}: required metadata key '{}' ({}) is missing", path_, key, wanted));
+  throw FormatError(
+      fmt::format("{}: required metadata key '{}' ({}) is missing", path_, key, wanted));
 }
 
 namespace {
@@ -157,15 +217,16 @@ Int checked_int(const GgufMetadata& md, std::string_view key, const GgufValue& v
   bool ok;
   if (is_signed_type(v.type())) {
     int64_t x = v.as_i64();
-    ok = x >= static_cast<int64_t>(lo) && (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(hi));
+    ok = x >= static_cast<int64_t>(lo) &&
+         (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(hi));
     if (ok) return static_cast<Int>(x);
-    throw FormatError(fmt::format("{}: metadata key '{}' = {} ({}) does not fit in {}", md.path(), key,
-                                  x, v.type_str(), wanted));
+    throw FormatError(fmt::format("{}: metadata key '{}' = {} ({}) does not fit in {}", md.path(),
+                                  key, x, v.type_str(), wanted));
   }
   uint64_t x = v.as_u64();
   if (x <= static_cast<uint64_t>(hi)) return static_cast<Int>(x);
-  throw FormatError(fmt::format("{}: metadata key '{}' = {} ({}) does not fit in {}", md.path(), key, x,
-                                v.type_str(), wanted));
+  throw FormatError(fmt::format("{}: metadata key '{}' = {} ({}) does not fit in {}", md.path(),
+                                key, x, v.type_str(), wanted));
 }
 }  // namespace
 
@@ -219,7 +280,8 @@ const std::vector<std::string>* GgufMetadata::find_array_strings(std::string_vie
   return &v->strings();
 }
 
-std::optional<std::vector<std::string>> GgufMetadata::get_array_strings(std::string_view key) const {
+std::optional<std::vector<std::string>> GgufMetadata::get_array_strings(
+    std::string_view key) const {
   const auto* s = find_array_strings(key);
   if (!s) return std::nullopt;
   return *s;
@@ -249,11 +311,11 @@ std::optional<std::vector<int32_t>> GgufMetadata::get_array_i32(std::string_view
   return out;
 }
 
-#define REFIT_GGUF_REQUIRE(Ret, name, wanted)                     \
+#define REFIT_GGUF_REQUIRE(Ret, name, wanted)                    \
   Ret GgufMetadata::require_##name(std::string_view key) const { \
-    auto v = get_##name(key);                                     \
-    if (!v) missing(key, wanted);                                 \
-    return std::move(*v);                                         \
+    auto v = get_##name(key);                                    \
+    if (!v) missing(key, wanted);                                \
+    return std::move(*v);                                        \
   }
 REFIT_GGUF_REQUIRE(std::string, string, "string")
 REFIT_GGUF_REQUIRE(uint32_t, u32, "u32")

@@ -92,8 +92,7 @@ float e8m0_to_f32_half(uint8_t e) {
 
 void dequantize_row(GgmlType type, const void* src, size_t src_bytes, float* dst, int64_t n) {
   const auto& traits = ggml_type_traits(type);
-  if (!traits.can_dequantize)
-    fail("dequantize: no f32 conversion for ggml type {}", traits.name);
+  if (!traits.can_dequantize) fail("dequantize: no f32 conversion for ggml type {}", traits.name);
   if (n < 0) fail("dequantize: negative count {}", n);
   auto need = ggml_nbytes(type, static_cast<uint64_t>(n));
   if (!need)

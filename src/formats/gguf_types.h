@@ -54,11 +54,11 @@ enum class GgmlType : uint32_t {
 
 struct GgmlTypeTraits {
   GgmlType type;
-  std::string_view name;    // ggml's name: "f32", "q8_0", "mxfp4", ...
-  int64_t block_size;       // values per block (1 for plain types)
-  size_t type_size;         // bytes per block
+  std::string_view name;       // ggml's name: "f32", "q8_0", "mxfp4", ...
+  int64_t block_size;          // values per block (1 for plain types)
+  size_t type_size;            // bytes per block
   std::optional<DType> dtype;  // the plain element type, nullopt for quantized types
-  bool can_dequantize;      // refit has a to-f32 routine for it (dequantize_row below)
+  bool can_dequantize;         // refit has a to-f32 routine for it (dequantize_row below)
 };
 
 // Traits for a raw type id read from a file; nullptr when the id is not a ggml type.
@@ -97,7 +97,8 @@ struct BlockMxfp4 {
 };
 static_assert(sizeof(BlockMxfp4) == 17, "ggml block_mxfp4 is 17 bytes");
 
-inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
 
 // ggml's GGML_E8M0_TO_FP32_HALF: 2^(e - 128) for every e (no NaN case).
 float e8m0_to_f32_half(uint8_t e);

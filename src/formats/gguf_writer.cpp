@@ -32,22 +32,53 @@ void GgufWriter::put_string(std::string_view s) {
 void GgufWriter::begin_kv(std::string_view key, GgufValueType type) {
   if (sink_) fail("GGUF writer: metadata '{}' added after the header was written", key);
   if (key.empty()) fail("GGUF writer: empty metadata key");
-  if (!keys_.insert(std::string(key)).second) fail("GGUF writer: metadata key '{}' added twice", key);
+  if (!keys_.insert(std::string(key)).second)
+    fail("GGUF writer: metadata key '{}' added twice", key);
   put_string(key);
   put<uint32_t>(static_cast<uint32_t>(type));
   ++n_kv_;
 }
 
-void GgufWriter::add_u8(std::string_view k, uint8_t v) { begin_kv(k, GgufValueType::u8); put(v); }
-void GgufWriter::add_i8(std::string_view k, int8_t v) { begin_kv(k, GgufValueType::i8); put(v); }
-void GgufWriter::add_u16(std::string_view k, uint16_t v) { begin_kv(k, GgufValueType::u16); put(v); }
-void GgufWriter::add_i16(std::string_view k, int16_t v) { begin_kv(k, GgufValueType::i16); put(v); }
-void GgufWriter::add_u32(std::string_view k, uint32_t v) { begin_kv(k, GgufValueType::u32); put(v); }
-void GgufWriter::add_i32(std::string_view k, int32_t v) { begin_kv(k, GgufValueType::i32); put(v); }
-void GgufWriter::add_u64(std::string_view k, uint64_t v) { begin_kv(k, GgufValueType::u64); put(v); }
-void GgufWriter::add_i64(std::string_view k, int64_t v) { begin_kv(k, GgufValueType::i64); put(v); }
-void GgufWriter::add_f32(std::string_view k, float v) { begin_kv(k, GgufValueType::f32); put(v); }
-void GgufWriter::add_f64(std::string_view k, double v) { begin_kv(k, GgufValueType::f64); put(v); }
+void GgufWriter::add_u8(std::string_view k, uint8_t v) {
+  begin_kv(k, GgufValueType::u8);
+  put(v);
+}
+void GgufWriter::add_i8(std::string_view k, int8_t v) {
+  begin_kv(k, GgufValueType::i8);
+  put(v);
+}
+void GgufWriter::add_u16(std::string_view k, uint16_t v) {
+  begin_kv(k, GgufValueType::u16);
+  put(v);
+}
+void GgufWriter::add_i16(std::string_view k, int16_t v) {
+  begin_kv(k, GgufValueType::i16);
+  put(v);
+}
+void GgufWriter::add_u32(std::string_view k, uint32_t v) {
+  begin_kv(k, GgufValueType::u32);
+  put(v);
+}
+void GgufWriter::add_i32(std::string_view k, int32_t v) {
+  begin_kv(k, GgufValueType::i32);
+  put(v);
+}
+void GgufWriter::add_u64(std::string_view k, uint64_t v) {
+  begin_kv(k, GgufValueType::u64);
+  put(v);
+}
+void GgufWriter::add_i64(std::string_view k, int64_t v) {
+  begin_kv(k, GgufValueType::i64);
+  put(v);
+}
+void GgufWriter::add_f32(std::string_view k, float v) {
+  begin_kv(k, GgufValueType::f32);
+  put(v);
+}
+void GgufWriter::add_f64(std::string_view k, double v) {
+  begin_kv(k, GgufValueType::f64);
+  put(v);
+}
 void GgufWriter::add_bool(std::string_view k, bool v) {
   begin_kv(k, GgufValueType::boolean);
   put<uint8_t>(v ? 1 : 0);
@@ -72,11 +103,21 @@ void GgufWriter::add_array_strings(std::string_view key, std::span<const std::st
   put<uint64_t>(values.size());
   for (const std::string& s : values) put_string(s);
 }
-void GgufWriter::add_array_f32(std::string_view k, std::span<const float> v) { add_array(k, GgufValueType::f32, v); }
-void GgufWriter::add_array_i32(std::string_view k, std::span<const int32_t> v) { add_array(k, GgufValueType::i32, v); }
-void GgufWriter::add_array_u32(std::string_view k, std::span<const uint32_t> v) { add_array(k, GgufValueType::u32, v); }
-void GgufWriter::add_array_i64(std::string_view k, std::span<const int64_t> v) { add_array(k, GgufValueType::i64, v); }
-void GgufWriter::add_array_u8(std::string_view k, std::span<const uint8_t> v) { add_array(k, GgufValueType::u8, v); }
+void GgufWriter::add_array_f32(std::string_view k, std::span<const float> v) {
+  add_array(k, GgufValueType::f32, v);
+}
+void GgufWriter::add_array_i32(std::string_view k, std::span<const int32_t> v) {
+  add_array(k, GgufValueType::i32, v);
+}
+void GgufWriter::add_array_u32(std::string_view k, std::span<const uint32_t> v) {
+  add_array(k, GgufValueType::u32, v);
+}
+void GgufWriter::add_array_i64(std::string_view k, std::span<const int64_t> v) {
+  add_array(k, GgufValueType::i64, v);
+}
+void GgufWriter::add_array_u8(std::string_view k, std::span<const uint8_t> v) {
+  add_array(k, GgufValueType::u8, v);
+}
 
 uint64_t GgufWriter::add_tensor(std::string_view name, GgmlType type, const Shape& shape) {
   if (sink_) fail("GGUF writer: tensor '{}' added after the header was written", name);
@@ -88,13 +129,16 @@ uint64_t GgufWriter::add_tensor(std::string_view name, GgmlType type, const Shap
          GgufFile::kMaxDims);
   uint64_t numel = 1;
   for (int64_t d : shape) {
-    if (d <= 0) fail("GGUF writer: tensor '{}' has a non-positive dimension in {}", name, shape_str(shape));
+    if (d <= 0)
+      fail("GGUF writer: tensor '{}' has a non-positive dimension in {}", name, shape_str(shape));
     numel *= static_cast<uint64_t>(d);
   }
   const GgmlTypeTraits& traits = ggml_type_traits(type);
   if (shape.back() % traits.block_size != 0)
-    fail("GGUF writer: tensor '{}' of type {} needs rows that are a multiple of {} values, its shape is {}",
-         name, traits.name, traits.block_size, shape_str(shape));
+    fail(
+        "GGUF writer: tensor '{}' of type {} needs rows that are a multiple of {} values, its "
+        "shape is {}",
+        name, traits.name, traits.block_size, shape_str(shape));
   std::optional<uint64_t> nbytes = ggml_nbytes(type, numel);
   if (!nbytes) fail("GGUF writer: tensor '{}' {} is too large", name, shape_str(shape));
   data_bytes_ = (data_bytes_ + alignment_ - 1) / alignment_ * alignment_;

@@ -29,8 +29,7 @@ std::shared_ptr<HfFolder> HfFolder::open(const std::string& dir) {
   f->dir_ = dir;
   const fs::path root(dir);
   const fs::path config = root / "config.json";
-  if (!fs::exists(config))
-    format_fail(dir, "no config.json: not a Hugging Face checkpoint folder");
+  if (!fs::exists(config)) format_fail(dir, "no config.json: not a Hugging Face checkpoint folder");
   f->config_ = read_json_file(config.string());
   if (!f->config_.is_object()) format_fail(config.string(), "config.json must be a JSON object");
   for (auto [name, slot] : {std::pair{"generation_config.json", &f->generation_config_},

@@ -37,8 +37,10 @@ void Llama2cModel::parse_file() {
   if (first == kMagicAk42) {
     int32_t version = r.read<int32_t>("the llama2.c version");
     if (version != 1)
-      format_fail(path, "llama2.c checkpoint version {} is not supported (legacy and version 1 "
-                  "are; version 2 is runq.c's int8 format)", version);
+      format_fail(path,
+                  "llama2.c checkpoint version {} is not supported (legacy and version 1 "
+                  "are; version 2 is runq.c's int8 format)",
+                  version);
     c.version = 1;
     header_bytes = kV1HeaderBytes;
   } else {
@@ -67,8 +69,8 @@ void Llama2cModel::parse_file() {
                   kV1HeaderBytes, source_.size());
   }
   const std::pair<const char*, int32_t> named[] = {
-      {"dim", c.dim},           {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
-      {"n_heads", c.n_heads},   {"n_kv_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size},
+      {"dim", c.dim},         {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+      {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"vocab_size", c.vocab_size},
       {"seq_len", c.seq_len}};
   for (const auto& [name, v] : named)
     if (v <= 0 || v > kMaxDim)
@@ -83,17 +85,25 @@ void Llama2cModel::parse_file() {
   const int64_t KV = c.kv_dim(), S = c.seq_len, HS2 = c.head_size() / 2;
   std::vector<PlannedTensor> plan;
   if (c.version == 0) {
-    plan = {{"token_embedding_table", {V, D}}, {"rms_att_weight", {L, D}},
-            {"wq", {L, D, D}},                 {"wk", {L, KV, D}},
-            {"wv", {L, KV, D}},                {"wo", {L, D, D}},
-            {"rms_ffn_weight", {L, D}},        {"w1", {L, H, D}},
-            {"w2", {L, D, H}},                 {"w3", {L, H, D}},
-            {"rms_final_weight", {D}},         {"freq_cis_real", {S, HS2}},
+    plan = {{"token_embedding_table", {V, D}},
+            {"rms_att_weight", {L, D}},
+            {"wq", {L, D, D}},
+            {"wk", {L, KV, D}},
+            {"wv", {L, KV, D}},
+            {"wo", {L, D, D}},
+            {"rms_ffn_weight", {L, D}},
+            {"w1", {L, H, D}},
+            {"w2", {L, D, H}},
+            {"w3", {L, H, D}},
+            {"rms_final_weight", {D}},
+            {"freq_cis_real", {S, HS2}},
             {"freq_cis_imag", {S, HS2}}};
   } else {
-    plan = {{"rms_att_weight", {L, D}}, {"rms_ffn_weight", {L, D}}, {"rms_final_weight", {D}},
-            {"token_embedding_table", {V, D}}, {"wq", {L, D, D}}, {"wk", {L, KV, D}},
-            {"wv", {L, KV, D}}, {"wo", {L, D, D}}, {"w1", {L, H, D}}, {"w2", {L, D, H}},
+    plan = {{"rms_att_weight", {L, D}}, {"rms_ffn_weight", {L, D}},
+            {"rms_final_weight", {D}},  {"token_embedding_table", {V, D}},
+            {"wq", {L, D, D}},          {"wk", {L, KV, D}},
+            {"wv", {L, KV, D}},         {"wo", {L, D, D}},
+            {"w1", {L, H, D}},          {"w2", {L, D, H}},
             {"w3", {L, H, D}}};
   }
   if (!c.shared_classifier) plan.push_back({"wcls", {V, D}});
@@ -109,13 +119,15 @@ void Llama2cModel::parse_file() {
     offset += 4 * n;
   }
   if (offset != source_.size())
-    format_fail(path, "the header (dim {}, hidden {}, layers {}, heads {}, kv heads {}, vocab {}{}, "
-                "seq_len {}) implies {} bytes, the file has {}", c.dim, c.hidden_dim, c.n_layers,
-                c.n_heads, c.n_kv_heads, c.vocab_size, c.shared_classifier ? "" : " unshared",
-                c.seq_len, offset, source_.size());
+    format_fail(path,
+                "the header (dim {}, hidden {}, layers {}, heads {}, kv heads {}, vocab {}{}, "
+                "seq_len {}) implies {} bytes, the file has {}",
+                c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size,
+                c.shared_classifier ? "" : " unshared", c.seq_len, offset, source_.size());
   for (size_t i = 0; i < plan.size(); ++i) {
-    Tensor t = source_.view(offsets[i], (i + 1 < plan.size() ? offsets[i + 1] : offset) - offsets[i],
-                            DType::f32, plan[i].shape);
+    Tensor t =
+        source_.view(offsets[i], (i + 1 < plan.size() ? offsets[i + 1] : offset) - offsets[i],
+                     DType::f32, plan[i].shape);
     tensors_.emplace_back(plan[i].name, std::move(t));
   }
 }
@@ -162,7 +174,8 @@ Llama2cTokenizerData parse_llama2c_tokenizer(const ByteSource& source,
     if (len < 0 || static_cast<uint32_t>(len) > out.max_token_length)
       format_fail(path, "token {} has length {} (max_token_length is {})", i, len,
                   out.max_token_length);
-    const uint8_t* bytes = r.bytes(static_cast<uint64_t>(len), fmt::format("the bytes of token {}", i));
+    const uint8_t* bytes =
+        r.bytes(static_cast<uint64_t>(len), fmt::format("the bytes of token {}", i));
     if (!std::isfinite(score)) format_fail(path, "token {} has a non-finite score", i);
     out.pieces.emplace_back(reinterpret_cast<const char*>(bytes), static_cast<size_t>(len));
     out.scores.push_back(score);

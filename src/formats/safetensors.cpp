@@ -9,10 +9,18 @@ namespace refit {
 
 std::optional<DType> safetensors_dtype(std::string_view name) {
   static const std::pair<std::string_view, DType> kNames[] = {
-      {"BF16", DType::bf16},        {"F16", DType::f16},         {"F32", DType::f32},
-      {"F64", DType::f64},          {"I8", DType::i8},           {"U8", DType::u8},
-      {"I16", DType::i16},          {"I32", DType::i32},         {"I64", DType::i64},
-      {"BOOL", DType::boolean},     {"F8_E4M3", DType::f8_e4m3fn}, {"F8_E5M2", DType::f8_e5m2},
+      {"BF16", DType::bf16},
+      {"F16", DType::f16},
+      {"F32", DType::f32},
+      {"F64", DType::f64},
+      {"I8", DType::i8},
+      {"U8", DType::u8},
+      {"I16", DType::i16},
+      {"I32", DType::i32},
+      {"I64", DType::i64},
+      {"BOOL", DType::boolean},
+      {"F8_E4M3", DType::f8_e4m3fn},
+      {"F8_E5M2", DType::f8_e5m2},
       {"F8_E8M0", DType::e8m0},
   };
   for (const auto& [n, t] : kNames)
@@ -70,7 +78,8 @@ void SafetensorsFile::parse_header() {
   } catch (const nlohmann::json::exception& e) {
     format_fail(path, "header is not valid JSON: {}", e.what());
   }
-  if (!header.is_object()) format_fail(path, "header must be a JSON object, got {}", header.type_name());
+  if (!header.is_object())
+    format_fail(path, "header must be a JSON object, got {}", header.type_name());
 
   tensors_.reserve(header.size());
   for (const auto& [name, entry] : header.items()) {
@@ -93,14 +102,16 @@ void SafetensorsFile::parse_header() {
     if (!jd.is_string()) format_fail(path, "tensor '{}': dtype must be a string", pname);
     const std::string dname = jd.get<std::string>();
     auto dtype = safetensors_dtype(dname);
-    if (!dtype) format_fail(path, "tensor '{}': unknown or unsupported dtype '{}'", pname, printable(dname));
+    if (!dtype)
+      format_fail(path, "tensor '{}': unknown or unsupported dtype '{}'", pname, printable(dname));
 
     SafetensorsTensorInfo t;
     t.name = name;
     t.dtype = *dtype;
     const auto& js = entry["shape"];
     if (!js.is_array()) format_fail(path, "tensor '{}': shape must be an array", pname);
-    if (js.size() > 8) format_fail(path, "tensor '{}': {} dimensions is too many", pname, js.size());
+    if (js.size() > 8)
+      format_fail(path, "tensor '{}': {} dimensions is too many", pname, js.size());
     uint64_t numel = 1;
     for (const auto& d : js) {
       uint64_t dim = json_u64(path, d, "a shape dimension", name);
@@ -114,7 +125,8 @@ void SafetensorsFile::parse_header() {
     t.begin = json_u64(path, jo[0], "data_offsets[0]", name);
     t.end = json_u64(path, jo[1], "data_offsets[1]", name);
     if (t.begin > t.end)
-      format_fail(path, "tensor '{}': data_offsets [{}, {}] has begin after end", pname, t.begin, t.end);
+      format_fail(path, "tensor '{}': data_offsets [{}, {}] has begin after end", pname, t.begin,
+                  t.end);
     if (t.end > data_size)
       format_fail(path, "tensor '{}': data_offsets [{}, {}] run past the data section ({} bytes)",
                   pname, t.begin, t.end, data_size);
@@ -147,7 +159,8 @@ const SafetensorsTensorInfo* SafetensorsFile::find_tensor(std::string_view name)
 
 const SafetensorsTensorInfo& SafetensorsFile::tensor_info(std::string_view name) const {
   const auto* t = find_tensor(name);
-  if (!t) format_fail(path(), "no tensor named '{}' ({} tensors in the file)", name, tensors_.size());
+  if (!t)
+    format_fail(path(), "no tensor named '{}' ({} tensors in the file)", name, tensors_.size());
   return *t;
 }
 

@@ -10,20 +10,34 @@ namespace refit {
 
 std::string_view safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::f8_e4m3fn: return "F8_E4M3";
-    case DType::f8_e5m2: return "F8_E5M2";
-    case DType::e8m0: return "F8_E8M0";
-    case DType::i8: return "I8";
-    case DType::u8: return "U8";
-    case DType::i16: return "I16";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
-    case DType::boolean: return "BOOL";
-    case DType::f4_e2m1: break;
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::f16:
+      return "F16";
+    case DType::bf16:
+      return "BF16";
+    case DType::f8_e4m3fn:
+      return "F8_E4M3";
+    case DType::f8_e5m2:
+      return "F8_E5M2";
+    case DType::e8m0:
+      return "F8_E8M0";
+    case DType::i8:
+      return "I8";
+    case DType::u8:
+      return "U8";
+    case DType::i16:
+      return "I16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::boolean:
+      return "BOOL";
+    case DType::f4_e2m1:
+      break;
   }
   fail("safetensors has no dtype for {} (store packed f4 values as U8)", dtype_name(dtype));
 }
@@ -50,7 +64,8 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Safete
       fail("{}: '{}' cannot be a tensor name", path, e.name);
     if (!seen.insert(e.name).second) fail("{}: tensor '{}' is listed twice", path, e.name);
     for (int64_t d : e.shape)
-      if (d < 0) fail("{}: tensor '{}' has a negative dimension in {}", path, e.name, shape_str(e.shape));
+      if (d < 0)
+        fail("{}: tensor '{}' has a negative dimension in {}", path, e.name, shape_str(e.shape));
     const uint64_t n = e.nbytes();
     header[e.name] = {{"dtype", std::string(safetensors_dtype_name(e.dtype))},
                       {"shape", e.shape},

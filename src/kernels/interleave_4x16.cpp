@@ -12,7 +12,7 @@ void permute_rows(const uint8_t* in, uint8_t* out, int64_t rows, int64_t row_byt
     const uint8_t* src = in + r * row_bytes;
     uint8_t* dst = out + r * row_bytes;
     for (int64_t run = 0; run < runs; ++run)
-      for (int64_t i = 0; i < 16; ++i)      // block
+      for (int64_t i = 0; i < 16; ++i)     // block
         for (int64_t g = 0; g < 8; ++g) {  // group of 4 codes
           const int64_t plain = run * kInterleaveRun + 32 * i + 4 * g;
           const int64_t mixed = run * kInterleaveRun + 64 * g + 4 * i;

@@ -21,8 +21,8 @@ namespace refit::ops {
 //           tagged shuffled_16x16 and stored tile by tile ([N/16, S/g, 16, g], g = groups
 //           per 32-byte tile); f32 scales are always plain.
 //   bias    f32 [N] or undefined; out f32 [M, N] contiguous rows.
-void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                      int64_t group, const Tensor& bias, Tensor& out);
+void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                      const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out);
 
 // xq f8_e4m3fn [M, K], x_scale f32 [M]: row m is quantized with scale amax(|x[m]|) / 448
 // (nearest-even, saturating), the dynamic per-token scheme of W8A8.
@@ -38,8 +38,9 @@ void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 
 namespace refit::kernels {
 // select() args: {x, x_scale, w, w_scale, bias, out}
-using MatmulQuantizedFn = void (*)(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                                   int64_t group, const Tensor& bias, Tensor& out);
+using MatmulQuantizedFn = void (*)(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                                   const Tensor& w_scale, int64_t group, const Tensor& bias,
+                                   Tensor& out);
 // select() args: {x, xq, x_scale} (also the signature of quantize_per_block_q8)
 using QuantizePerTokenFn = void (*)(const Tensor& x, Tensor& xq, Tensor& x_scale);
 }  // namespace refit::kernels

@@ -22,9 +22,20 @@ inline constexpr const char* attention = "attention";
 inline constexpr const char* paged_attention = "paged_attention";
 
 inline constexpr const char* kAllOps[] = {
-    matmul,   matmul_quantized, quantize_per_token_fp8, quantize_per_block_q8, rms_norm,
-    rope,     softmax,          silu_mul,               gelu_tanh_mul,         scale,
-    embedding, add,             attention,              paged_attention,
+    matmul,
+    matmul_quantized,
+    quantize_per_token_fp8,
+    quantize_per_block_q8,
+    rms_norm,
+    rope,
+    softmax,
+    silu_mul,
+    gelu_tanh_mul,
+    scale,
+    embedding,
+    add,
+    attention,
+    paged_attention,
 };
 
 }  // namespace refit::op_names

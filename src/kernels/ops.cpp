@@ -24,8 +24,7 @@ void need_defined(const char* op, const char* name, const Tensor& t) {
 
 void need_dims(const char* op, const char* name, const Tensor& t, int64_t dims, const char* what) {
   need_defined(op, name, t);
-  if (t.dim() != dims)
-    fail("{}: '{}' must be {}-D {}, got {}", op, name, dims, what, t.str());
+  if (t.dim() != dims) fail("{}: '{}' must be {}-D {}, got {}", op, name, dims, what, t.str());
 }
 
 void need_shape(const char* op, const char* name, const Tensor& t, const Shape& shape,
@@ -73,8 +72,10 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, flo
   need_shape(op, "weight", weight, {x.size(1)}, "[D]");
   need_shape(op, "out", out, x.shape(), "(same as x)");
   need_writable(op, "out", out);
-  if (!(eps >= 0.0f) || !std::isfinite(eps)) fail("rms_norm: eps must be finite and >= 0, got {}", eps);
-  if (!std::isfinite(weight_offset)) fail("rms_norm: weight_offset must be finite, got {}", weight_offset);
+  if (!(eps >= 0.0f) || !std::isfinite(eps))
+    fail("rms_norm: eps must be finite and >= 0, got {}", eps);
+  if (!std::isfinite(weight_offset))
+    fail("rms_norm: weight_offset must be finite, got {}", weight_offset);
   auto fn = dispatch<kernels::RmsNormFn>(op, tensors(x, weight, out));
   fn(x, weight, eps, out, weight_offset);
 }
@@ -90,8 +91,7 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, RopeStyle s
     fail("rope: rot_dim (cos_sin.size(1)) must be even and in 2..head_dim = {}, got {}", head_dim,
          rot);
   bool on_cpu = false;
-  auto fn = dispatch<kernels::RopeFn>(op, tensors(x, positions, cos_sin),
-                                      &on_cpu);
+  auto fn = dispatch<kernels::RopeFn>(op, tensors(x, positions, cos_sin), &on_cpu);
   if (on_cpu) {
     for (int64_t t = 0; t < positions.size(0); ++t) {
       const int32_t p = positions.data<const int32_t>()[t * positions.stride(0)];

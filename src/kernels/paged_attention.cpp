@@ -25,9 +25,10 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
   need(q.defined() && q.dim() == 3, "'q' must be 3-D [N, n_heads, head_dim]", q);
   need(k_pool.defined() && k_pool.dim() == 4,
        "'k_pool' must be 4-D [n_blocks, block_size, n_kv_heads, head_dim]", k_pool);
-  need(v_pool.defined() && v_pool.shape() == k_pool.shape(), "'v_pool' must have k_pool's shape", v_pool);
-  need(block_tables.defined() && block_tables.dim() == 2, "'block_tables' must be 2-D [B, max_blocks]",
-       block_tables);
+  need(v_pool.defined() && v_pool.shape() == k_pool.shape(), "'v_pool' must have k_pool's shape",
+       v_pool);
+  need(block_tables.defined() && block_tables.dim() == 2,
+       "'block_tables' must be 2-D [B, max_blocks]", block_tables);
   const int64_t B = block_tables.size(0);
   need(query_starts.defined() && query_starts.dim() == 1 && query_starts.size(0) == B + 1,
        "'query_starts' must be [B + 1] with B = block_tables rows", query_starts);
@@ -44,8 +45,8 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
   if (!std::isfinite(scale)) fail("paged_attention: scale must be finite, got {}", scale);
   if (window < 0) fail("paged_attention: window must be >= 0 (0: unlimited), got {}", window);
 
-  const std::array<const Tensor*, 7> args{&q, &k_pool, &v_pool, &block_tables, &query_starts,
-                                          &start_positions, &out};
+  const std::array<const Tensor*, 7> args{
+      &q, &k_pool, &v_pool, &block_tables, &query_starts, &start_positions, &out};
   const Kernel& kernel = KernelRegistry::global().select(op_names::paged_attention, args);
   if (kernel.device == DeviceType::cpu) {
     // The registry accepted i32 index tensors; check their values before a kernel uses them.
@@ -57,7 +58,8 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
       const int64_t q0 = static_cast<int64_t>(query_starts.get({b}));
       const int64_t q1 = static_cast<int64_t>(query_starts.get({b + 1}));
       const int64_t p0 = static_cast<int64_t>(start_positions.get({b}));
-      if (q1 < q0) fail("paged_attention: query_starts decreases at sequence {} ({} > {})", b, q0, q1);
+      if (q1 < q0)
+        fail("paged_attention: query_starts decreases at sequence {} ({} > {})", b, q0, q1);
       if (p0 < 0) fail("paged_attention: sequence {} starts at negative position {}", b, p0);
       const int64_t used = q1 > q0 ? (p0 + (q1 - q0) + bs - 1) / bs : 0;
       if (used > max_blocks)
@@ -68,8 +70,10 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
       for (int64_t j = first; j < used; ++j) {
         const int64_t blk = static_cast<int64_t>(block_tables.get({b, j}));
         if (blk < 0 || blk >= n_blocks)
-          fail("paged_attention: sequence {} block table entry {} is {}, outside the pool of {} blocks",
-               b, j, blk, n_blocks);
+          fail(
+              "paged_attention: sequence {} block table entry {} is {}, outside the pool of {} "
+              "blocks",
+              b, j, blk, n_blocks);
       }
     }
   }

@@ -45,19 +45,20 @@ KernelRegistry& KernelRegistry::global() {
 void register_backend_kernels(void (*add_rows)(KernelRegistry&)) {
   BackendRows& rows = backend_rows();
   std::lock_guard lock(rows.mutex);
-  if (rows.global) add_rows(*rows.global);
-  else rows.pending.push_back(add_rows);
+  if (rows.global)
+    add_rows(*rows.global);
+  else
+    rows.pending.push_back(add_rows);
 }
 
 void KernelRegistry::add(Kernel kernel) {
   REFIT_ASSERT(kernel.fn != nullptr);
   kernels_.push_back(std::move(kernel));
   // Highest priority first, so select() takes the first that accepts.
-  std::stable_sort(kernels_.begin(), kernels_.end(),
-                   [](const Kernel& a, const Kernel& b) {
-                     if (a.op != b.op) return a.op < b.op;
-                     return a.priority > b.priority;
-                   });
+  std::stable_sort(kernels_.begin(), kernels_.end(), [](const Kernel& a, const Kernel& b) {
+    if (a.op != b.op) return a.op < b.op;
+    return a.priority > b.priority;
+  });
 }
 
 namespace {
@@ -100,11 +101,12 @@ bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args, std:
     }
     if (t->device().type != kernel.device) {
       if (why)
-        *why = fmt::format("runs on {}, argument '{}' is on {}", device_type_name(kernel.device), rule.name,
-                           t->device().str());
+        *why = fmt::format("runs on {}, argument '{}' is on {}", device_type_name(kernel.device),
+                           rule.name, t->device().str());
       return false;
     }
-    if (!rule.dtypes.empty() && std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end()) {
+    if (!rule.dtypes.empty() &&
+        std::find(rule.dtypes.begin(), rule.dtypes.end(), t->dtype()) == rule.dtypes.end()) {
       if (why)
         *why = fmt::format("argument '{}' must be {}, got {}", rule.name, list_dtypes(rule.dtypes),
                            dtype_name(t->dtype()));
@@ -112,11 +114,12 @@ bool rules_match(const Kernel& kernel, std::span<const Tensor* const> args, std:
     }
     const bool layout_ok = rule.layouts.empty()
                                ? t->layout() == Layout::strided
-                               : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) != rule.layouts.end();
+                               : std::find(rule.layouts.begin(), rule.layouts.end(), t->layout()) !=
+                                     rule.layouts.end();
     if (!layout_ok) {
       if (why)
-        *why = fmt::format("argument '{}' must have layout {}, got {}", rule.name, list_layouts(rule.layouts),
-                           layout_name(t->layout()));
+        *why = fmt::format("argument '{}' must have layout {}, got {}", rule.name,
+                           list_layouts(rule.layouts), layout_name(t->layout()));
       return false;
     }
   }
@@ -153,7 +156,8 @@ const Kernel& KernelRegistry::select(std::string_view op,
   // The common case, every call of every op: the first kernel whose rules match and whose
   // constraint accepts, without formatting a reason for each kernel passed over.
   for (const Kernel& k : kernels_)
-    if (k.op == op && k.selectable && rules_match(k, args, nullptr) && (!k.constraint || k.constraint(args).empty()))
+    if (k.op == op && k.selectable && rules_match(k, args, nullptr) &&
+        (!k.constraint || k.constraint(args).empty()))
       return k;
   std::string rejected;
   bool any = false;
@@ -192,16 +196,17 @@ std::string KernelRegistry::table() const {
     op_width = std::max(op_width, k.op.size());
     name_width = std::max(name_width, k.name.size());
   }
-  std::string out = fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}\n", "op", op_width, "kernel", name_width,
-                                "device", "prio", "arguments (name:dtypes/layouts) [constraints]; prio ref: reference row, by name only");
+  std::string out = fmt::format(
+      "{:<{}}  {:<{}}  {:<6} {:>4}  {}\n", "op", op_width, "kernel", name_width, "device", "prio",
+      "arguments (name:dtypes/layouts) [constraints]; prio ref: reference row, by name only");
   for (const Kernel& k : kernels_) {
     std::vector<std::string> args;
     for (const ArgRule& a : k.args)
       args.push_back(fmt::format("{}{}:{}/{}", a.name, a.optional ? "?" : "", list_dtypes(a.dtypes),
                                  list_layouts(a.layouts)));
     out += fmt::format("{:<{}}  {:<{}}  {:<6} {:>4}  {}{}\n", k.op, op_width, k.name, name_width,
-                       device_type_name(k.device), k.selectable ? fmt::format("{}", k.priority) : "ref",
-                       fmt::join(args, " "),
+                       device_type_name(k.device),
+                       k.selectable ? fmt::format("{}", k.priority) : "ref", fmt::join(args, " "),
                        k.constraint_text.empty() ? "" : "  [" + k.constraint_text + "]");
   }
   return out;

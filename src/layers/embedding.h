@@ -13,8 +13,8 @@ namespace refit {
 
 class VocabParallelEmbedding {
  public:
-  VocabParallelEmbedding(ParameterSet& params, const std::string& checkpoint_name, int64_t vocab, int64_t dim,
-                         DType dtype, const TensorParallel& tp);
+  VocabParallelEmbedding(ParameterSet& params, const std::string& checkpoint_name, int64_t vocab,
+                         int64_t dim, DType dtype, const TensorParallel& tp);
   Tensor forward(const Tensor& ids) const;  // ids i32 [T] -> f32 [T, dim]
   Parameter& weight() const { return *weight_; }
   int64_t vocab_start() const { return vocab_start_; }
@@ -31,8 +31,8 @@ class VocabParallelEmbedding {
 class ParallelLmHead {
  public:
   // Untied: its own parameter. Tied: `tied_to` (the embedding's weight).
-  ParallelLmHead(ParameterSet& params, const std::string& checkpoint_name, int64_t vocab, int64_t dim,
-                 DType dtype, const TensorParallel& tp, Parameter* tied_to = nullptr);
+  ParallelLmHead(ParameterSet& params, const std::string& checkpoint_name, int64_t vocab,
+                 int64_t dim, DType dtype, const TensorParallel& tp, Parameter* tied_to = nullptr);
   Tensor forward(const Tensor& x) const;  // f32 [T, dim] -> f32 [T, vocab]
 
  private:

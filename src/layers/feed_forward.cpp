@@ -6,8 +6,10 @@ namespace refit {
 
 FeedForward::FeedForward(ParameterSet& params, const FeedForwardSpec& s, DType weight_dtype,
                          const TensorParallel& tp)
-    : gate_up_proj_(Linear::column(params, s.gate_up_name, s.gate_up, s.dim, false, weight_dtype, tp)),
-      down_proj_(Linear::row(params, s.down_proj, s.down_proj, s.hidden, s.dim, 1, false, weight_dtype, tp)),
+    : gate_up_proj_(
+          Linear::column(params, s.gate_up_name, s.gate_up, s.dim, false, weight_dtype, tp)),
+      down_proj_(Linear::row(params, s.down_proj, s.down_proj, s.hidden, s.dim, 1, false,
+                             weight_dtype, tp)),
       gelu_tanh_(s.gelu_tanh) {}
 
 Tensor FeedForward::forward(const Tensor& x) const {

@@ -10,16 +10,17 @@
 namespace refit {
 
 struct FeedForwardSpec {
-  std::string gate_up_name;          // the fused parameter: "model.layers.0.mlp.gate_up_proj"
+  std::string gate_up_name;           // the fused parameter: "model.layers.0.mlp.gate_up_proj"
   std::vector<LinearSource> gate_up;  // gate rows, then up rows (separate or one fused tensor)
-  std::string down_proj;             // checkpoint prefix
+  std::string down_proj;              // checkpoint prefix
   int64_t dim = 0, hidden = 0;
-  bool gelu_tanh = false;            // GeGLU instead of SwiGLU
+  bool gelu_tanh = false;  // GeGLU instead of SwiGLU
 };
 
 class FeedForward {
  public:
-  FeedForward(ParameterSet& params, const FeedForwardSpec& spec, DType weight_dtype, const TensorParallel& tp);
+  FeedForward(ParameterSet& params, const FeedForwardSpec& spec, DType weight_dtype,
+              const TensorParallel& tp);
   Tensor forward(const Tensor& x) const;  // [T, dim] -> [T, dim]
 
  private:

@@ -18,9 +18,10 @@ enum class LogitsWanted : uint8_t {
 };
 
 struct BatchSequence {
-  std::span<const int32_t> tokens;       // the new tokens, at positions start_pos..
-  int64_t start_pos = 0;                 // positions before it are already in the cache
-  std::span<const int32_t> block_table;  // paged cache: must cover start_pos + tokens.size() positions
+  std::span<const int32_t> tokens;  // the new tokens, at positions start_pos..
+  int64_t start_pos = 0;            // positions before it are already in the cache
+  std::span<const int32_t>
+      block_table;  // paged cache: must cover start_pos + tokens.size() positions
   LogitsWanted logits = LogitsWanted::last;
 };
 

@@ -39,12 +39,14 @@ size_t PagedKvCache::discard_memory() {
 
 size_t PagedKvCache::block_nbytes() const {
   return static_cast<size_t>(2 * options_.n_layers * options_.block_size * options_.n_kv_heads *
-                             options_.head_dim) * sizeof(float);
+                             options_.head_dim) *
+         sizeof(float);
 }
 
 void PagedKvCache::check_block(int32_t block, const char* what) const {
   if (block < 0 || block >= options_.n_blocks)
-    fail("paged KV cache: {} of block {} outside the pool of {} blocks", what, block, options_.n_blocks);
+    fail("paged KV cache: {} of block {} outside the pool of {} blocks", what, block,
+         options_.n_blocks);
 }
 
 std::optional<std::vector<int32_t>> PagedKvCache::allocate(int64_t n) {
@@ -93,8 +95,10 @@ void PagedKvCache::release(std::span<const int32_t> blocks) {
     c.evictable = true;
     c.prev = lru_tail_;
     c.next = -1;
-    if (lru_tail_ >= 0) cached_[static_cast<size_t>(lru_tail_)].next = b;
-    else lru_head_ = b;
+    if (lru_tail_ >= 0)
+      cached_[static_cast<size_t>(lru_tail_)].next = b;
+    else
+      lru_head_ = b;
     lru_tail_ = b;
     ++evictable_count_;
   }
@@ -133,7 +137,8 @@ uint64_t mix64(uint64_t x) {  // splitmix64's finaliser: every input bit moves e
 
 PagedKvCache::BlockKey PagedKvCache::block_key(BlockKey parent, std::span<const int32_t> tokens) {
   uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ULL);
-  for (int32_t t : tokens) h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL));
+  for (int32_t t : tokens)
+    h = mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL));
   h = mix64(h ^ tokens.size());
   return h == kRootKey ? h + 1 : h;  // a block's key is never the root's
 }
@@ -141,10 +146,14 @@ PagedKvCache::BlockKey PagedKvCache::block_key(BlockKey parent, std::span<const 
 void PagedKvCache::unlink_evictable(int32_t block) {
   CachedBlock& c = cached_[static_cast<size_t>(block)];
   if (!c.evictable) fail("paged KV cache: block {} is not evictable", block);
-  if (c.prev >= 0) cached_[static_cast<size_t>(c.prev)].next = c.next;
-  else lru_head_ = c.next;
-  if (c.next >= 0) cached_[static_cast<size_t>(c.next)].prev = c.prev;
-  else lru_tail_ = c.prev;
+  if (c.prev >= 0)
+    cached_[static_cast<size_t>(c.prev)].next = c.next;
+  else
+    lru_head_ = c.next;
+  if (c.next >= 0)
+    cached_[static_cast<size_t>(c.next)].prev = c.prev;
+  else
+    lru_tail_ = c.prev;
   c.prev = c.next = -1;
   c.evictable = false;
   --evictable_count_;
@@ -159,14 +168,16 @@ void PagedKvCache::forget(int32_t block) {
   c.tokens.clear();
 }
 
-std::optional<int32_t> PagedKvCache::acquire_cached(BlockKey parent, std::span<const int32_t> tokens) {
+std::optional<int32_t> PagedKvCache::acquire_cached(BlockKey parent,
+                                                    std::span<const int32_t> tokens) {
   if (static_cast<int64_t>(tokens.size()) != options_.block_size) return std::nullopt;
   auto it = by_key_.find(block_key(parent, tokens));
   if (it == by_key_.end()) return std::nullopt;
   const int32_t b = it->second;
   const CachedBlock& c = cached_[static_cast<size_t>(b)];
   // A 64-bit collision must not hand out another prefix's k/v.
-  if (c.parent != parent || !std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin(), tokens.end()))
+  if (c.parent != parent ||
+      !std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin(), tokens.end()))
     return std::nullopt;
   int32_t& count = ref_counts_[static_cast<size_t>(b)];
   if (count == 0) unlink_evictable(b);
@@ -177,9 +188,10 @@ std::optional<int32_t> PagedKvCache::acquire_cached(BlockKey parent, std::span<c
 bool PagedKvCache::publish(int32_t block, BlockKey parent, std::span<const int32_t> tokens) {
   check_block(block, "publish");
   if (static_cast<int64_t>(tokens.size()) != options_.block_size)
-    fail("paged KV cache: publish of block {} with {} tokens; only full blocks of {} are cached", block, tokens.size(),
-         options_.block_size);
-  if (ref_counts_[static_cast<size_t>(block)] <= 0) fail("paged KV cache: publish of free block {}", block);
+    fail("paged KV cache: publish of block {} with {} tokens; only full blocks of {} are cached",
+         block, tokens.size(), options_.block_size);
+  if (ref_counts_[static_cast<size_t>(block)] <= 0)
+    fail("paged KV cache: publish of free block {}", block);
   CachedBlock& c = cached_[static_cast<size_t>(block)];
   if (c.published) return false;
   const BlockKey key = block_key(parent, tokens);

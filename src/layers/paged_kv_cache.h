@@ -45,15 +45,16 @@ struct PagedKvCacheOptions {
 
 struct PagedKvCacheStats {
   int64_t total_blocks = 0;
-  int64_t free_blocks = 0;       // allocatable: never used, or cached and unreferenced (evictable)
-  int64_t used_blocks = 0;       // referenced by at least one sequence
+  int64_t free_blocks = 0;  // allocatable: never used, or cached and unreferenced (evictable)
+  int64_t used_blocks = 0;  // referenced by at least one sequence
   int64_t block_size = 0;
   int64_t cached_blocks = 0;     // published in the prefix cache (in use or evictable)
   int64_t evictable_blocks = 0;  // published and unreferenced (part of free_blocks)
   uint64_t evictions = 0;        // cached blocks reused for new content
   uint64_t dropped = 0;          // cached keys forgotten by drop_prefix_cache()
   double usage() const {
-    return total_blocks > 0 ? static_cast<double>(used_blocks) / static_cast<double>(total_blocks) : 0.0;
+    return total_blocks > 0 ? static_cast<double>(used_blocks) / static_cast<double>(total_blocks)
+                            : 0.0;
   }
 };
 
@@ -65,7 +66,9 @@ class PagedKvCache {
   int64_t block_size() const { return options_.block_size; }
   int64_t n_blocks() const { return options_.n_blocks; }
   // Blocks needed to hold `tokens` positions.
-  int64_t blocks_for(int64_t tokens) const { return (tokens + options_.block_size - 1) / options_.block_size; }
+  int64_t blocks_for(int64_t tokens) const {
+    return (tokens + options_.block_size - 1) / options_.block_size;
+  }
   // Bytes of one block over all layers (keys and values).
   size_t block_nbytes() const;
 
@@ -98,7 +101,8 @@ class PagedKvCache {
 
   // ---- prefix cache ----
   using BlockKey = uint64_t;
-  static constexpr BlockKey kRootKey = 0x5265666974ULL;  // the parent key of a sequence's first block
+  static constexpr BlockKey kRootKey =
+      0x5265666974ULL;  // the parent key of a sequence's first block
   // The key of a block holding `tokens` (block_size ids) after the block keyed `parent`.
   static BlockKey block_key(BlockKey parent, std::span<const int32_t> tokens);
   // The cached block holding `tokens` after `parent`, with one more reference taken (an

@@ -22,7 +22,8 @@ std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
       if (wavelen > low_wavelen) {
         f /= s.factor;
       } else if (wavelen >= high_wavelen) {
-        double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        double smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1 - smooth) * f / s.factor + smooth * f;
       }
     } else if (s.kind == RopeScalingKind::linear) {
@@ -39,7 +40,8 @@ std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
 Tensor rope_cos_sin_table(const RopeConfig& c, int64_t max_positions) {
   const int64_t rot = c.dim, half = rot / 2;
   std::vector<double> freqs = rope_frequencies(c, max_positions);
-  const float mscale = c.scaling.kind == RopeScalingKind::longrope ? c.scaling.attention_factor : 1.0f;
+  const float mscale =
+      c.scaling.kind == RopeScalingKind::longrope ? c.scaling.attention_factor : 1.0f;
   Tensor table = Tensor::empty({max_positions, rot}, DType::f32);
   float* t = table.data<float>();
   for (int64_t p = 0; p < max_positions; ++p)

@@ -9,8 +9,8 @@ SelfAttention::SelfAttention(ParameterSet& params, const AttentionSpec& s, DType
                              const TensorParallel& tp)
     : spec_(s),
       qkv_proj_(Linear::column(params, s.qkv_name, s.qkv, s.dim, s.bias, weight_dtype, tp)),
-      o_proj_(Linear::row(params, s.o_proj, s.o_proj, s.n_heads * s.head_dim, s.dim, s.head_dim, false,
-                          weight_dtype, tp)) {
+      o_proj_(Linear::row(params, s.o_proj, s.o_proj, s.n_heads * s.head_dim, s.dim, s.head_dim,
+                          false, weight_dtype, tp)) {
   local_heads_ = qkv_proj_.local_rows()[0] / s.head_dim;
   local_kv_heads_ = qkv_proj_.local_rows()[1] / s.head_dim;
   if (!s.q_norm.empty()) {
@@ -19,7 +19,8 @@ SelfAttention::SelfAttention(ParameterSet& params, const AttentionSpec& s, DType
   }
 }
 
-QkvProjection SelfAttention::project(const Tensor& x, const Tensor& positions, const Tensor& rope_table) const {
+QkvProjection SelfAttention::project(const Tensor& x, const Tensor& positions,
+                                     const Tensor& rope_table) const {
   const int64_t T = x.size(0), hd = spec_.head_dim;
   Tensor qkv = qkv_proj_.forward(x);  // [T, (local_heads + 2 * local_kv_heads) * hd]
   QkvProjection p;
@@ -45,8 +46,8 @@ Tensor SelfAttention::output(const Tensor& attn) const {
   return o_proj_.forward(attn.view({attn.size(0), local_heads_ * spec_.head_dim}));
 }
 
-Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, const Tensor& rope_table, int64_t layer,
-                              KvStore& kv) const {
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, const Tensor& rope_table,
+                              int64_t layer, KvStore& kv) const {
   QkvProjection p = project(x, positions, rope_table);
   kv.write(layer, p.k, p.v);
   Tensor attn = Tensor::empty(p.q.shape(), DType::f32);

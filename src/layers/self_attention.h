@@ -22,22 +22,23 @@ struct QkvProjection {
 // Everything one attention layer needs to know; the model fills it from its config and
 // its architecture's tensor names.
 struct AttentionSpec {
-  std::string qkv_name;             // the fused parameter: "model.layers.0.self_attn.qkv_proj"
-  std::vector<LinearSource> qkv;    // q, k, v rows (separate or fused checkpoint tensors)
-  std::string o_proj;               // checkpoint prefix of the output projection
-  std::string q_norm, k_norm;       // per-head norm weights; empty: none
+  std::string qkv_name;           // the fused parameter: "model.layers.0.self_attn.qkv_proj"
+  std::vector<LinearSource> qkv;  // q, k, v rows (separate or fused checkpoint tensors)
+  std::string o_proj;             // checkpoint prefix of the output projection
+  std::string q_norm, k_norm;     // per-head norm weights; empty: none
   int64_t dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   bool bias = false;
   float norm_eps = 1e-5f;
   float norm_weight_offset = 0.0f;
-  float scale = 0.0f;     // softmax scale
-  int64_t window = 0;     // sliding window; 0: full causal attention
+  float scale = 0.0f;  // softmax scale
+  int64_t window = 0;  // sliding window; 0: full causal attention
   ops::RopeStyle rope_style = ops::RopeStyle::neox;
 };
 
 class SelfAttention {
  public:
-  SelfAttention(ParameterSet& params, const AttentionSpec& spec, DType weight_dtype, const TensorParallel& tp);
+  SelfAttention(ParameterSet& params, const AttentionSpec& spec, DType weight_dtype,
+                const TensorParallel& tp);
 
   QkvProjection project(const Tensor& x, const Tensor& positions, const Tensor& rope_table) const;
   // attn: f32 [T, local_heads, head_dim] -> [T, dim] (all-reduced across ranks).

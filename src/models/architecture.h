@@ -15,11 +15,12 @@ namespace refit {
 
 struct ArchitectureDef {
   Architecture id;
-  const char* name;                     // "llama": GGUF general.architecture and refit's name
-  std::vector<std::string> hf_names;    // HF "architectures"[0] classes and model_type values
-  std::vector<TensorName> tensors;      // checkpoint order
+  const char* name;                   // "llama": GGUF general.architecture and refit's name
+  std::vector<std::string> hf_names;  // HF "architectures"[0] classes and model_type values
+  std::vector<TensorName> tensors;    // checkpoint order
   // After the common fields are read: the architecture's own. `c` has the common ones.
-  void (*configure_hf)(const nlohmann::json& config, ModelConfig& c, const std::string& source) = nullptr;
+  void (*configure_hf)(const nlohmann::json& config, ModelConfig& c,
+                       const std::string& source) = nullptr;
   void (*configure_gguf)(const GgufMetadata& metadata, ModelConfig& c) = nullptr;
 };
 

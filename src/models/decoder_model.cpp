@@ -27,11 +27,13 @@ DecoderModel::DecoderModel(const ModelConfig& config, DType weight_dtype, const 
   config_.validate("model config");
   const ModelConfig& c = config_;
   const std::string embed_name = hf_tensor_name(c, TensorSlot::token_embd);
-  embed_ = std::make_unique<VocabParallelEmbedding>(params_, embed_name, c.vocab_size, c.dim, weight_dtype, tp_);
+  embed_ = std::make_unique<VocabParallelEmbedding>(params_, embed_name, c.vocab_size, c.dim,
+                                                    weight_dtype, tp_);
   for (int64_t l = 0; l < c.n_layers; ++l) add_block(l);
   final_norm_ = &params_.add(hf_tensor_name(c, TensorSlot::output_norm), {c.dim}, DType::f32);
-  lm_head_ = std::make_unique<ParallelLmHead>(params_, hf_tensor_name(c, TensorSlot::output), c.vocab_size, c.dim,
-                                              weight_dtype, tp_, c.tied_embeddings ? &embed_->weight() : nullptr);
+  lm_head_ = std::make_unique<ParallelLmHead>(params_, hf_tensor_name(c, TensorSlot::output),
+                                              c.vocab_size, c.dim, weight_dtype, tp_,
+                                              c.tied_embeddings ? &embed_->weight() : nullptr);
 }
 
 void DecoderModel::add_block(int64_t l) {
@@ -86,7 +88,8 @@ void DecoderModel::add_block(int64_t l) {
   if (has_slot(c, TensorSlot::ffn_gate_up)) {
     const std::string fused = prefix_of(name(TensorSlot::ffn_gate_up));
     f.gate_up_name = fused;
-    f.gate_up = {{fused, c.ffn_dim, 1, 0, 2 * c.ffn_dim}, {fused, c.ffn_dim, 1, c.ffn_dim, 2 * c.ffn_dim}};
+    f.gate_up = {{fused, c.ffn_dim, 1, 0, 2 * c.ffn_dim},
+                 {fused, c.ffn_dim, 1, c.ffn_dim, 2 * c.ffn_dim}};
   } else {
     const std::string gate = prefix_of(name(TensorSlot::ffn_gate));
     f.gate_up_name = sibling(gate, "gate_up_proj");
@@ -98,10 +101,12 @@ void DecoderModel::add_block(int64_t l) {
   b.attn_norm = &params_.add(name(TensorSlot::attn_norm), {c.dim}, DType::f32);
   b.attention = std::make_unique<SelfAttention>(params_, a, weight_dtype_, tp_);
   const bool sandwich = b.config.norms == NormPlacement::sandwich;
-  if (sandwich) b.post_attn_norm = &params_.add(name(TensorSlot::post_attn_norm), {c.dim}, DType::f32);
+  if (sandwich)
+    b.post_attn_norm = &params_.add(name(TensorSlot::post_attn_norm), {c.dim}, DType::f32);
   b.ffn_norm = &params_.add(name(TensorSlot::ffn_norm), {c.dim}, DType::f32);
   b.ffn = std::make_unique<FeedForward>(params_, f, weight_dtype_, tp_);
-  if (sandwich) b.post_ffn_norm = &params_.add(name(TensorSlot::post_ffn_norm), {c.dim}, DType::f32);
+  if (sandwich)
+    b.post_ffn_norm = &params_.add(name(TensorSlot::post_ffn_norm), {c.dim}, DType::f32);
   blocks_.push_back(std::move(b));
 }
 
@@ -159,8 +164,9 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& blk = blocks_[l];
     norm(x, *blk.attn_norm, h);
-    Tensor o = blk.attention->forward(h, positions, rope_tables_[static_cast<size_t>(blk.rope_table)],
-                                      static_cast<int64_t>(l), kv);
+    Tensor o =
+        blk.attention->forward(h, positions, rope_tables_[static_cast<size_t>(blk.rope_table)],
+                               static_cast<int64_t>(l), kv);
     if (blk.post_attn_norm) norm(o, *blk.post_attn_norm, o);
     ops::add(x, o, x);
     norm(x, *blk.ffn_norm, h);
@@ -175,7 +181,8 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
     return result;
   }
   Tensor picked = Tensor::empty({R, c.dim}, DType::f32);
-  for (int64_t r = 0; r < R; ++r) picked.select(0, r).copy_from(x.select(0, logit_rows[static_cast<size_t>(r)]));
+  for (int64_t r = 0; r < R; ++r)
+    picked.select(0, r).copy_from(x.select(0, logit_rows[static_cast<size_t>(r)]));
   Tensor normed = Tensor::empty({R, c.dim}, DType::f32);
   norm(picked, *final_norm_, normed);
   result.logits = lm_head_->forward(normed);

@@ -16,7 +16,8 @@ namespace {
 constexpr int64_t kDefaultPattern = 6;  // every 6th layer is global
 
 // Per-layer settings from the window, the pattern (or explicit layer kinds) and the two bases.
-void set_layers(ModelConfig& c, int64_t window, const std::vector<bool>& sliding, float local_base) {
+void set_layers(ModelConfig& c, int64_t window, const std::vector<bool>& sliding,
+                float local_base) {
   std::vector<LayerConfig> layers;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerConfig lc = c.layer(l);  // the global layer: rope_theta, rope_scaling
@@ -32,7 +33,8 @@ void set_layers(ModelConfig& c, int64_t window, const std::vector<bool>& sliding
 
 std::vector<bool> pattern_layers(int64_t n_layers, int64_t pattern) {
   std::vector<bool> sliding(static_cast<size_t>(n_layers));
-  for (int64_t l = 0; l < n_layers; ++l) sliding[static_cast<size_t>(l)] = pattern > 0 && (l + 1) % pattern != 0;
+  for (int64_t l = 0; l < n_layers; ++l)
+    sliding[static_cast<size_t>(l)] = pattern > 0 && (l + 1) % pattern != 0;
   return sliding;
 }
 
@@ -49,7 +51,8 @@ void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& so
   c.tied_embeddings = j.value("tie_word_embeddings", true);
   const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
   if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
-    throw FormatError(fmt::format("{}: hidden_activation '{}' is not supported for gemma3", source, act));
+    throw FormatError(
+        fmt::format("{}: hidden_activation '{}' is not supported for gemma3", source, act));
   for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
     if (j.contains(cap) && !j[cap].is_null())
       throw FormatError(fmt::format("{}: {} is not supported", source, cap));
@@ -60,8 +63,8 @@ void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& so
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
     for (const auto& t : j["layer_types"]) sliding.push_back(t == "sliding_attention");
     if (static_cast<int64_t>(sliding.size()) != c.n_layers)
-      throw FormatError(fmt::format("{}: layer_types has {} entries for {} layers", source, sliding.size(),
-                                    c.n_layers));
+      throw FormatError(fmt::format("{}: layer_types has {} entries for {} layers", source,
+                                    sliding.size(), c.n_layers));
   } else {
     sliding = pattern_layers(c.n_layers, j.value("sliding_window_pattern", kDefaultPattern));
   }
@@ -74,7 +77,8 @@ void configure_gguf(const GgufMetadata& m, ModelConfig& c) {
   // whose query_pre_attn_scalar is dim / heads.
   if (c.n_layers == 62) c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
   const int64_t window = m.get_u32("gemma3.attention.sliding_window").value_or(4096);
-  const int64_t pattern = m.get_u32("gemma3.attention.sliding_window_pattern").value_or(kDefaultPattern);
+  const int64_t pattern =
+      m.get_u32("gemma3.attention.sliding_window_pattern").value_or(kDefaultPattern);
   set_layers(c, window, pattern_layers(c.n_layers, pattern), 10000.0f);
 }
 
@@ -82,16 +86,21 @@ std::vector<TensorName> tensors() {
   const GgufChange p1 = GgufChange::plus_one;
   return {
       {TensorSlot::token_embd, "model.embed_tokens.weight", "token_embd.weight"},
-      {TensorSlot::attn_norm, "model.layers.{}.input_layernorm.weight", "blk.{}.attn_norm.weight", p1},
+      {TensorSlot::attn_norm, "model.layers.{}.input_layernorm.weight", "blk.{}.attn_norm.weight",
+       p1},
       {TensorSlot::attn_q, "model.layers.{}.self_attn.q_proj.weight", "blk.{}.attn_q.weight"},
       {TensorSlot::attn_k, "model.layers.{}.self_attn.k_proj.weight", "blk.{}.attn_k.weight"},
       {TensorSlot::attn_v, "model.layers.{}.self_attn.v_proj.weight", "blk.{}.attn_v.weight"},
-      {TensorSlot::attn_q_norm, "model.layers.{}.self_attn.q_norm.weight", "blk.{}.attn_q_norm.weight", p1},
-      {TensorSlot::attn_k_norm, "model.layers.{}.self_attn.k_norm.weight", "blk.{}.attn_k_norm.weight", p1},
-      {TensorSlot::attn_output, "model.layers.{}.self_attn.o_proj.weight", "blk.{}.attn_output.weight"},
+      {TensorSlot::attn_q_norm, "model.layers.{}.self_attn.q_norm.weight",
+       "blk.{}.attn_q_norm.weight", p1},
+      {TensorSlot::attn_k_norm, "model.layers.{}.self_attn.k_norm.weight",
+       "blk.{}.attn_k_norm.weight", p1},
+      {TensorSlot::attn_output, "model.layers.{}.self_attn.o_proj.weight",
+       "blk.{}.attn_output.weight"},
       {TensorSlot::post_attn_norm, "model.layers.{}.post_attention_layernorm.weight",
        "blk.{}.post_attention_norm.weight", p1},
-      {TensorSlot::ffn_norm, "model.layers.{}.pre_feedforward_layernorm.weight", "blk.{}.ffn_norm.weight", p1},
+      {TensorSlot::ffn_norm, "model.layers.{}.pre_feedforward_layernorm.weight",
+       "blk.{}.ffn_norm.weight", p1},
       {TensorSlot::ffn_gate, "model.layers.{}.mlp.gate_proj.weight", "blk.{}.ffn_gate.weight"},
       {TensorSlot::ffn_up, "model.layers.{}.mlp.up_proj.weight", "blk.{}.ffn_up.weight"},
       {TensorSlot::ffn_down, "model.layers.{}.mlp.down_proj.weight", "blk.{}.ffn_down.weight"},

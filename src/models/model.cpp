@@ -6,13 +6,15 @@
 
 namespace refit {
 
-Tensor Model::forward(std::span<const int32_t> tokens, int64_t start_pos, KvCache& cache, bool all_logits) const {
+Tensor Model::forward(std::span<const int32_t> tokens, int64_t start_pos, KvCache& cache,
+                      bool all_logits) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t context = std::min(cache.max_seq(), config().max_seq_len);
   if (T == 0) fail("forward: no tokens given");
   if (start_pos < 0 || start_pos + T > context)
-    fail("context length exceeded: {} tokens at position {} need {} positions, the context holds {}", T,
-         start_pos, start_pos + T, context);
+    fail(
+        "context length exceeded: {} tokens at position {} need {} positions, the context holds {}",
+        T, start_pos, start_pos + T, context);
   BatchSequence s;
   s.tokens = tokens;
   s.start_pos = start_pos;
@@ -36,7 +38,8 @@ PagedKvCache make_paged_cache(const Model& model, int64_t n_blocks, int64_t bloc
   return PagedKvCache(o);
 }
 
-BatchForwardResult batched_forward(const Model& model, std::span<const BatchSequence> batch, PagedKvCache& cache) {
+BatchForwardResult batched_forward(const Model& model, std::span<const BatchSequence> batch,
+                                   PagedKvCache& cache) {
   const ModelConfig& c = model.config();
   if (cache.options().n_layers != c.n_layers || cache.options().head_dim != c.head_dim)
     fail("batched_forward: the paged cache has {} layers of head_dim {}, the model {} of {}",
@@ -45,7 +48,8 @@ BatchForwardResult batched_forward(const Model& model, std::span<const BatchSequ
   return model.forward(batch, kv);
 }
 
-std::unique_ptr<Model> create_model(const ModelConfig& config, DType weight_dtype, const TensorParallel& tp) {
+std::unique_ptr<Model> create_model(const ModelConfig& config, DType weight_dtype,
+                                    const TensorParallel& tp) {
   return std::make_unique<DecoderModel>(config, weight_dtype, tp);
 }
 

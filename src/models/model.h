@@ -41,10 +41,12 @@ class Model {
 PagedKvCache make_paged_cache(const Model& model, int64_t n_blocks, int64_t block_size = 16);
 
 // The forward pass over the paged cache, as the scheduler and tensor-parallel workers run it.
-BatchForwardResult batched_forward(const Model& model, std::span<const BatchSequence> batch, PagedKvCache& cache);
+BatchForwardResult batched_forward(const Model& model, std::span<const BatchSequence> batch,
+                                   PagedKvCache& cache);
 
 // A model of `config`'s architecture with every parameter zero-filled; matmul weights and
 // the embedding in `weight_dtype` (f32, f16 or bf16), norms and biases f32.
-std::unique_ptr<Model> create_model(const ModelConfig& config, DType weight_dtype, const TensorParallel& tp = {});
+std::unique_ptr<Model> create_model(const ModelConfig& config, DType weight_dtype,
+                                    const TensorParallel& tp = {});
 
 }  // namespace refit

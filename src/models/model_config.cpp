@@ -14,8 +14,10 @@ const char* architecture_name(Architecture a) { return architecture_def(a).name;
 
 const char* activation_name(Activation a) {
   switch (a) {
-    case Activation::silu: return "silu";
-    case Activation::gelu_tanh: return "gelu_pytorch_tanh";
+    case Activation::silu:
+      return "silu";
+    case Activation::gelu_tanh:
+      return "gelu_pytorch_tanh";
   }
   return "?";
 }
@@ -71,15 +73,15 @@ void ModelConfig::validate(const std::string& source) const {
     const LayerConfig lc = layer(l);
     const RopeConfig& r = lc.rope;
     if (r.dim > head_dim || r.dim <= 0 || r.dim % 2 != 0)
-      fail("{}: rotary dimension {} must be even, positive and at most the head dimension {}", source, r.dim,
-           head_dim);
+      fail("{}: rotary dimension {} must be even, positive and at most the head dimension {}",
+           source, r.dim, head_dim);
     if (!r.freq_factors.empty() && static_cast<int64_t>(r.freq_factors.size()) != r.dim / 2)
       fail("{}: rope_freqs has {} entries, expected {}", source, r.freq_factors.size(), r.dim / 2);
     if (r.scaling.kind == RopeScalingKind::longrope &&
         (static_cast<int64_t>(r.scaling.short_factors.size()) != r.dim / 2 ||
          static_cast<int64_t>(r.scaling.long_factors.size()) != r.dim / 2))
-      fail("{}: longrope has {} short and {} long factors, expected {} each (rotary dimension / 2)", source,
-           r.scaling.short_factors.size(), r.scaling.long_factors.size(), r.dim / 2);
+      fail("{}: longrope has {} short and {} long factors, expected {} each (rotary dimension / 2)",
+           source, r.scaling.short_factors.size(), r.scaling.long_factors.size(), r.dim / 2);
     if ((r.scaling.kind == RopeScalingKind::linear || r.scaling.kind == RopeScalingKind::llama3) &&
         !(r.scaling.factor > 0))
       fail("{}: rope_scaling factor must be positive", source);
@@ -107,7 +109,8 @@ void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::st
   const auto& rs = j[key];
   const std::string type = rs.value("rope_type", rs.value("type", std::string()));
   RopeScaling& s = c.rope_scaling;
-  if (rs.contains("rope_theta") && rs["rope_theta"].is_number()) c.rope_theta = rs["rope_theta"].get<float>();
+  if (rs.contains("rope_theta") && rs["rope_theta"].is_number())
+    c.rope_theta = rs["rope_theta"].get<float>();
   if (type == "llama3") {
     s.kind = RopeScalingKind::llama3;
     s.factor = rs.value("factor", 8.0f);
@@ -124,7 +127,8 @@ void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::st
       throw FormatError(fmt::format("{}: longrope needs original_max_position_embeddings", source));
     for (const char* list : {"short_factor", "long_factor"})
       if (!rs.contains(list) || !rs[list].is_array())
-        throw FormatError(fmt::format("{}: rope_scaling.{} must be a list of numbers", source, list));
+        throw FormatError(
+            fmt::format("{}: rope_scaling.{} must be a list of numbers", source, list));
     s.kind = RopeScalingKind::longrope;
     s.original_max_position = original;
     s.short_factors = rs["short_factor"].get<std::vector<float>>();
@@ -132,10 +136,11 @@ void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::st
     // transformers' _compute_longrope_parameters: from the trained context, whatever the
     // served one.
     const double scale = static_cast<double>(c.max_seq_len) / static_cast<double>(original);
-    s.attention_factor = rs.contains("attention_factor") && rs["attention_factor"].is_number()
-                             ? rs["attention_factor"].get<float>()
-                         : scale <= 1.0 ? 1.0f
-                                        : static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original)));
+    s.attention_factor =
+        rs.contains("attention_factor") && rs["attention_factor"].is_number()
+            ? rs["attention_factor"].get<float>()
+        : scale <= 1.0 ? 1.0f
+                       : static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original)));
   } else if (!type.empty() && type != "default") {
     throw FormatError(fmt::format("{}: rope_scaling type '{}' is not supported", source, type));
   }
@@ -169,7 +174,8 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   };
   auto get_float = [&](const char* key, double fallback) -> float {
     if (!j.contains(key) || j[key].is_null()) return static_cast<float>(fallback);
-    if (!j[key].is_number()) throw FormatError(fmt::format("{}: '{}' must be a number", source, key));
+    if (!j[key].is_number())
+      throw FormatError(fmt::format("{}: '{}' must be a number", source, key));
     return j[key].get<float>();
   };
   std::string arch_name;
@@ -195,15 +201,17 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   c.rope_theta = get_float("rope_theta", 10000.0);
   c.rope_style = ops::RopeStyle::neox;  // HF checkpoints use rotate_half
   c.tied_embeddings = j.value("tie_word_embeddings", false);
-  if (j.contains("attention_bias") && j["attention_bias"].is_boolean()) c.qkv_bias = j["attention_bias"].get<bool>();
+  if (j.contains("attention_bias") && j["attention_bias"].is_boolean())
+    c.qkv_bias = j["attention_bias"].get<bool>();
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_id = j["bos_token_id"].get<int32_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_id = j["eos_token_id"].get<int32_t>();
   read_hf_rope_scaling(j, c, source);
   std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
-  c.weight_dtype = torch_dtype == "bfloat16" ? DType::bf16
-                   : torch_dtype == "float16" ? DType::f16 : DType::f32;
+  c.weight_dtype = torch_dtype == "bfloat16"  ? DType::bf16
+                   : torch_dtype == "float16" ? DType::f16
+                                              : DType::f32;
   if (arch.configure_hf) arch.configure_hf(j, c, source);
   c.validate(source);
   return c;
@@ -218,8 +226,10 @@ ModelConfig config_from_gguf(const GgufMetadata& m) {
   c.dim = m.require_u32(key("embedding_length"));
   c.n_layers = m.require_u32(key("block_count"));
   c.n_heads = m.require_u32(key("attention.head_count"));
-  c.n_kv_heads = m.get_u32(key("attention.head_count_kv")).value_or(static_cast<uint32_t>(c.n_heads));
-  c.head_dim = m.get_u32(key("attention.key_length")).value_or(static_cast<uint32_t>(c.n_heads ? c.dim / c.n_heads : 0));
+  c.n_kv_heads =
+      m.get_u32(key("attention.head_count_kv")).value_or(static_cast<uint32_t>(c.n_heads));
+  c.head_dim = m.get_u32(key("attention.key_length"))
+                   .value_or(static_cast<uint32_t>(c.n_heads ? c.dim / c.n_heads : 0));
   c.ffn_dim = m.require_u32(key("feed_forward_length"));
   c.max_seq_len = m.get_u32(key("context_length")).value_or(2048);
   c.rms_eps = m.get_f32(key("attention.layer_norm_rms_epsilon")).value_or(1e-5f);

@@ -33,7 +33,8 @@ const char* activation_name(Activation a);
 
 // What one layer computes; sizes are model-wide.
 struct LayerConfig {
-  int64_t window = 0;  // sliding-window attention over this many positions (itself included); 0: full
+  int64_t window =
+      0;  // sliding-window attention over this many positions (itself included); 0: full
   RopeConfig rope;
   NormPlacement norms = NormPlacement::pre;
   bool qk_norm = false;  // RMSNorm over each head of q and k before rope (Qwen3, Gemma 3)
@@ -44,7 +45,7 @@ struct LayerConfig {
 
 struct ModelConfig {
   Architecture arch = Architecture::llama;
-  int64_t dim = 0;         // hidden size
+  int64_t dim = 0;  // hidden size
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;  // grouped-query attention when < n_heads
@@ -60,8 +61,8 @@ struct ModelConfig {
   ops::RopeStyle rope_style = ops::RopeStyle::neox;
   RopeScaling rope_scaling;
   std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight: divides each frequency
-  bool qk_norm = false;  // Qwen3
-  int64_t sliding_window = 0;  // Mistral's sliding_window on every layer; 0: none
+  bool qk_norm = false;                  // Qwen3
+  int64_t sliding_window = 0;            // Mistral's sliding_window on every layer; 0: none
   Activation activation = Activation::silu;
   NormPlacement norms = NormPlacement::pre;
   std::vector<LayerConfig> layers;  // empty, or one per layer

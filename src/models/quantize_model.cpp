@@ -2,18 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <unordered_set>
+
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
 #include "models/tensor_table.h"
 
-#include <unordered_set>
-
 namespace refit {
 
 std::string QuantizedModelSummary::str() const {
   std::string s = fmt::format("{}: {} linear weights quantized", scheme.name(), quantized.size());
-  if (!kept.empty()) s += fmt::format(", {} kept unquantized ({})", kept.size(), fmt::join(kept, "; "));
+  if (!kept.empty())
+    s += fmt::format(", {} kept unquantized ({})", kept.size(), fmt::join(kept, "; "));
   return s;
 }
 
@@ -43,14 +44,16 @@ const GgufTensorInfo* first_block_matmul(const GgufFile& g) {
 
 }  // namespace
 
-QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head) {
+QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme,
+                                              bool lm_head) {
   QuantizedModelSummary summary;
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;
   // The output projection: its own parameter, or the embedding table it is tied to.
   const ModelConfig& c = model.config();
   const std::string head =
-      !lm_head ? "" : hf_tensor_name(c, c.tied_embeddings ? TensorSlot::token_embd : TensorSlot::output);
+      !lm_head ? ""
+               : hf_tensor_name(c, c.tied_embeddings ? TensorSlot::token_embd : TensorSlot::output);
   const std::unordered_set<std::string> matmuls = block_matmuls(c);
   for (const auto& p : model.parameters().all()) {
     if (!is_linear_weight(*p, matmuls) && p->name() != head) continue;
@@ -63,7 +66,8 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
     }
   }
   if (summary.quantized.empty())
-    fail("--quant {}: no linear weight of this model can take it ({})", scheme.name(), fmt::join(summary.kept, "; "));
+    fail("--quant {}: no linear weight of this model can take it ({})", scheme.name(),
+         fmt::join(summary.kept, "; "));
   return summary;
 }
 
@@ -79,7 +83,8 @@ bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
   const GgufTensorInfo* q = first_block_matmul(*ck.gguf());
   const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
   if (!out) out = ck.gguf()->find_tensor("token_embd.weight");  // tied: the table is the head
-  return q && out && out->type == q->type && (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
+  return q && out && out->type == q->type &&
+         (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
 }
 
 QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
@@ -96,13 +101,16 @@ QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
     const nlohmann::json& qc = config["quantization_config"];
     const std::string method = qc.value("quant_method", "");
     if (method != "fp8")
-      fail("{}: quantization_config quant_method '{}' is not supported (refit reads fp8 checkpoints)", ck.path(),
-           method);
+      fail(
+          "{}: quantization_config quant_method '{}' is not supported (refit reads fp8 "
+          "checkpoints)",
+          ck.path(), method);
     s.method = QuantMethod::fp8_tensor;
     if (qc.contains("weight_block_size") && !qc["weight_block_size"].is_null()) {
       const nlohmann::json& b = qc["weight_block_size"];
       if (!b.is_array() || b.size() != 2 || b[0] != 128 || b[1] != 128)
-        fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", ck.path(), b.dump());
+        fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", ck.path(),
+             b.dump());
       s.method = QuantMethod::fp8_block;
     }
     s.w8a8 = qc.value("activation_scheme", "dynamic") == "dynamic";

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "formats/checkpoint.h"
-#include "models/model.h"
 #include "kernels/quant/quant_scheme.h"
+#include "models/model.h"
 
 namespace refit {
 
@@ -28,9 +28,10 @@ struct QuantizedModelSummary {
 };
 
 // Sets `scheme` on the model's linear weights, and on the LM head too when `lm_head` is
-// set (the embedding table, when the head is tied to it). Must run after the model is created and before any weight is loaded
-// (the quantized storage is allocated here, once).
-QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head = false);
+// set (the embedding table, when the head is tied to it). Must run after the model is created and
+// before any weight is loaded (the quantized storage is allocated here, once).
+QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme,
+                                              bool lm_head = false);
 
 // The scheme a checkpoint's linear weights are stored in: GGUF Q8_0 / MXFP4 tensors, or a
 // Hugging Face FP8 checkpoint (config.json quantization_config quant_method "fp8":

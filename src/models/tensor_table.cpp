@@ -9,27 +9,48 @@ namespace refit {
 
 const char* slot_name(TensorSlot slot) {
   switch (slot) {
-    case TensorSlot::token_embd: return "token_embd";
-    case TensorSlot::attn_norm: return "attn_norm";
-    case TensorSlot::attn_q: return "attn_q";
-    case TensorSlot::attn_k: return "attn_k";
-    case TensorSlot::attn_v: return "attn_v";
-    case TensorSlot::attn_qkv: return "attn_qkv";
-    case TensorSlot::attn_q_bias: return "attn_q_bias";
-    case TensorSlot::attn_k_bias: return "attn_k_bias";
-    case TensorSlot::attn_v_bias: return "attn_v_bias";
-    case TensorSlot::attn_q_norm: return "attn_q_norm";
-    case TensorSlot::attn_k_norm: return "attn_k_norm";
-    case TensorSlot::attn_output: return "attn_output";
-    case TensorSlot::post_attn_norm: return "post_attn_norm";
-    case TensorSlot::ffn_norm: return "ffn_norm";
-    case TensorSlot::ffn_gate: return "ffn_gate";
-    case TensorSlot::ffn_up: return "ffn_up";
-    case TensorSlot::ffn_gate_up: return "ffn_gate_up";
-    case TensorSlot::ffn_down: return "ffn_down";
-    case TensorSlot::post_ffn_norm: return "post_ffn_norm";
-    case TensorSlot::output_norm: return "output_norm";
-    case TensorSlot::output: return "output";
+    case TensorSlot::token_embd:
+      return "token_embd";
+    case TensorSlot::attn_norm:
+      return "attn_norm";
+    case TensorSlot::attn_q:
+      return "attn_q";
+    case TensorSlot::attn_k:
+      return "attn_k";
+    case TensorSlot::attn_v:
+      return "attn_v";
+    case TensorSlot::attn_qkv:
+      return "attn_qkv";
+    case TensorSlot::attn_q_bias:
+      return "attn_q_bias";
+    case TensorSlot::attn_k_bias:
+      return "attn_k_bias";
+    case TensorSlot::attn_v_bias:
+      return "attn_v_bias";
+    case TensorSlot::attn_q_norm:
+      return "attn_q_norm";
+    case TensorSlot::attn_k_norm:
+      return "attn_k_norm";
+    case TensorSlot::attn_output:
+      return "attn_output";
+    case TensorSlot::post_attn_norm:
+      return "post_attn_norm";
+    case TensorSlot::ffn_norm:
+      return "ffn_norm";
+    case TensorSlot::ffn_gate:
+      return "ffn_gate";
+    case TensorSlot::ffn_up:
+      return "ffn_up";
+    case TensorSlot::ffn_gate_up:
+      return "ffn_gate_up";
+    case TensorSlot::ffn_down:
+      return "ffn_down";
+    case TensorSlot::post_ffn_norm:
+      return "post_ffn_norm";
+    case TensorSlot::output_norm:
+      return "output_norm";
+    case TensorSlot::output:
+      return "output";
   }
   return "?";
 }
@@ -45,57 +66,78 @@ bool slot_used(const ModelConfig& c, TensorSlot s, int64_t layer) {
   switch (s) {
     case TensorSlot::attn_q_bias:
     case TensorSlot::attn_k_bias:
-    case TensorSlot::attn_v_bias: return c.qkv_bias;
+    case TensorSlot::attn_v_bias:
+      return c.qkv_bias;
     case TensorSlot::attn_q_norm:
-    case TensorSlot::attn_k_norm: return c.layer(layer).qk_norm;
+    case TensorSlot::attn_k_norm:
+      return c.layer(layer).qk_norm;
     case TensorSlot::post_attn_norm:
-    case TensorSlot::post_ffn_norm: return c.layer(layer).norms == NormPlacement::sandwich;
-    case TensorSlot::output: return !c.tied_embeddings;
-    default: return true;
+    case TensorSlot::post_ffn_norm:
+      return c.layer(layer).norms == NormPlacement::sandwich;
+    case TensorSlot::output:
+      return !c.tied_embeddings;
+    default:
+      return true;
   }
 }
 
 Shape slot_shape(const ModelConfig& c, TensorSlot s) {
   switch (s) {
     case TensorSlot::token_embd:
-    case TensorSlot::output: return {c.vocab_size, c.dim};
+    case TensorSlot::output:
+      return {c.vocab_size, c.dim};
     case TensorSlot::attn_norm:
     case TensorSlot::post_attn_norm:
     case TensorSlot::ffn_norm:
     case TensorSlot::post_ffn_norm:
-    case TensorSlot::output_norm: return {c.dim};
-    case TensorSlot::attn_q: return {c.q_dim(), c.dim};
+    case TensorSlot::output_norm:
+      return {c.dim};
+    case TensorSlot::attn_q:
+      return {c.q_dim(), c.dim};
     case TensorSlot::attn_k:
-    case TensorSlot::attn_v: return {c.kv_dim(), c.dim};
-    case TensorSlot::attn_qkv: return {c.q_dim() + 2 * c.kv_dim(), c.dim};
-    case TensorSlot::attn_q_bias: return {c.q_dim()};
+    case TensorSlot::attn_v:
+      return {c.kv_dim(), c.dim};
+    case TensorSlot::attn_qkv:
+      return {c.q_dim() + 2 * c.kv_dim(), c.dim};
+    case TensorSlot::attn_q_bias:
+      return {c.q_dim()};
     case TensorSlot::attn_k_bias:
-    case TensorSlot::attn_v_bias: return {c.kv_dim()};
+    case TensorSlot::attn_v_bias:
+      return {c.kv_dim()};
     case TensorSlot::attn_q_norm:
-    case TensorSlot::attn_k_norm: return {c.head_dim};
-    case TensorSlot::attn_output: return {c.dim, c.q_dim()};
+    case TensorSlot::attn_k_norm:
+      return {c.head_dim};
+    case TensorSlot::attn_output:
+      return {c.dim, c.q_dim()};
     case TensorSlot::ffn_gate:
-    case TensorSlot::ffn_up: return {c.ffn_dim, c.dim};
-    case TensorSlot::ffn_gate_up: return {2 * c.ffn_dim, c.dim};
-    case TensorSlot::ffn_down: return {c.dim, c.ffn_dim};
+    case TensorSlot::ffn_up:
+      return {c.ffn_dim, c.dim};
+    case TensorSlot::ffn_gate_up:
+      return {2 * c.ffn_dim, c.dim};
+    case TensorSlot::ffn_down:
+      return {c.dim, c.ffn_dim};
   }
   return {};
 }
 
 TensorRole slot_role(TensorSlot s) {
   switch (s) {
-    case TensorSlot::token_embd: return TensorRole::embedding;
+    case TensorSlot::token_embd:
+      return TensorRole::embedding;
     case TensorSlot::attn_q_bias:
     case TensorSlot::attn_k_bias:
-    case TensorSlot::attn_v_bias: return TensorRole::bias;
+    case TensorSlot::attn_v_bias:
+      return TensorRole::bias;
     case TensorSlot::attn_norm:
     case TensorSlot::attn_q_norm:
     case TensorSlot::attn_k_norm:
     case TensorSlot::post_attn_norm:
     case TensorSlot::ffn_norm:
     case TensorSlot::post_ffn_norm:
-    case TensorSlot::output_norm: return TensorRole::norm;
-    default: return TensorRole::matmul;
+    case TensorSlot::output_norm:
+      return TensorRole::norm;
+    default:
+      return TensorRole::matmul;
   }
 }
 
@@ -113,7 +155,8 @@ TensorSpec resolve(const ModelConfig& c, const TensorName& n, int64_t layer) {
   spec.role = slot_role(n.slot);
   spec.layer = layer;
   spec.slot = n.slot;
-  if (n.gguf_change == GgufChange::rope_permute) spec.gguf_rope_permute_heads = rope_permute_heads(c, n.slot);
+  if (n.gguf_change == GgufChange::rope_permute)
+    spec.gguf_rope_permute_heads = rope_permute_heads(c, n.slot);
   if (n.gguf_change == GgufChange::plus_one) spec.gguf_offset = 1.0f;
   return spec;
 }
@@ -125,7 +168,8 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
   auto globals = [&](bool before_layers) {
     for (const TensorName& n : arch.tensors)
-      if (is_global(n.slot) && (n.slot == TensorSlot::token_embd) == before_layers && slot_used(c, n.slot, -1))
+      if (is_global(n.slot) && (n.slot == TensorSlot::token_embd) == before_layers &&
+          slot_used(c, n.slot, -1))
         specs.push_back(resolve(c, n, -1));
   };
   globals(true);
@@ -144,7 +188,8 @@ bool has_slot(const ModelConfig& c, TensorSlot slot) {
 
 std::string hf_tensor_name(const ModelConfig& c, TensorSlot slot, int64_t layer) {
   for (const TensorName& n : architecture_def(c.arch).tensors)
-    if (n.slot == slot) return layer < 0 ? std::string(n.hf) : fmt::format(fmt::runtime(n.hf), layer);
+    if (n.slot == slot)
+      return layer < 0 ? std::string(n.hf) : fmt::format(fmt::runtime(n.hf), layer);
   fail("architecture {} has no {} tensor", architecture_name(c.arch), slot_name(slot));
 }
 
@@ -159,10 +204,10 @@ Tensor permute_rows_for_gguf_rope(const Tensor& w, int64_t n_heads, bool inverse
   split.insert(split.begin(), n_heads);  // [heads, 2, half, ...]
   Tensor c = w.contiguous();
   Tensor v = inverse ? c.view([&] {  // GGUF order is [heads, half, 2, ...]
-                         Shape s = split;
-                         std::swap(s[1], s[2]);
-                         return s;
-                       }())
+    Shape s = split;
+    std::swap(s[1], s[2]);
+    return s;
+  }())
                      : c.view(split);
   Tensor out = v.transpose(1, 2).contiguous();
   return out.view(w.shape());

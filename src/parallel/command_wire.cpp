@@ -13,7 +13,9 @@ void WireWriter::str(const std::string& s) {
   out_ += s;
 }
 
-void WireWriter::i32s(std::span<const int32_t> v) { out_.append(reinterpret_cast<const char*>(v.data()), v.size_bytes()); }
+void WireWriter::i32s(std::span<const int32_t> v) {
+  out_.append(reinterpret_cast<const char*>(v.data()), v.size_bytes());
+}
 
 int64_t WireReader::i64() {
   int64_t v;

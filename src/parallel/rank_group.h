@@ -44,9 +44,9 @@
 
 #include "dist/communicator.h"
 #include "models/model.h"
-#include "runtime/engine.h"
 #include "parallel/weight_readback.h"
 #include "parallel/weight_sync.h"
+#include "runtime/engine.h"
 
 namespace refit {
 

@@ -10,13 +10,24 @@ namespace refit {
 std::optional<DType> dtype_from_torch_name(const std::string& given) {
   std::string name = given;
   if (name.rfind("torch.", 0) == 0) name = name.substr(6);
-  static const std::pair<const char*, DType> kTorch[] = {
-      {"float32", DType::f32},     {"float", DType::f32},          {"float64", DType::f64},
-      {"double", DType::f64},      {"float16", DType::f16},        {"half", DType::f16},
-      {"bfloat16", DType::bf16},   {"float8_e4m3fn", DType::f8_e4m3fn}, {"float8_e5m2", DType::f8_e5m2},
-      {"int8", DType::i8},         {"uint8", DType::u8},           {"int16", DType::i16},
-      {"short", DType::i16},       {"int32", DType::i32},          {"int", DType::i32},
-      {"int64", DType::i64},       {"long", DType::i64},           {"bool", DType::boolean}};
+  static const std::pair<const char*, DType> kTorch[] = {{"float32", DType::f32},
+                                                         {"float", DType::f32},
+                                                         {"float64", DType::f64},
+                                                         {"double", DType::f64},
+                                                         {"float16", DType::f16},
+                                                         {"half", DType::f16},
+                                                         {"bfloat16", DType::bf16},
+                                                         {"float8_e4m3fn", DType::f8_e4m3fn},
+                                                         {"float8_e5m2", DType::f8_e5m2},
+                                                         {"int8", DType::i8},
+                                                         {"uint8", DType::u8},
+                                                         {"int16", DType::i16},
+                                                         {"short", DType::i16},
+                                                         {"int32", DType::i32},
+                                                         {"int", DType::i32},
+                                                         {"int64", DType::i64},
+                                                         {"long", DType::i64},
+                                                         {"bool", DType::boolean}};
   for (const auto& [n, t] : kTorch)
     if (name == n) return t;
   const std::optional<DType> own = dtype_from_name(name);
@@ -91,7 +102,8 @@ std::vector<std::pair<std::string, Tensor>> WeightSyncGroups::receive(const Dist
   TorchProcessGroup& g = group(u.group_name);
   std::vector<std::pair<std::string, Tensor>> out;
   out.reserve(u.names.size());
-  for (size_t i = 0; i < u.names.size(); ++i) out.emplace_back(u.names[i], Tensor::empty(u.shapes[i], u.dtypes[i]));
+  for (size_t i = 0; i < u.names.size(); ++i)
+    out.emplace_back(u.names[i], Tensor::empty(u.shapes[i], u.dtypes[i]));
   if (!u.flattened_bucket) {
     for (auto& [name, t] : out) g.broadcast(t.raw_data(), t.nbytes(), 0);
     return out;

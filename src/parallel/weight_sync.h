@@ -32,7 +32,7 @@ struct DistributedUpdate {
   // concatenated); otherwise one broadcast per tensor.
   bool flattened_bucket = false;
 
-  std::string encode() const;  // for RankGroup commands
+  std::string encode() const;                                   // for RankGroup commands
   static DistributedUpdate decode(const std::string& payload);  // bounds-checked
 };
 

@@ -9,9 +9,9 @@
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "formats/checkpoint.h"
-#include "synthetic/demo_model.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
+#include "synthetic/demo_model.h"
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {
@@ -21,8 +21,9 @@ Engine::Engine(const EngineOptions& options) {
   TensorParallel tp;
   if (options.communicator) tp.communicator = options.communicator;
   if (options.tp != tp.world())
-    fail("--tp {} needs {} processes (start them with mpirun -np {}), but this process group has {}", options.tp,
-         options.tp, options.tp, tp.world());
+    fail(
+        "--tp {} needs {} processes (start them with mpirun -np {}), but this process group has {}",
+        options.tp, options.tp, options.tp, tp.world());
   const QuantScheme requested_quant = parse_quant_scheme(options.quant);
   if (options.model_path.empty()) {
     if (requested_quant.enabled())
@@ -57,9 +58,10 @@ Engine::Engine(const EngineOptions& options) {
     }
     if (checkpoint->format() != CheckpointFormat::llama2c || !options.tokenizer_path.empty()) {
       try {
-        tokenizer_ = load_tokenizer(options.model_path, options.tokenizer_path.empty()
-                                                            ? std::nullopt
-                                                            : std::optional<std::string>(options.tokenizer_path));
+        tokenizer_ = load_tokenizer(options.model_path,
+                                    options.tokenizer_path.empty()
+                                        ? std::nullopt
+                                        : std::optional<std::string>(options.tokenizer_path));
       } catch (const Error&) {
         if (!options.tokenizer_path.empty()) throw;
       }
@@ -132,7 +134,9 @@ std::unique_ptr<WeightUpdate> Engine::begin_update(const UpdateOptions& options)
 }
 
 void Engine::commit(WeightUpdate& update) {
-  if (update.failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", update.failure());
+  if (update.failed())
+    fail("weight update: refusing to commit after a refused tensor ({}); abort it",
+         update.failure());
   const std::vector<const SubShard*> written = update.staged_sub_shards();
   std::unique_lock lock(weights_mutex_);
   update.apply();
@@ -171,15 +175,16 @@ std::vector<std::string> Engine::released_weights() const {
   return names;
 }
 
-uint64_t Engine::update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                             const UpdateOptions& options) {
+uint64_t Engine::update_weights_from_tensors(
+    const std::vector<std::pair<std::string, Tensor>>& tensors, const UpdateOptions& options) {
   auto update = begin_update(options);
   for (const auto& [name, tensor] : tensors) update->update(name, tensor);
   commit(*update);
   return weight_version();
 }
 
-uint64_t Engine::update_weights_from_disk(const std::string& path, const std::vector<std::string>& names,
+uint64_t Engine::update_weights_from_disk(const std::string& path,
+                                          const std::vector<std::string>& names,
                                           const UpdateOptions& options) {
   auto update = stage_update_from_disk(path, names, options);
   commit(*update);
@@ -192,11 +197,14 @@ namespace {
 // architecture.
 void check_same_model(const std::string& path, const ModelConfig& source, const ModelConfig& c) {
   if (source.dim != c.dim || source.n_layers != c.n_layers || source.vocab_size != c.vocab_size ||
-      source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads || source.ffn_dim != c.ffn_dim)
-    fail("{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match the served "
-         "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
-         path, source.dim, source.n_layers, source.n_heads, source.n_kv_heads, source.ffn_dim, source.vocab_size,
-         c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size);
+      source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads ||
+      source.ffn_dim != c.ffn_dim)
+    fail(
+        "{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match "
+        "the served "
+        "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
+        path, source.dim, source.n_layers, source.n_heads, source.n_kv_heads, source.ffn_dim,
+        source.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size);
 }
 
 }  // namespace
@@ -223,7 +231,8 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
   auto update = begin_update(options);
   update->keep_alive(checkpoint);
   CheckpointWeights weights(*checkpoint, source_config);
-  const std::vector<std::string> wanted = names.empty() ? model_->parameters().checkpoint_names() : names;
+  const std::vector<std::string> wanted =
+      names.empty() ? model_->parameters().checkpoint_names() : names;
   for (const std::string& name : wanted) {
     CheckpointWeights::Lazy lazy;
     if (!weights.find_lazy(name, &lazy)) {

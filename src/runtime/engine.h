@@ -7,8 +7,8 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,16 +27,16 @@ namespace refit {
 class Communicator;
 
 struct EngineOptions {
-  std::string model_path;   // empty: the built-in demo model
+  std::string model_path;      // empty: the built-in demo model
   std::string tokenizer_path;  // for formats without a tokenizer (llama2.c)
-  int tp = 1;               // tensor-parallel size (needs a communicator of that size)
-  std::string quant;        // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
-  std::string layout;       // "" or "auto", "plain", "transpose", "shuffle16x16", "interleave4x16"
-  int threads = 0;          // 0: all cores
+  int tp = 1;                  // tensor-parallel size (needs a communicator of that size)
+  std::string quant;           // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
+  std::string layout;  // "" or "auto", "plain", "transpose", "shuffle16x16", "interleave4x16"
+  int threads = 0;     // 0: all cores
   // Context length served (vLLM --max-model-len, llama.cpp -c); 0: the checkpoint's. At
   // most the checkpoint's; it also picks LongRoPE's short or long factors.
   int64_t max_model_len = 0;
-  std::shared_ptr<Communicator> communicator;  // null: single process (tp must be 1)
+  std::shared_ptr<Communicator> communicator;    // null: single process (tp must be 1)
   std::function<void(size_t, size_t)> progress;  // (tensors loaded, total) while loading
 };
 
@@ -44,12 +44,12 @@ struct EngineOptions {
 // through DLPack) and the metadata that explains it.
 struct ParameterInfo {
   std::string name;
-  Tensor tensor;            // stored form (this rank's shard, after transforms)
-  Shape logical_shape;      // full, unsharded, as a trainer sends it
+  Tensor tensor;        // stored form (this rank's shard, after transforms)
+  Shape logical_shape;  // full, unsharded, as a trainer sends it
   DType logical_dtype;
   std::vector<std::string> checkpoint_names;  // fused parameters have several
-  std::string sharding;     // e.g. "dim 0, rank 0 of 2" or "replicated"
-  std::vector<std::string> transforms;  // e.g. {"transpose"}, {"shuffle_16x16"}
+  std::string sharding;                       // e.g. "dim 0, rank 0 of 2" or "replicated"
+  std::vector<std::string> transforms;        // e.g. {"transpose"}, {"shuffle_16x16"}
 };
 
 class Engine {
@@ -81,7 +81,8 @@ class Engine {
   uint64_t update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                        const UpdateOptions& options = {});
   // `names` empty: every parameter the checkpoint has for this model (all must be present).
-  uint64_t update_weights_from_disk(const std::string& path, const std::vector<std::string>& names = {},
+  uint64_t update_weights_from_disk(const std::string& path,
+                                    const std::vector<std::string>& names = {},
                                     const UpdateOptions& options = {});
   // The validated, uncommitted transaction update_weights_from_disk commits (for callers
   // that must agree with other ranks before committing: tensor-parallel serving).

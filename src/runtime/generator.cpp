@@ -17,9 +17,10 @@ GenerateResult generate(const Model& model, const GenerateRequest& req,
       fail("generate: prompt token {} is outside the vocabulary (size {})", id, c.vocab_size);
   const int64_t needed = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
   if (needed > c.max_seq_len)
-    fail("generate: the prompt ({} tokens) plus {} new tokens needs {} positions, but the "
-         "model's context length is {}; shorten the prompt or lower -n",
-         req.prompt.size(), req.max_tokens, needed, c.max_seq_len);
+    fail(
+        "generate: the prompt ({} tokens) plus {} new tokens needs {} positions, but the "
+        "model's context length is {}; shorten the prompt or lower -n",
+        req.prompt.size(), req.max_tokens, needed, c.max_seq_len);
   Sampler sampler(req.sampling);
   KvCache cache = model.make_cache(needed);
   GenerateResult result;
@@ -44,7 +45,8 @@ GenerateResult generate(const Model& model, const GenerateRequest& req,
     int32_t next = sampler.sample(last, history);
     result.tokens.push_back(next);
     history.push_back(next);
-    const bool stop = std::find(req.stop_tokens.begin(), req.stop_tokens.end(), next) != req.stop_tokens.end();
+    const bool stop =
+        std::find(req.stop_tokens.begin(), req.stop_tokens.end(), next) != req.stop_tokens.end();
     if (on_token && !on_token(next)) {
       result.finish_reason = "callback";
       break;

@@ -8,7 +8,8 @@
 namespace refit {
 
 void SamplingParams::validate() const {
-  if (!(temperature >= 0) || !std::isfinite(temperature)) fail("temperature must be >= 0, got {}", temperature);
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    fail("temperature must be >= 0, got {}", temperature);
   if (top_k < 0) fail("top_k must be >= 0, got {}", top_k);
   if (!(top_p > 0 && top_p <= 1)) fail("top_p must be in (0, 1], got {}", top_p);
   if (!(min_p >= 0 && min_p <= 1)) fail("min_p must be in [0, 1], got {}", min_p);
@@ -26,16 +27,24 @@ LogprobMode logprob_mode_from_name(const std::string& name) {
   if (name == "raw_logits") return LogprobMode::raw_logits;
   if (name == "processed_logits") return LogprobMode::processed_logits;
   if (name == "sglang") return LogprobMode::sglang;
-  fail("unknown logprobs mode '{}' (raw_logprobs, processed_logprobs, raw_logits, processed_logits, sglang)", name);
+  fail(
+      "unknown logprobs mode '{}' (raw_logprobs, processed_logprobs, raw_logits, processed_logits, "
+      "sglang)",
+      name);
 }
 
 const char* logprob_mode_name(LogprobMode mode) {
   switch (mode) {
-    case LogprobMode::raw_logprobs: return "raw_logprobs";
-    case LogprobMode::processed_logprobs: return "processed_logprobs";
-    case LogprobMode::raw_logits: return "raw_logits";
-    case LogprobMode::processed_logits: return "processed_logits";
-    case LogprobMode::sglang: return "sglang";
+    case LogprobMode::raw_logprobs:
+      return "raw_logprobs";
+    case LogprobMode::processed_logprobs:
+      return "processed_logprobs";
+    case LogprobMode::raw_logits:
+      return "raw_logits";
+    case LogprobMode::processed_logits:
+      return "processed_logits";
+    case LogprobMode::sglang:
+      return "sglang";
   }
   return "?";
 }
@@ -55,17 +64,21 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   if (params_.temperature < kGreedyTemperature) params_.temperature = 0.0f;
 }
 
-std::span<const float> Sampler::process(std::span<const float> logits, std::span<const int32_t> history,
-                                        std::span<const int32_t> output, std::span<const int32_t> banned) {
+std::span<const float> Sampler::process(std::span<const float> logits,
+                                        std::span<const int32_t> history,
+                                        std::span<const int32_t> output,
+                                        std::span<const int32_t> banned) {
   const float penalty = params_.repetition_penalty;
   const bool repetition = penalty != 1.0f && !history.empty();
-  const bool counted = (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) && !output.empty();
+  const bool counted =
+      (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) && !output.empty();
   const bool scale = params_.temperature > 0.0f && params_.temperature != 1.0f;
   if (!repetition && !counted && banned.empty() && !scale) return logits;
   scratch_.assign(logits.begin(), logits.end());
   const size_t V = scratch_.size();
   if (repetition) {
-    const size_t window = params_.repeat_last_n < 0 ? history.size() : static_cast<size_t>(params_.repeat_last_n);
+    const size_t window =
+        params_.repeat_last_n < 0 ? history.size() : static_cast<size_t>(params_.repeat_last_n);
     const size_t from = history.size() > window ? history.size() - window : 0;
     std::vector<int32_t> seen(history.begin() + static_cast<std::ptrdiff_t>(from), history.end());
     std::sort(seen.begin(), seen.end());
@@ -103,10 +116,13 @@ int32_t Sampler::draw(std::span<const float> view) {
   candidates_.resize(view.size());
   for (size_t i = 0; i < view.size(); ++i) candidates_[i] = {view[i], static_cast<int32_t>(i)};
   // Highest first; equal logits keep id order so results do not depend on sort internals.
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
   size_t n = candidates_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(),
+                      by_logit);
     n = static_cast<size_t>(params_.top_k);
   } else {
     std::sort(candidates_.begin(), candidates_.end(), by_logit);
@@ -115,7 +131,8 @@ int32_t Sampler::draw(std::span<const float> view) {
   const float max_logit = candidates_[0].first;
   double sum = 0;
   std::vector<double> probs(n);
-  for (size_t i = 0; i < n; ++i) sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
+  for (size_t i = 0; i < n; ++i)
+    sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit));
   for (double& p : probs) p /= sum;
   if (params_.top_p < 1.0f) {
     double cumulative = 0;

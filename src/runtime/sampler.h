@@ -21,12 +21,13 @@ namespace refit {
 
 struct SamplingParams {
   float temperature = 0.0f;
-  int top_k = 0;          // 0: off
-  float top_p = 1.0f;     // 1: off
-  float min_p = 0.0f;     // 0: off
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
   float repetition_penalty = 1.0f;  // 1: off; >1 discourages tokens already seen
   int repeat_last_n = 64;           // how many previous tokens the penalty looks at; < 0: all
-  // OpenAI's penalties over the generated tokens: logit -= frequency * count + presence * (count > 0).
+  // OpenAI's penalties over the generated tokens: logit -= frequency * count + presence * (count >
+  // 0).
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   uint64_t seed = 0;
@@ -38,7 +39,13 @@ struct SamplingParams {
 // SGLang's own): raw = the model's logits; processed = after penalties, banned ids and
 // temperature, truncated ids at -inf; sglang = log_softmax of the penalised,
 // temperature-scaled logits before truncation (SGLang's sampler; greedy: unscaled).
-enum class LogprobMode : uint8_t { raw_logprobs, processed_logprobs, raw_logits, processed_logits, sglang };
+enum class LogprobMode : uint8_t {
+  raw_logprobs,
+  processed_logprobs,
+  raw_logits,
+  processed_logits,
+  sglang
+};
 LogprobMode logprob_mode_from_name(const std::string& name);  // throws naming the value
 const char* logprob_mode_name(LogprobMode mode);
 
@@ -54,7 +61,8 @@ class Sampler {
   // (a stop token before min_tokens), then the temperature when it is > 0. A view of
   // `logits` itself when none applies; valid until the next call.
   std::span<const float> process(std::span<const float> logits, std::span<const int32_t> history,
-                                 std::span<const int32_t> output = {}, std::span<const int32_t> banned = {});
+                                 std::span<const int32_t> output = {},
+                                 std::span<const int32_t> banned = {});
   // Picks a token from process()'s result: the argmax when greedy, else a draw after
   // top-k, top-p and min-p. kept() lists the ids that survived truncation (all when
   // nothing truncated: kept_all() is true then).

@@ -22,10 +22,14 @@ PauseMode pause_mode_from_name(const std::string& name) {
 
 const char* pause_mode_name(PauseMode m) {
   switch (m) {
-    case PauseMode::drain: return "drain";
-    case PauseMode::abort: return "abort";
-    case PauseMode::retract: return "retract";
-    case PauseMode::in_place: return "in_place";
+    case PauseMode::drain:
+      return "drain";
+    case PauseMode::abort:
+      return "abort";
+    case PauseMode::retract:
+      return "retract";
+    case PauseMode::in_place:
+      return "in_place";
   }
   return "?";
 }
@@ -64,16 +68,18 @@ struct Scheduler::Sequence {
   RequestSpec spec;
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t n_prompt = 0;
-  int64_t cached = 0;           // positions whose k/v are in the cache
+  int64_t cached = 0;  // positions whose k/v are in the cache
   std::vector<int32_t> table;
   std::vector<PagedKvCache::BlockKey> block_keys;  // keys of its leading full blocks (prefix cache)
-  uint64_t kv_epoch = 0;        // the cache epoch its KV was started in
+  uint64_t kv_epoch = 0;                           // the cache epoch its KV was started in
   std::unique_ptr<Sampler> sampler;
   Clock::time_point queued_at;
-  int64_t prompt_lp_next = 0;   // the next prompt position whose logprob is still to be sent
-  int64_t cached_tokens = 0;    // prompt tokens the prefix cache served at the last admission
+  int64_t prompt_lp_next = 0;  // the next prompt position whose logprob is still to be sent
+  int64_t cached_tokens = 0;   // prompt tokens the prefix cache served at the last admission
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
-  bool wants_prompt_logprobs() const { return spec.prompt_logprobs_from >= 0 && prompt_lp_next < n_prompt; }
+  bool wants_prompt_logprobs() const {
+    return spec.prompt_logprobs_from >= 0 && prompt_lp_next < n_prompt;
+  }
 };
 
 namespace {
@@ -84,7 +90,8 @@ int64_t auto_blocks(const Model& model, const SchedulerOptions& o) {
   const int64_t kv_heads = model.local_kv_heads();
   const int64_t block_bytes = 2 * c.n_layers * o.block_size * kv_heads * c.head_dim * 4;
   const int64_t want = o.max_running * ((c.max_seq_len + o.block_size - 1) / o.block_size);
-  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o.kv_memory_bytes) / std::max<int64_t>(block_bytes, 1));
+  const int64_t cap = std::max<int64_t>(
+      1, static_cast<int64_t>(o.kv_memory_bytes) / std::max<int64_t>(block_bytes, 1));
   return std::max<int64_t>(1, std::min(want, cap));
 }
 
@@ -92,8 +99,8 @@ int64_t auto_blocks(const Model& model, const SchedulerOptions& o) {
 // order (double) so the value depends only on the row. With `kept` (a truncated draw's
 // survivors) the others are -inf and the softmax runs over the survivors only; with
 // `as_logits` the values themselves are reported (vLLM's *_logits modes).
-void score_row(std::span<const float> logits, bool as_logits, std::span<const int32_t> kept, bool kept_all,
-               std::vector<double>& out) {
+void score_row(std::span<const float> logits, bool as_logits, std::span<const int32_t> kept,
+               bool kept_all, std::vector<double>& out) {
   out.resize(logits.size());
   if (!kept_all) {
     std::fill(out.begin(), out.end(), -INFINITY);
@@ -116,8 +123,12 @@ RequestHandle::Event make_event(RequestHandle::Event::Kind kind) {
   return e;
 }
 
-bool reports_logits(LogprobMode m) { return m == LogprobMode::raw_logits || m == LogprobMode::processed_logits; }
-bool reports_raw(LogprobMode m) { return m == LogprobMode::raw_logprobs || m == LogprobMode::raw_logits; }
+bool reports_logits(LogprobMode m) {
+  return m == LogprobMode::raw_logits || m == LogprobMode::processed_logits;
+}
+bool reports_raw(LogprobMode m) {
+  return m == LogprobMode::raw_logprobs || m == LogprobMode::raw_logits;
+}
 
 // The `k` best ids of `values` (ties: lower id first) with their values.
 std::vector<TokenLogprob> top_of(const std::vector<double>& values, int k) {
@@ -126,11 +137,14 @@ std::vector<TokenLogprob> top_of(const std::vector<double>& values, int k) {
   const size_t n = std::min<size_t>(static_cast<size_t>(k), values.size());
   std::vector<int32_t> ids(values.size());
   std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
-    const double va = values[static_cast<size_t>(a)], vb = values[static_cast<size_t>(b)];
-    return va > vb || (va == vb && a < b);
-  });
-  for (size_t j = 0; j < n; ++j) top.push_back({ids[j], static_cast<float>(values[static_cast<size_t>(ids[j])])});
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      const double va = values[static_cast<size_t>(a)],
+                                   vb = values[static_cast<size_t>(b)];
+                      return va > vb || (va == vb && a < b);
+                    });
+  for (size_t j = 0; j < n; ++j)
+    top.push_back({ids[j], static_cast<float>(values[static_cast<size_t>(ids[j])])});
   return top;
 }
 
@@ -144,7 +158,8 @@ int64_t rank_of(const std::vector<double>& values, int32_t token) {
 }  // namespace
 
 Scheduler::Scheduler(const Model& model, std::shared_mutex& weights_mutex,
-                     std::function<uint64_t()> weight_version, SchedulerOptions options, StepForward forward)
+                     std::function<uint64_t()> weight_version, SchedulerOptions options,
+                     StepForward forward)
     : model_(model),
       weights_mutex_(weights_mutex),
       weight_version_(std::move(weight_version)),
@@ -158,8 +173,8 @@ Scheduler::Scheduler(const Model& model, std::shared_mutex& weights_mutex,
   window_ = model.config().max_window();
   cache_version_ = weight_version_();
   if (options_.max_running <= 0 || options_.max_step_tokens <= 0)
-    fail("scheduler: max_running ({}) and max_step_tokens ({}) must be positive", options_.max_running,
-         options_.max_step_tokens);
+    fail("scheduler: max_running ({}) and max_step_tokens ({}) must be positive",
+         options_.max_running, options_.max_step_tokens);
   options_.kv_blocks = cache_.n_blocks();
   thread_ = std::thread([this] { loop(); });
 }
@@ -190,26 +205,35 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   const ModelConfig& c = model_.config();
   if (spec.prompt.empty()) fail("the prompt is empty (no tokens)");
   for (int32_t t : spec.prompt)
-    if (t < 0 || t >= c.vocab_size) fail("prompt token id {} is outside the vocabulary (0..{})", t, c.vocab_size - 1);
+    if (t < 0 || t >= c.vocab_size)
+      fail("prompt token id {} is outside the vocabulary (0..{})", t, c.vocab_size - 1);
   if (spec.max_tokens < 0) fail("max_tokens must be >= 0, got {}", spec.max_tokens);
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
-  if (spec.max_tokens > c.max_seq_len || n_prompt + std::max<int64_t>(spec.max_tokens, 1) > c.max_seq_len)
-    fail("this model's maximum context length is {} tokens; the request has {} prompt tokens and max_tokens {} ({} in all)",
-         c.max_seq_len, n_prompt, spec.max_tokens, n_prompt + spec.max_tokens);
+  if (spec.max_tokens > c.max_seq_len ||
+      n_prompt + std::max<int64_t>(spec.max_tokens, 1) > c.max_seq_len)
+    fail(
+        "this model's maximum context length is {} tokens; the request has {} prompt tokens and "
+        "max_tokens {} ({} in all)",
+        c.max_seq_len, n_prompt, spec.max_tokens, n_prompt + spec.max_tokens);
   spec.sampling.validate();
   if (spec.top_logprobs < 0 || spec.top_logprobs > c.vocab_size)
     fail("top_logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size, spec.top_logprobs);
   if (spec.prompt_top_logprobs < 0 || spec.prompt_top_logprobs > c.vocab_size)
-    fail("prompt top logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size, spec.prompt_top_logprobs);
+    fail("prompt top logprobs must be in 0..{} (the vocabulary), got {}", c.vocab_size,
+         spec.prompt_top_logprobs);
   if (spec.min_tokens < 0) fail("min_tokens must be >= 0, got {}", spec.min_tokens);
-  if (spec.prompt_logprobs_from < -1) fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
+  if (spec.prompt_logprobs_from < -1)
+    fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
   // Positions held at once: all of them, or with a window on every layer, the prompt
   // (admitted whole) and then a window plus the blocks it straddles.
   const int64_t total = n_prompt + std::max<int64_t>(spec.max_tokens, 1);
-  const int64_t held = window_ > 0 ? std::min(total, std::max(n_prompt + 1, window_ + 2 * cache_.block_size())) : total;
+  const int64_t held =
+      window_ > 0 ? std::min(total, std::max(n_prompt + 1, window_ + 2 * cache_.block_size()))
+                  : total;
   if (cache_.blocks_for(held) > cache_.n_blocks())
-    throw CapacityExceeded(fmt::format("the KV cache holds {} tokens; this request needs {}", cache_.n_blocks() * cache_.block_size(),
-                                 window_ > 0 ? held : n_prompt + spec.max_tokens));
+    throw CapacityExceeded(fmt::format("the KV cache holds {} tokens; this request needs {}",
+                                       cache_.n_blocks() * cache_.block_size(),
+                                       window_ > 0 ? held : n_prompt + spec.max_tokens));
   auto seq = std::make_unique<Sequence>();
   seq->handle = std::make_shared<RequestHandle>();
   seq->handle->on_event_ = spec.on_event;
@@ -225,8 +249,9 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
     if (stop_) throw CapacityExceeded("the server is shutting down");
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
       ++counters_.requests_rejected;
-      throw CapacityExceeded(fmt::format("the server is at capacity: {} requests running and {} queued (limit {}); retry later",
-                                   running_.size(), waiting_.size(), options_.max_waiting));
+      throw CapacityExceeded(fmt::format(
+          "the server is at capacity: {} requests running and {} queued (limit {}); retry later",
+          running_.size(), waiting_.size(), options_.max_waiting));
     }
     handle->id_ = next_id_++;
     waiting_.push_back(std::move(seq));
@@ -235,11 +260,15 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   return handle;
 }
 
-void Scheduler::finish(Sequence& s, const std::string& reason, const std::string& error, bool busy) {
+void Scheduler::finish(Sequence& s, const std::string& reason, const std::string& error,
+                       bool busy) {
   detach_locked(s);
-  if (reason == "abort") ++counters_.requests_aborted;
-  else if (busy) ++counters_.requests_rejected;
-  else ++counters_.requests_finished;
+  if (reason == "abort")
+    ++counters_.requests_aborted;
+  else if (busy)
+    ++counters_.requests_rejected;
+  else
+    ++counters_.requests_finished;
   RequestHandle::Event e = make_event(RequestHandle::Event::finished);
   e.finish_reason = reason;
   e.error = error;
@@ -253,7 +282,8 @@ void Scheduler::retract(Sequence& s, bool restart) {
   if (restart && s.generated() > 0) {
     s.tokens.resize(static_cast<size_t>(s.n_prompt));
     s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
-    s.prompt_lp_next = std::max<int64_t>(s.spec.prompt_logprobs_from, 1);  // re-scored on the new weights
+    s.prompt_lp_next =
+        std::max<int64_t>(s.spec.prompt_logprobs_from, 1);  // re-scored on the new weights
     s.handle->push(make_event(RequestHandle::Event::restart));
   }
 }
@@ -313,7 +343,8 @@ void Scheduler::release_out_of_window_locked(Sequence& s) {
   if (window_ <= 0) return;
   const int64_t first_visible = s.cached - window_ + 1;
   const int64_t bs = cache_.block_size();
-  for (int64_t b = 0; (b + 1) * bs <= first_visible && b < static_cast<int64_t>(s.table.size()); ++b) {
+  for (int64_t b = 0; (b + 1) * bs <= first_visible && b < static_cast<int64_t>(s.table.size());
+       ++b) {
     int32_t& block = s.table[static_cast<size_t>(b)];
     if (block < 0) continue;
     cache_.release(std::span<const int32_t>(&block, 1));
@@ -359,7 +390,8 @@ void Scheduler::retract_all_locked(bool honour_restart) {
 
 bool Scheduler::started_work_locked() const {
   if (!running_.empty()) return true;
-  return std::any_of(waiting_.begin(), waiting_.end(), [](const auto& s) { return s->generated() > 0; });
+  return std::any_of(waiting_.begin(), waiting_.end(),
+                     [](const auto& s) { return s->generated() > 0; });
 }
 
 double Scheduler::run_exclusive(PauseMode mode, const std::function<void()>& fn) {
@@ -393,7 +425,8 @@ double Scheduler::run_exclusive(PauseMode mode, const std::function<void()>& fn)
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   lock.lock();
   exclusive_ = false;
-  if (error) ++counters_.refit_failures;
+  if (error)
+    ++counters_.refit_failures;
   else {
     ++counters_.refits;
     counters_.refit_seconds += seconds;
@@ -423,8 +456,10 @@ void Scheduler::pause(PauseMode mode) {
   }
   paused_ = true;
   cv_.wait(lock, [&] { return !stepping_; });
-  if (mode == PauseMode::abort) abort_all_locked();
-  else if (mode == PauseMode::retract) retract_all_locked(true);
+  if (mode == PauseMode::abort)
+    abort_all_locked();
+  else if (mode == PauseMode::retract)
+    retract_all_locked(true);
   // in_place: leave everything as it is.
 }
 
@@ -454,13 +489,15 @@ int64_t Scheduler::unfinished() const {
 size_t Scheduler::release_kv_memory() {
   std::unique_lock lock(mutex_);
   if (!running_.empty())
-    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache", running_.size());
+    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache",
+         running_.size());
   const bool was = kv_released_;
   kv_released_ = true;  // no step starts from here on
   cv_.wait(lock, [&] { return !stepping_; });
   if (!running_.empty()) {
     kv_released_ = was;
-    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache", running_.size());
+    fail("{} requests are running; pause generation (or abort them) before releasing the KV cache",
+         running_.size());
   }
   ++kv_epoch_;
   ++counters_.prefix_invalidations;
@@ -494,7 +531,8 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::loop() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
-    const bool can_run = !paused_ && !exclusive_ && !kv_released_ && (!running_.empty() || (!waiting_.empty() && !draining_));
+    const bool can_run = !paused_ && !exclusive_ && !kv_released_ &&
+                         (!running_.empty() || (!waiting_.empty() && !draining_));
     if (!can_run) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
       // Cancelled requests leave even while nothing runs (an abort during a pause frees
@@ -562,8 +600,9 @@ void Scheduler::drop_expired_locked() {
       it = waiting_.erase(it);
     } else if (waited > options_.queue_timeout_seconds && s.generated() == 0) {
       finish(s, "error",
-             fmt::format("the request waited {:.0f} s for KV-cache space ({} of {} blocks in use); retry later", waited,
-                         cache_.stats().used_blocks, cache_.n_blocks()),
+             fmt::format("the request waited {:.0f} s for KV-cache space ({} of {} blocks in use); "
+                         "retry later",
+                         waited, cache_.stats().used_blocks, cache_.n_blocks()),
              true);
       it = waiting_.erase(it);
     } else {
@@ -576,13 +615,15 @@ void Scheduler::drop_expired_locked() {
 // (prompt plus tokens already generated before a retraction), keeping one block spare
 // per running request for their next decode token.
 void Scheduler::admit_locked() {
-  while (!draining_ && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+  while (!draining_ && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) < options_.max_running) {
     Sequence& s = *waiting_.front();
     const int64_t n_tokens = static_cast<int64_t>(s.tokens.size());
     attach_cached_prefix_locked(s);  // shared blocks need no new ones
     const int64_t need = cache_.blocks_for(n_tokens + 1) - static_cast<int64_t>(s.table.size());
     const int64_t spare = static_cast<int64_t>(running_.size());
-    if ((need + spare > cache_.free_blocks() && !running_.empty()) || !cache_.reserve(s.table, n_tokens)) {
+    if ((need + spare > cache_.free_blocks() && !running_.empty()) ||
+        !cache_.reserve(s.table, n_tokens)) {
       detach_locked(s);  // hits go back to the cache
       break;
     }
@@ -600,9 +641,12 @@ std::vector<Scheduler::StepWork> Scheduler::schedule_locked() {
   schedule_decodes_locked(work, budget);
   schedule_prompt_chunks_locked(work, budget);
   // Requests finished above (cache full) leave the running set.
-  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->table.empty(); }),
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const auto& s) { return s->table.empty(); }),
                  running_.end());
-  work.erase(std::remove_if(work.begin(), work.end(), [](const StepWork& w) { return w.seq->table.empty(); }), work.end());
+  work.erase(std::remove_if(work.begin(), work.end(),
+                            [](const StepWork& w) { return w.seq->table.empty(); }),
+             work.end());
   return work;
 }
 
@@ -649,15 +693,18 @@ void Scheduler::schedule_prompt_chunks_locked(std::vector<StepWork>& work, int64
 // The forward pass, outside the scheduler lock (submissions continue) but inside the
 // weights' shared lock (a commit waits for the step to end). A failure is returned in
 // `forward_error` (every request of the batch ends with it).
-BatchForwardResult Scheduler::run_forward(const std::vector<StepWork>& work, std::string& forward_error) {
+BatchForwardResult Scheduler::run_forward(const std::vector<StepWork>& work,
+                                          std::string& forward_error) {
   std::vector<BatchSequence> batch;
   for (const StepWork& w : work) {
     BatchSequence b;
-    b.tokens = std::span<const int32_t>(w.seq->tokens).subspan(static_cast<size_t>(w.seq->cached),
-                                                                static_cast<size_t>(w.n_new));
+    b.tokens = std::span<const int32_t>(w.seq->tokens)
+                   .subspan(static_cast<size_t>(w.seq->cached), static_cast<size_t>(w.n_new));
     b.start_pos = w.seq->cached;
     b.block_table = w.seq->table;
-    b.logits = wants_all_rows(*w.seq, w.n_new) ? LogitsWanted::all : w.sample ? LogitsWanted::last : LogitsWanted::none;
+    b.logits = wants_all_rows(*w.seq, w.n_new) ? LogitsWanted::all
+               : w.sample                      ? LogitsWanted::last
+                                               : LogitsWanted::none;
     batch.push_back(b);
   }
   BatchForwardResult result;
@@ -682,7 +729,8 @@ std::span<const float> logits_row(const BatchForwardResult& result, int64_t r) {
 // The step's results, in the batch's order: prompt logprobs, the new KV published to the
 // prefix cache, a token drawn where the chunk ended the pending tokens; then the
 // finished requests leave the batch.
-void Scheduler::finish_step_locked(const std::vector<StepWork>& work, const BatchForwardResult& result,
+void Scheduler::finish_step_locked(const std::vector<StepWork>& work,
+                                   const BatchForwardResult& result,
                                    const std::string& forward_error, uint64_t version) {
   std::vector<double> values;
   std::vector<float> scaled;
@@ -700,7 +748,8 @@ void Scheduler::finish_step_locked(const std::vector<StepWork>& work, const Batc
     release_out_of_window_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
-    const int64_t last_row = all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];
+    const int64_t last_row =
+        all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];
     std::span<const float> row = logits_row(result, last_row);
     if (s.spec.max_tokens == 0) {
       finish(s, "length");
@@ -716,8 +765,9 @@ void Scheduler::finish_step_locked(const std::vector<StepWork>& work, const Batc
 
 // The prompt logprobs a chunk's rows give (row j, position q = cached + j, predicts the
 // token at q + 1), sent as one event.
-void Scheduler::report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result, size_t index,
-                                       uint64_t version, std::vector<double>& values, std::vector<float>& scaled) {
+void Scheduler::report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result,
+                                       size_t index, uint64_t version, std::vector<double>& values,
+                                       std::vector<float>& scaled) {
   const LogprobMode mode = s.spec.logprob_mode;
   const float t = s.spec.sampling.temperature;
   RequestHandle::Event pe = make_event(RequestHandle::Event::prompt);
@@ -751,15 +801,26 @@ void Scheduler::sample_token_locked(Sequence& s, std::span<const float> row, uin
   // Stop tokens are banned until min_tokens are out (vLLM's and SGLang's min tokens).
   const bool ban = s.generated() < s.spec.min_tokens;
   std::span<const int32_t> output(s.tokens.data() + s.n_prompt, static_cast<size_t>(s.generated()));
-  std::span<const float> processed =
-      s.sampler->process(row, s.tokens, output, ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
+  std::span<const float> processed = s.sampler->process(
+      row, s.tokens, output,
+      ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
   const int32_t token = s.sampler->draw(processed);
   switch (s.spec.logprob_mode) {
-    case LogprobMode::raw_logprobs: score_row(row, false, {}, true, values); break;
-    case LogprobMode::raw_logits: score_row(row, true, {}, true, values); break;
-    case LogprobMode::processed_logprobs: score_row(processed, false, s.sampler->kept(), s.sampler->kept_all(), values); break;
-    case LogprobMode::processed_logits: score_row(processed, true, s.sampler->kept(), s.sampler->kept_all(), values); break;
-    case LogprobMode::sglang: score_row(processed, false, {}, true, values); break;
+    case LogprobMode::raw_logprobs:
+      score_row(row, false, {}, true, values);
+      break;
+    case LogprobMode::raw_logits:
+      score_row(row, true, {}, true, values);
+      break;
+    case LogprobMode::processed_logprobs:
+      score_row(processed, false, s.sampler->kept(), s.sampler->kept_all(), values);
+      break;
+    case LogprobMode::processed_logits:
+      score_row(processed, true, s.sampler->kept(), s.sampler->kept_all(), values);
+      break;
+    case LogprobMode::sglang:
+      score_row(processed, false, {}, true, values);
+      break;
   }
   TokenEvent ev;
   ev.token = token;
@@ -773,9 +834,12 @@ void Scheduler::sample_token_locked(Sequence& s, std::span<const float> row, uin
   RequestHandle::Event te = make_event(RequestHandle::Event::token);
   te.token_event = std::move(ev);
   s.handle->push(std::move(te));
-  const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) != s.spec.stop_tokens.end();
-  if (stop) finish(s, "stop");
-  else if (s.generated() >= s.spec.max_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)
+  const bool stop = std::find(s.spec.stop_tokens.begin(), s.spec.stop_tokens.end(), token) !=
+                    s.spec.stop_tokens.end();
+  if (stop)
+    finish(s, "stop");
+  else if (s.generated() >= s.spec.max_tokens ||
+           static_cast<int64_t>(s.tokens.size()) >= model_.config().max_seq_len)
     finish(s, "length");
 }
 

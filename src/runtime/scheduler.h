@@ -69,18 +69,19 @@ class CapacityExceeded : public Error {
 
 struct SchedulerOptions {
   int64_t block_size = 16;
-  int64_t kv_blocks = 0;          // 0: enough for max_running full contexts, capped by kv_memory_bytes
+  int64_t kv_blocks = 0;  // 0: enough for max_running full contexts, capped by kv_memory_bytes
   size_t kv_memory_bytes = size_t{1} << 30;
   int64_t max_running = 64;       // sequences per step
   int64_t max_step_tokens = 256;  // new tokens per step (prefill chunks share it)
   int64_t max_waiting = 4096;     // queued requests before CapacityExceeded
   double queue_timeout_seconds = 120;
-  bool prefix_cache = true;       // share full KV blocks between requests with a common prefix
+  bool prefix_cache = true;  // share full KV blocks between requests with a common prefix
 };
 
 // Runs one step's batched forward pass. The default is batched_forward(model, batch, cache);
 // tensor-parallel serving replaces it to run the same step on every rank.
-using StepForward = std::function<BatchForwardResult(std::span<const BatchSequence>, PagedKvCache&)>;
+using StepForward =
+    std::function<BatchForwardResult(std::span<const BatchSequence>, PagedKvCache&)>;
 
 enum class PauseMode : uint8_t { drain, abort, retract, in_place };
 PauseMode pause_mode_from_name(const std::string& name);  // throws naming the mode
@@ -93,8 +94,8 @@ struct TokenLogprob {
 
 struct TokenEvent {
   int32_t token = -1;
-  float logprob = 0;              // in the request's LogprobMode (default raw: log_softmax of the logits)
-  int64_t rank = 0;               // 1 + how many ids score higher than `token` (vLLM's Logprob.rank)
+  float logprob = 0;  // in the request's LogprobMode (default raw: log_softmax of the logits)
+  int64_t rank = 0;   // 1 + how many ids score higher than `token` (vLLM's Logprob.rank)
   uint64_t weight_version = 0;
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
   int64_t position = -1;          // prompt logprobs: the token's position in the prompt
@@ -104,10 +105,10 @@ struct TokenEvent {
 struct RequestSpec {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
-  int64_t min_tokens = 0;          // stop tokens cannot be sampled before this many tokens
+  int64_t min_tokens = 0;  // stop tokens cannot be sampled before this many tokens
   SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
-  int top_logprobs = 0;            // 0..vocab
+  int top_logprobs = 0;  // 0..vocab
   LogprobMode logprob_mode = LogprobMode::raw_logprobs;
   // Prompt logprobs: the logprob of every prompt token at a position >= this (position 0
   // has none: nothing predicts it); -1: none. Prompt rows use the raw logits, or for the
@@ -127,11 +128,12 @@ class RequestHandle {
  public:
   struct Event {
     enum Kind : uint8_t { token, restart, finished, prompt } kind;
-    TokenEvent token_event;       // kind == token
-    std::string finish_reason;    // kind == finished: "stop", "length", "abort", "error"
-    std::string error;            // kind == finished with "error"
-    bool busy = false;            // the error is CapacityExceeded (retry later)
-    int64_t cached_tokens = 0;    // kind == finished: prompt tokens whose KV came from the prefix cache
+    TokenEvent token_event;     // kind == token
+    std::string finish_reason;  // kind == finished: "stop", "length", "abort", "error"
+    std::string error;          // kind == finished with "error"
+    bool busy = false;          // the error is CapacityExceeded (retry later)
+    int64_t cached_tokens =
+        0;  // kind == finished: prompt tokens whose KV came from the prefix cache
     std::vector<TokenEvent> prompt_logprobs;  // kind == prompt: the next prompt positions' logprobs
   };
   // Blocks until the next event (or the timeout: then returns false).
@@ -172,7 +174,8 @@ struct SchedulerStats {
 class Scheduler {
  public:
   Scheduler(const Model& model, std::shared_mutex& weights_mutex,
-            std::function<uint64_t()> weight_version, SchedulerOptions options = {}, StepForward forward = {});
+            std::function<uint64_t()> weight_version, SchedulerOptions options = {},
+            StepForward forward = {});
   ~Scheduler();  // stops the loop; pending requests end with "abort"
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -226,10 +229,13 @@ class Scheduler {
   BatchForwardResult run_forward(const std::vector<StepWork>& work, std::string& forward_error);
   void finish_step_locked(const std::vector<StepWork>& work, const BatchForwardResult& result,
                           const std::string& forward_error, uint64_t version);
-  static void report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result, size_t index,
-                                     uint64_t version, std::vector<double>& values, std::vector<float>& scaled);
-  void sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version, std::vector<double>& values);
-  void finish(Sequence& s, const std::string& reason, const std::string& error = {}, bool busy = false);
+  static void report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result,
+                                     size_t index, uint64_t version, std::vector<double>& values,
+                                     std::vector<float>& scaled);
+  void sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version,
+                           std::vector<double>& values);
+  void finish(Sequence& s, const std::string& reason, const std::string& error = {},
+              bool busy = false);
   void retract(Sequence& s, bool restart);
   void abort_all_locked();
   // Ends the cancelled requests of running_ or waiting_ ("abort"), freeing their blocks.

@@ -22,17 +22,20 @@ void bad_request(const std::string& param, const std::string& message) {
 }
 
 double json_number(const nlohmann::json& j, const std::string& name) {
-  if (!j.is_number()) bad_request(name, fmt::format("'{}' must be a number, got {}", name, j.dump()));
+  if (!j.is_number())
+    bad_request(name, fmt::format("'{}' must be a number, got {}", name, j.dump()));
   return j.get<double>();
 }
 
 int64_t json_integer(const nlohmann::json& j, const std::string& name) {
-  if (!j.is_number_integer()) bad_request(name, fmt::format("'{}' must be an integer, got {}", name, j.dump()));
+  if (!j.is_number_integer())
+    bad_request(name, fmt::format("'{}' must be an integer, got {}", name, j.dump()));
   return j.get<int64_t>();
 }
 
 bool json_boolean(const nlohmann::json& j, const std::string& name) {
-  if (!j.is_boolean()) bad_request(name, fmt::format("'{}' must be true or false, got {}", name, j.dump()));
+  if (!j.is_boolean())
+    bad_request(name, fmt::format("'{}' must be true or false, got {}", name, j.dump()));
   return j.get<bool>();
 }
 
@@ -42,7 +45,9 @@ std::vector<int32_t> id_list(const nlohmann::json& j) {
   std::vector<int32_t> ids;
   for (const auto& v : j) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      bad_request("prompt", fmt::format("token ids in 'prompt' must be non-negative integers, got {}", v.dump()));
+      bad_request(
+          "prompt",
+          fmt::format("token ids in 'prompt' must be non-negative integers, got {}", v.dump()));
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
@@ -56,8 +61,10 @@ std::string message_content(const nlohmann::json& c, size_t index) {
   if (c.is_array()) {
     std::string text;
     for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-        bad_request(param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+          !part["text"].is_string())
+        bad_request(param,
+                    "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
       text += part["text"].get<std::string>();
     }
     return text;
@@ -73,38 +80,71 @@ nlohmann::json parse_json_body(const std::string& body) {
   // any route nests deeper than a few levels.
   static constexpr int kMaxDepth = 64;
   std::string last_key;  // for an error inside a value: the field it belongs to
-  const auto depth_limit = [&last_key](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && parsed.is_string()) last_key = parsed.get<std::string>();
-    if (depth > kMaxDepth &&
-        (event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start))
-      throw HttpError{400, fmt::format("the request body nests deeper than {} levels", kMaxDepth),
-                      "invalid_request_error", {}, {}};
+  const auto depth_limit = [&last_key](int depth, nlohmann::json::parse_event_t event,
+                                       nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && parsed.is_string())
+      last_key = parsed.get<std::string>();
+    if (depth > kMaxDepth && (event == nlohmann::json::parse_event_t::object_start ||
+                              event == nlohmann::json::parse_event_t::array_start))
+      throw HttpError{400,
+                      fmt::format("the request body nests deeper than {} levels", kMaxDepth),
+                      "invalid_request_error",
+                      {},
+                      {}};
     return true;
   };
   try {
     return nlohmann::json::parse(body, depth_limit);
   } catch (const nlohmann::json::parse_error& e) {
-    throw HttpError{400, fmt::format("the request body is not valid JSON: {}", e.what()), "invalid_request_error", {}, {}};
+    throw HttpError{400,
+                    fmt::format("the request body is not valid JSON: {}", e.what()),
+                    "invalid_request_error",
+                    {},
+                    {}};
   } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e999
     throw HttpError{400,
-                    fmt::format("'{}' holds a number out of range: {}", last_key.empty() ? "the body" : last_key, e.what()),
-                    "invalid_request_error", last_key, {}};
+                    fmt::format("'{}' holds a number out of range: {}",
+                                last_key.empty() ? "the body" : last_key, e.what()),
+                    "invalid_request_error",
+                    last_key,
+                    {}};
   }
 }
 
 GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs) {
   if (!body.is_object()) bad_request({}, "the request body must be a JSON object");
-  static const std::set<std::string> common = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop", "n",
-      "stream", "stream_options", "logprobs", "user", "presence_penalty", "frequency_penalty", "logit_bias",
-      "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens", "include_stop_str_in_output",
-      "return_tokens_as_token_ids", "prompt_logprobs"};
+  static const std::set<std::string> common = {"model",
+                                               "max_tokens",
+                                               "temperature",
+                                               "top_p",
+                                               "top_k",
+                                               "min_p",
+                                               "repetition_penalty",
+                                               "seed",
+                                               "stop",
+                                               "n",
+                                               "stream",
+                                               "stream_options",
+                                               "logprobs",
+                                               "user",
+                                               "presence_penalty",
+                                               "frequency_penalty",
+                                               "logit_bias",
+                                               "ignore_eos",
+                                               "min_tokens",
+                                               "stop_token_ids",
+                                               "skip_special_tokens",
+                                               "include_stop_str_in_output",
+                                               "return_tokens_as_token_ids",
+                                               "prompt_logprobs"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
-  static const std::set<std::string> chat_only = {"messages", "top_logprobs", "max_completion_tokens"};
+  static const std::set<std::string> chat_only = {"messages", "top_logprobs",
+                                                  "max_completion_tokens"};
   GenerationParams p;
   p.chat = chat;
   for (const auto& [key, value] : body.items()) {
-    const bool known = common.count(key) || (chat ? chat_only.count(key) : completions_only.count(key));
+    const bool known =
+        common.count(key) || (chat ? chat_only.count(key) : completions_only.count(key));
     if (!known) ignore_unknown_field(chat ? "/v1/chat/completions" : "/v1/completions", key);
   }
   if (body.contains("model")) {
@@ -117,14 +157,18 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     size_t i = 0;
     for (const auto& m : body["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        bad_request(fmt::format("messages[{}]", i), fmt::format("messages[{}] needs a string 'role'", i));
+        bad_request(fmt::format("messages[{}]", i),
+                    fmt::format("messages[{}] needs a string 'role'", i));
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-        bad_request(fmt::format("messages[{}].role", i), fmt::format("role '{}' is not supported (system, user, assistant)", role));
+        bad_request(fmt::format("messages[{}].role", i),
+                    fmt::format("role '{}' is not supported (system, user, assistant)", role));
       // OpenAI: only an assistant turn (one that called tools) may come without content.
       if (role != "assistant" && (!m.contains("content") || m["content"].is_null()))
-        bad_request(fmt::format("messages[{}].content", i), fmt::format("messages[{}] ({}) needs 'content'", i, role));
-      p.messages.push_back({role == "developer" ? "system" : role, message_content(m.value("content", nlohmann::json()), i)});
+        bad_request(fmt::format("messages[{}].content", i),
+                    fmt::format("messages[{}] ({}) needs 'content'", i, role));
+      p.messages.push_back({role == "developer" ? "system" : role,
+                            message_content(m.value("content", nlohmann::json()), i)});
       ++i;
     }
   } else {
@@ -136,23 +180,29 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
       p.prompt_ids.push_back(id_list(pr));
     } else if (pr.is_array() && !pr.empty()) {
       for (const auto& item : pr) {
-        if (item.is_string()) p.prompt_texts.push_back(item.get<std::string>());
-        else if (item.is_array()) p.prompt_ids.push_back(id_list(item));
-        else bad_request("prompt", "'prompt' must be a string, a list of strings, or token ids");
+        if (item.is_string())
+          p.prompt_texts.push_back(item.get<std::string>());
+        else if (item.is_array())
+          p.prompt_ids.push_back(id_list(item));
+        else
+          bad_request("prompt", "'prompt' must be a string, a list of strings, or token ids");
       }
-      if (!p.prompt_texts.empty() && !p.prompt_ids.empty()) bad_request("prompt", "'prompt' mixes strings and token-id lists");
+      if (!p.prompt_texts.empty() && !p.prompt_ids.empty())
+        bad_request("prompt", "'prompt' mixes strings and token-id lists");
     } else {
       bad_request("prompt", "'prompt' must be a non-empty string, list of strings, or token ids");
     }
   }
-  const char* max_key = chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_key =
+      chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (body.contains(max_key) && !body[max_key].is_null()) {
     const int64_t m = json_integer(body[max_key], max_key);
     if (m < 0) bad_request(max_key, fmt::format("'{}' must be >= 0, got {}", max_key, m));
     p.max_tokens = m;
   }
   auto opt_number = [&](const char* key, auto& field) {
-    if (body.contains(key) && !body[key].is_null()) field = static_cast<std::remove_reference_t<decltype(field)>>(json_number(body[key], key));
+    if (body.contains(key) && !body[key].is_null())
+      field = static_cast<std::remove_reference_t<decltype(field)>>(json_number(body[key], key));
   };
   p.sampling.temperature = 1.0f;  // OpenAI's default
   opt_number("temperature", p.sampling.temperature);
@@ -164,19 +214,25 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     p.sampling.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 means off
   }
   if (p.sampling.temperature < 0 || p.sampling.temperature > 100)
-    bad_request("temperature", fmt::format("'temperature' must be in [0, 100], got {}", p.sampling.temperature));
-  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1)) bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", p.sampling.top_p));
-  if (!(p.sampling.min_p >= 0 && p.sampling.min_p <= 1)) bad_request("min_p", "'min_p' must be in [0, 1]");
-  if (!(p.sampling.repetition_penalty > 0)) bad_request("repetition_penalty", "'repetition_penalty' must be > 0");
+    bad_request("temperature",
+                fmt::format("'temperature' must be in [0, 100], got {}", p.sampling.temperature));
+  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1))
+    bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", p.sampling.top_p));
+  if (!(p.sampling.min_p >= 0 && p.sampling.min_p <= 1))
+    bad_request("min_p", "'min_p' must be in [0, 1]");
+  if (!(p.sampling.repetition_penalty > 0))
+    bad_request("repetition_penalty", "'repetition_penalty' must be > 0");
   if (body.contains("seed") && !body["seed"].is_null()) {
     const auto& s = body["seed"];
     if (!s.is_number_integer()) bad_request("seed", "'seed' must be an integer");
-    p.sampling.seed = s.is_number_unsigned() ? s.get<uint64_t>() : static_cast<uint64_t>(s.get<int64_t>());
+    p.sampling.seed =
+        s.is_number_unsigned() ? s.get<uint64_t>() : static_cast<uint64_t>(s.get<int64_t>());
     p.seed_given = true;
   }
   if (body.contains("stop") && !body["stop"].is_null()) {
     const auto& s = body["stop"];
-    if (s.is_string()) p.stop.push_back(s.get<std::string>());
+    if (s.is_string())
+      p.stop.push_back(s.get<std::string>());
     else if (s.is_array()) {
       for (const auto& x : s) {
         if (!x.is_string()) bad_request("stop", "'stop' must be a string or a list of strings");
@@ -194,67 +250,85 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     if (n < 1 || n > 16) bad_request("n", fmt::format("'n' must be in 1..16, got {}", n));
     p.n = static_cast<int>(n);
   }
-  if (body.contains("best_of") && !body["best_of"].is_null() && json_integer(body["best_of"], "best_of") != p.n)
+  if (body.contains("best_of") && !body["best_of"].is_null() &&
+      json_integer(body["best_of"], "best_of") != p.n)
     bad_request("best_of", "'best_of' other than n is not supported");
-  if (body.contains("stream") && !body["stream"].is_null()) p.stream = json_boolean(body["stream"], "stream");
+  if (body.contains("stream") && !body["stream"].is_null())
+    p.stream = json_boolean(body["stream"], "stream");
   if (body.contains("stream_options") && !body["stream_options"].is_null()) {
     const auto& so = body["stream_options"];
     if (!so.is_object()) bad_request("stream_options", "'stream_options' must be an object");
     for (const auto& [k, v] : so.items()) {
-      if (k != "include_usage") bad_request("stream_options." + k, fmt::format("unknown field 'stream_options.{}'", k));
+      if (k != "include_usage")
+        bad_request("stream_options." + k, fmt::format("unknown field 'stream_options.{}'", k));
       p.include_usage = json_boolean(v, "stream_options.include_usage");
     }
   }
   if (chat) {
-    const bool want = body.contains("logprobs") && !body["logprobs"].is_null() && json_boolean(body["logprobs"], "logprobs");
+    const bool want = body.contains("logprobs") && !body["logprobs"].is_null() &&
+                      json_boolean(body["logprobs"], "logprobs");
     int64_t top = 0;
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
       top = json_integer(body["top_logprobs"], "top_logprobs");
       if (top < 0 || top > max_logprobs)
-        bad_request("top_logprobs", fmt::format("'top_logprobs' must be in 0..{} (--max-logprobs)", max_logprobs));
+        bad_request("top_logprobs",
+                    fmt::format("'top_logprobs' must be in 0..{} (--max-logprobs)", max_logprobs));
       if (!want) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
     p.logprobs = want ? static_cast<int>(top) : -1;
   } else if (body.contains("logprobs") && !body["logprobs"].is_null()) {
     const int64_t lp = json_integer(body["logprobs"], "logprobs");
-    if (lp < 0 || lp > max_logprobs) bad_request("logprobs", fmt::format("'logprobs' must be in 0..{} (--max-logprobs), got {}", max_logprobs, lp));
+    if (lp < 0 || lp > max_logprobs)
+      bad_request("logprobs", fmt::format("'logprobs' must be in 0..{} (--max-logprobs), got {}",
+                                          max_logprobs, lp));
     p.logprobs = static_cast<int>(lp);
   }
   opt_number("presence_penalty", p.sampling.presence_penalty);
   opt_number("frequency_penalty", p.sampling.frequency_penalty);
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     const float v = key[0] == 'p' ? p.sampling.presence_penalty : p.sampling.frequency_penalty;
-    if (!(v >= -2 && v <= 2)) bad_request(key, fmt::format("'{}' must be in [-2, 2], got {}", key, v));
+    if (!(v >= -2 && v <= 2))
+      bad_request(key, fmt::format("'{}' must be in [-2, 2], got {}", key, v));
   }
   if (body.contains("min_tokens") && !body["min_tokens"].is_null()) {
     p.min_tokens = json_integer(body["min_tokens"], "min_tokens");
-    if (p.min_tokens < 0) bad_request("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", p.min_tokens));
+    if (p.min_tokens < 0)
+      bad_request("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", p.min_tokens));
   }
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
     const auto& ids = body["stop_token_ids"];
-    if (!ids.is_array()) bad_request("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (!ids.is_array())
+      bad_request("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     for (const auto& v : ids) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-        bad_request("stop_token_ids", fmt::format("'stop_token_ids' entries must be non-negative integers, got {}", v.dump()));
+        bad_request("stop_token_ids",
+                    fmt::format("'stop_token_ids' entries must be non-negative integers, got {}",
+                                v.dump()));
       p.stop_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
   }
-  for (auto [key, field] : {std::pair<const char*, bool*>{"skip_special_tokens", &p.skip_special_tokens},
-                            {"include_stop_str_in_output", &p.include_stop_str_in_output},
-                            {"return_tokens_as_token_ids", &p.return_tokens_as_token_ids}})
+  for (auto [key, field] :
+       {std::pair<const char*, bool*>{"skip_special_tokens", &p.skip_special_tokens},
+        {"include_stop_str_in_output", &p.include_stop_str_in_output},
+        {"return_tokens_as_token_ids", &p.return_tokens_as_token_ids}})
     if (body.contains(key) && !body[key].is_null()) *field = json_boolean(body[key], key);
   if (body.contains("prompt_logprobs") && !body["prompt_logprobs"].is_null()) {
     const int64_t lp = json_integer(body["prompt_logprobs"], "prompt_logprobs");
     if (lp < 0 || lp > max_logprobs)
-      bad_request("prompt_logprobs", fmt::format("'prompt_logprobs' must be in 0..{} (--max-logprobs), got {}", max_logprobs, lp));
+      bad_request("prompt_logprobs",
+                  fmt::format("'prompt_logprobs' must be in 0..{} (--max-logprobs), got {}",
+                              max_logprobs, lp));
     p.prompt_logprobs = static_cast<int>(lp);
   }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() && !body["logit_bias"].empty())
     bad_request("logit_bias", "'logit_bias' is not supported");
-  if (body.contains("suffix") && !body["suffix"].is_null()) bad_request("suffix", "'suffix' is not supported");
+  if (body.contains("suffix") && !body["suffix"].is_null())
+    bad_request("suffix", "'suffix' is not supported");
   if (body.contains("echo") && !body["echo"].is_null()) p.echo = json_boolean(body["echo"], "echo");
-  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) p.ignore_eos = json_boolean(body["ignore_eos"], "ignore_eos");
-  if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string()) bad_request("user", "'user' must be a string");
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null())
+    p.ignore_eos = json_boolean(body["ignore_eos"], "ignore_eos");
+  if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string())
+    bad_request("user", "'user' must be a string");
   return p;
 }
 

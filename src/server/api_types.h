@@ -26,10 +26,10 @@ struct HttpError {
 struct GenerationParams {
   bool chat = false;
   std::string model;
-  std::vector<std::string> prompt_texts;           // completions: text prompts
-  std::vector<std::vector<int32_t>> prompt_ids;    // completions: token-id prompts
-  std::vector<ChatMessage> messages;               // chat
-  std::optional<int64_t> max_tokens;               // unset: 16 (completions), rest of context (chat)
+  std::vector<std::string> prompt_texts;         // completions: text prompts
+  std::vector<std::vector<int32_t>> prompt_ids;  // completions: token-id prompts
+  std::vector<ChatMessage> messages;             // chat
+  std::optional<int64_t> max_tokens;             // unset: 16 (completions), rest of context (chat)
   SamplingParams sampling;
   bool seed_given = false;
   std::vector<std::string> stop;
@@ -50,7 +50,8 @@ struct GenerationParams {
 
 // Throws HttpError (400) naming the field for a malformed known field; unknown fields are
 // ignored (server/request_fields.h). `max_logprobs` caps logprobs/top_logprobs/prompt_logprobs.
-GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs = 20);
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
+                                          int max_logprobs = 20);
 
 // A 400 naming the request field `param` (empty: the body as a whole).
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);

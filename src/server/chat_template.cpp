@@ -12,11 +12,16 @@ namespace refit {
 
 const char* chat_template_kind_name(ChatTemplateKind k) {
   switch (k) {
-    case ChatTemplateKind::llama3: return "llama3";
-    case ChatTemplateKind::chatml: return "chatml";
-    case ChatTemplateKind::llama2: return "llama2";
-    case ChatTemplateKind::zephyr: return "zephyr";
-    case ChatTemplateKind::fallback: return "fallback (chatml markers)";
+    case ChatTemplateKind::llama3:
+      return "llama3";
+    case ChatTemplateKind::chatml:
+      return "chatml";
+    case ChatTemplateKind::llama2:
+      return "llama2";
+    case ChatTemplateKind::zephyr:
+      return "zephyr";
+    case ChatTemplateKind::fallback:
+      return "fallback (chatml markers)";
   }
   return "?";
 }
@@ -29,7 +34,8 @@ ChatTemplateKind detect_chat_template(const std::string& t) {
   return ChatTemplateKind::fallback;
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
   std::string out;
   switch (kind) {
     case ChatTemplateKind::llama3:
@@ -39,7 +45,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     case ChatTemplateKind::zephyr:
-      for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + eos_text + "\n";
+      for (const ChatMessage& m : messages)
+        out += "<|" + m.role + "|>\n" + m.content + eos_text + "\n";
       if (add_generation_prompt) out += "<|assistant|>\n";
       return out;
     case ChatTemplateKind::llama2: {
@@ -67,7 +74,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
     }
     case ChatTemplateKind::chatml:
     case ChatTemplateKind::fallback:
-      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : messages)
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
   }
@@ -76,11 +84,14 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
 
 std::vector<std::string> ChatTemplate::end_of_turn_texts() const {
   switch (kind) {
-    case ChatTemplateKind::llama3: return {"<|eot_id|>"};
+    case ChatTemplateKind::llama3:
+      return {"<|eot_id|>"};
     case ChatTemplateKind::chatml:
-    case ChatTemplateKind::fallback: return {"<|im_end|>"};
+    case ChatTemplateKind::fallback:
+      return {"<|im_end|>"};
     case ChatTemplateKind::llama2:
-    case ChatTemplateKind::zephyr: return {};
+    case ChatTemplateKind::zephyr:
+      return {};
   }
   return {};
 }
@@ -116,7 +127,8 @@ std::string template_from_tokenizer_config(const std::filesystem::path& file) {
 
 }  // namespace
 
-ChatTemplate load_chat_template(const std::string& model_path, const std::string& bos_text, const std::string& eos_text) {
+ChatTemplate load_chat_template(const std::string& model_path, const std::string& bos_text,
+                                const std::string& eos_text) {
   ChatTemplate t;
   t.bos_text = bos_text;
   t.eos_text = eos_text;
@@ -147,7 +159,9 @@ ChatTemplate load_chat_template(const std::string& model_path, const std::string
   }
   if (!jinja.empty()) {
     t.kind = detect_chat_template(jinja);
-    t.source = t.kind == ChatTemplateKind::fallback ? source + ": unrecognised template, built-in fallback" : source;
+    t.source = t.kind == ChatTemplateKind::fallback
+                   ? source + ": unrecognised template, built-in fallback"
+                   : source;
   }
   return t;
 }

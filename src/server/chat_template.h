@@ -7,7 +7,8 @@
 //   llama3   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>  (Llama 3.x)
 //   chatml   <|im_start|>role\ncontent<|im_end|>\n                          (Qwen2/3, many)
 //   llama2   <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>     (Llama 2, Mistral)
-//   zephyr   <|system|>\ncontent</s>\n<|user|>\n...                         (Zephyr, TinyLlama chat)
+//   zephyr   <|system|>\ncontent</s>\n<|user|>\n...                         (Zephyr, TinyLlama
+//   chat)
 // A template that matches none of them — or a model without one — uses the documented
 // fallback: ChatML markers as plain text ("<|im_start|>user\nHi<|im_end|>\n...") followed by
 // "<|im_start|>assistant\n". The chosen family is reported by GET /v1/models.
@@ -28,12 +29,13 @@ const char* chat_template_kind_name(ChatTemplateKind k);
 
 struct ChatTemplate {
   ChatTemplateKind kind = ChatTemplateKind::fallback;
-  std::string source;      // where it was read from, or "built-in fallback"
-  std::string bos_text;    // the BOS token's text (llama2/llama3 templates start with it)
-  std::string eos_text;    // the EOS token's text (llama2/zephyr close assistant turns with it)
+  std::string source;    // where it was read from, or "built-in fallback"
+  std::string bos_text;  // the BOS token's text (llama2/llama3 templates start with it)
+  std::string eos_text;  // the EOS token's text (llama2/zephyr close assistant turns with it)
   // The prompt for `messages`, ending with the assistant turn's opening when
   // add_generation_prompt. Encode it with parse_special = true and no added BOS.
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+  std::string render(const std::vector<ChatMessage>& messages,
+                     bool add_generation_prompt = true) const;
   // Texts that end an assistant turn in this family (used as extra stop strings).
   std::vector<std::string> end_of_turn_texts() const;
 };

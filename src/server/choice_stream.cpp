@@ -5,7 +5,8 @@
 namespace refit {
 
 ChoiceStream::ChoiceStream(std::shared_ptr<RequestHandle> handle, const Tokenizer* tokenizer,
-                           std::vector<std::string> stop, int64_t prompt_tokens, ChoiceOptions options)
+                           std::vector<std::string> stop, int64_t prompt_tokens,
+                           ChoiceOptions options)
     : handle_(std::move(handle)),
       tokenizer_(tokenizer),
       stop_(std::move(stop)),
@@ -56,7 +57,8 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
         size_t cut = std::string::npos;
         for (const auto& s : stop_) {
           const size_t at = text_.find(s, from);
-          if (at < cut || (at == cut && at != std::string::npos && s.size() > matched_stop_.size())) {
+          if (at < cut ||
+              (at == cut && at != std::string::npos && s.size() > matched_stop_.size())) {
             cut = at;
             matched_stop_ = s;
           }
@@ -86,9 +88,12 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
 
 std::string ChoiceStream::take_text() {
   size_t end = text_.size();
-  if (!done_ && max_stop_ > 0) end = text_.size() > max_stop_ - 1 ? text_.size() - (max_stop_ - 1) : 0;
+  if (!done_ && max_stop_ > 0)
+    end = text_.size() > max_stop_ - 1 ? text_.size() - (max_stop_ - 1) : 0;
   // Never split a UTF-8 character when holding back.
-  while (end > text_sent_ && end < text_.size() && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+  while (end > text_sent_ && end < text_.size() &&
+         (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80)
+    --end;
   if (end <= text_sent_) return {};
   std::string out = text_.substr(text_sent_, end - text_sent_);
   text_sent_ = end;
@@ -115,7 +120,8 @@ nlohmann::json ChoiceStream::completion_logprobs(size_t from, size_t to) const {
 nlohmann::json ChoiceStream::chat_logprobs(size_t from, size_t to) const {
   auto entry = [&](int32_t token, float lp) {
     const std::string p = piece(token);
-    nlohmann::json e{{"token", p}, {"logprob", lp}, {"bytes", std::vector<int>(p.begin(), p.end())}};
+    nlohmann::json e{
+        {"token", p}, {"logprob", lp}, {"bytes", std::vector<int>(p.begin(), p.end())}};
     for (auto& b : e["bytes"]) b = static_cast<int>(static_cast<unsigned char>(b.get<int>()));
     return e;
   };

@@ -20,8 +20,8 @@ struct ChoiceOptions {
 
 class ChoiceStream {
  public:
-  ChoiceStream(std::shared_ptr<RequestHandle> handle, const Tokenizer* tokenizer, std::vector<std::string> stop,
-               int64_t prompt_tokens, ChoiceOptions options = {});
+  ChoiceStream(std::shared_ptr<RequestHandle> handle, const Tokenizer* tokenizer,
+               std::vector<std::string> stop, int64_t prompt_tokens, ChoiceOptions options = {});
 
   // Applies one scheduler event. Returns true when the choice just finished.
   bool apply(const RequestHandle::Event& event);
@@ -52,7 +52,8 @@ class ChoiceStream {
   int64_t prompt_tokens() const { return prompt_tokens_; }
 
   std::string piece(int32_t token) const;
-  // Completions-style logprobs for tokens [from, to): tokens, token_logprobs, top_logprobs, text_offset.
+  // Completions-style logprobs for tokens [from, to): tokens, token_logprobs, top_logprobs,
+  // text_offset.
   nlohmann::json completion_logprobs(size_t from, size_t to) const;
   // Chat-style: {"content": [{token, logprob, bytes, top_logprobs}]}.
   nlohmann::json chat_logprobs(size_t from, size_t to) const;

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,8 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <httplib.h>
 
 namespace refit {
 namespace {
@@ -44,8 +43,9 @@ bool matches(int fd, const httplib::Request& r) {
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0) return false;
   std::string peer_ip, local_ip;
   int peer_port = -1, local_port = -1;
-  return endpoint(peer, peer_ip, peer_port) && endpoint(local, local_ip, local_port) && peer_port == r.remote_port &&
-         local_port == r.local_port && peer_ip == r.remote_addr && local_ip == r.local_addr;
+  return endpoint(peer, peer_ip, peer_port) && endpoint(local, local_ip, local_port) &&
+         peer_port == r.remote_port && local_port == r.local_port && peer_ip == r.remote_addr &&
+         local_ip == r.local_addr;
 }
 
 }  // namespace

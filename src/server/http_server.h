@@ -33,13 +33,13 @@ namespace httplib {
 class Server;
 struct Request;
 struct Response;
-}
+}  // namespace httplib
 
 namespace refit {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port (see HttpServer::port())
+  int port = 8000;         // 0: any free port (see HttpServer::port())
   std::string model_name;  // "model" field reported; default: the model path's file name
   int http_threads = 128;  // concurrent connections served
   SchedulerOptions scheduler;
@@ -81,7 +81,7 @@ class HttpServer {
   void monitoring_routes();       // server/monitoring_endpoints.cpp
   void sglang_generate_routes();  // server/sglang_generate.cpp
   void sglang_generate(const httplib::Request& req, httplib::Response& res);  // POST /generate
-  void lifecycle_routes();        // server/lifecycle_endpoints.cpp, in groups:
+  void lifecycle_routes();  // server/lifecycle_endpoints.cpp, in groups:
   void health_generate_route();
   void info_routes();
   void cache_routes();
@@ -93,7 +93,7 @@ class HttpServer {
   nlohmann::json load_report() const;
   // Gives the KV cache's and/or the weights' pages back (every rank's); the lead's bytes.
   size_t release_memory(bool weights, bool kv_cache);
-  void vllm_routes();             // server/vllm_endpoints.cpp: tokens, then weights
+  void vllm_routes();  // server/vllm_endpoints.cpp: tokens, then weights
   void vllm_token_routes();
   void vllm_weight_routes();
   // POST /v1/completions (chat false) and /v1/chat/completions (chat true).

@@ -35,14 +35,15 @@ struct Generation {
   long created = 0;
   std::vector<std::unique_ptr<ChoiceStream>> choices;
   std::vector<std::vector<int32_t>> prompts;  // per choice
-  int64_t prompt_tokens = 0;  // summed over prompts (once per prompt, not per n)
+  int64_t prompt_tokens = 0;                  // summed over prompts (once per prompt, not per n)
   std::shared_ptr<RequestRegistry::Entry> registration;
   std::shared_ptr<EventSignal> signal = EventSignal::make();
 
   json usage() const {
     int64_t completion = 0;
     for (auto& c : choices) completion += static_cast<int64_t>(c->tokens().size());
-    return json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion},
+    return json{{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion},
                 {"total_tokens", prompt_tokens + completion}};
   }
   bool all_done() const {
@@ -77,15 +78,20 @@ struct Prompts {
   std::vector<std::string> stops;
 };
 
-Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* tok, const ChatTemplate& chat_template,
-                         const std::string& model_description) {
+Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* tok,
+                         const ChatTemplate& chat_template, const std::string& model_description) {
   Prompts out{p.prompt_ids, p.stop};
   if (!chat && p.prompt_texts.empty()) return out;
   if (!tok)
-    throw HttpError{400, fmt::format("{} carries no tokenizer: send token ids as 'prompt'", model_description),
-                    "invalid_request_error", chat ? "messages" : "prompt", {}};
+    throw HttpError{
+        400,
+        fmt::format("{} carries no tokenizer: send token ids as 'prompt'", model_description),
+        "invalid_request_error",
+        chat ? "messages" : "prompt",
+        {}};
   if (chat) {
-    out.ids.push_back(tok->encode(chat_template.render(p.messages), /*add_special=*/false, /*parse_special=*/true));
+    out.ids.push_back(tok->encode(chat_template.render(p.messages), /*add_special=*/false,
+                                  /*parse_special=*/true));
     for (const auto& t : chat_template.end_of_turn_texts()) out.stops.push_back(t);
   } else {
     for (const auto& text : p.prompt_texts) out.ids.push_back(tok->encode(text, true, true));
@@ -109,21 +115,24 @@ std::vector<int32_t> stop_token_ids(const GenerationParams& p, bool chat, const 
 
 // max_tokens of one prompt (its default when unset); a 400 when prompt and output do not fit.
 int64_t checked_max_tokens(const GenerationParams& p, bool chat, int64_t n_prompt, int64_t ctx) {
-  if (n_prompt == 0) throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
+  if (n_prompt == 0)
+    throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
   const int64_t max_tokens = p.max_tokens ? *p.max_tokens : (chat ? ctx - n_prompt : 16);
   if (max_tokens > ctx || n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)  // no overflow
-    throw HttpError{400,
-                    fmt::format("this model's maximum context length is {} tokens; the request has {} prompt tokens "
-                                "and max_tokens {} ({} in all)",
-                                ctx, n_prompt, max_tokens, n_prompt + max_tokens),
-                    "invalid_request_error", p.max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"),
-                    "context_length_exceeded"};
+    throw HttpError{
+        400,
+        fmt::format(
+            "this model's maximum context length is {} tokens; the request has {} prompt tokens "
+            "and max_tokens {} ({} in all)",
+            ctx, n_prompt, max_tokens, n_prompt + max_tokens),
+        "invalid_request_error", p.max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"),
+        "context_length_exceeded"};
   return max_tokens;
 }
 
 // The scheduler request of sample `j` of one prompt.
-RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt, int64_t max_tokens, int j,
-                        const std::vector<int32_t>& stop_tokens, LogprobMode logprob_mode) {
+RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                        int j, const std::vector<int32_t>& stop_tokens, LogprobMode logprob_mode) {
   const GenerationParams& p = g.params;
   RequestSpec spec;
   spec.prompt = prompt;
@@ -133,12 +142,14 @@ RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt,
   spec.sampling.repeat_last_n = -1;  // vLLM: the penalty sees the whole prompt and output
   spec.logprob_mode = logprob_mode;
   // vLLM's prompt_logprobs, and echo with logprobs (the prompt's tokens lead the list).
-  const int prompt_top = p.prompt_logprobs >= 0 ? p.prompt_logprobs : (p.echo && p.logprobs >= 0 ? p.logprobs : -1);
+  const int prompt_top =
+      p.prompt_logprobs >= 0 ? p.prompt_logprobs : (p.echo && p.logprobs >= 0 ? p.logprobs : -1);
   if (prompt_top >= 0) {
     spec.prompt_logprobs_from = 1;
     spec.prompt_top_logprobs = prompt_top;
   }
-  spec.sampling.seed = p.seed_given ? p.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
+  spec.sampling.seed =
+      p.seed_given ? p.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
   spec.stop_tokens = stop_tokens;
   spec.top_logprobs = std::max(p.logprobs, 0);
   spec.restart_on_retract = !p.stream;
@@ -148,8 +159,9 @@ RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt,
 
 // Submits n choices per prompt into g; a refusal cancels what was already submitted.
 std::vector<std::shared_ptr<RequestHandle>> submit_choices(Generation& g, const Prompts& prompts,
-                                                           const std::vector<int32_t>& stop_tokens, bool chat,
-                                                           Scheduler& scheduler, LogprobMode logprob_mode,
+                                                           const std::vector<int32_t>& stop_tokens,
+                                                           bool chat, Scheduler& scheduler,
+                                                           LogprobMode logprob_mode,
                                                            const Tokenizer* tok) {
   const GenerationParams& p = g.params;
   const int64_t ctx = scheduler.max_context();
@@ -183,11 +195,13 @@ json vllm_prompt_logprobs(const ChoiceStream& c) {
   out.push_back(nullptr);
   for (const TokenEvent& t : c.prompt_logprobs()) {
     json entry = json::object();
-    entry[std::to_string(t.token)] = json{{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", c.piece(t.token)}};
+    entry[std::to_string(t.token)] =
+        json{{"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", c.piece(t.token)}};
     int64_t r = 1;
     for (const TokenLogprob& x : t.top) {
       const std::string key = std::to_string(x.token);
-      if (!entry.contains(key)) entry[key] = json{{"logprob", x.logprob}, {"rank", r}, {"decoded_token", c.piece(x.token)}};
+      if (!entry.contains(key))
+        entry[key] = json{{"logprob", x.logprob}, {"rank", r}, {"decoded_token", c.piece(x.token)}};
       ++r;
     }
     out.push_back(entry);
@@ -196,8 +210,11 @@ json vllm_prompt_logprobs(const ChoiceStream& c) {
 }
 
 // Completions logprobs with the prompt's tokens first (echo): the first has no logprob.
-json echo_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt, const json& completion) {
-  json j{{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+json echo_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt,
+                   const json& completion) {
+  json j{{"tokens", json::array()},
+         {"token_logprobs", json::array()},
+         {"top_logprobs", json::array()},
          {"text_offset", json::array()}};
   size_t offset = 0;
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -218,13 +235,14 @@ json echo_logprobs(const ChoiceStream& c, const std::vector<int32_t>& prompt, co
   }
   for (const char* k : {"tokens", "token_logprobs", "top_logprobs"})
     for (const auto& v : completion[k]) j[k].push_back(v);
-  for (const auto& v : completion["text_offset"]) j["text_offset"].push_back(v.get<size_t>() + offset);
+  for (const auto& v : completion["text_offset"])
+    j["text_offset"].push_back(v.get<size_t>() + offset);
   return j;
 }
 
 // vLLM's return_tokens_as_token_ids: every logprob entry's token as "token_id:N".
-void tokens_as_token_ids(json& ch, const ChoiceStream& c, const std::vector<int32_t>& prompt, const GenerationParams& p,
-                         bool chat) {
+void tokens_as_token_ids(json& ch, const ChoiceStream& c, const std::vector<int32_t>& prompt,
+                         const GenerationParams& p, bool chat) {
   if (chat && ch["logprobs"].is_object())
     for (size_t k = 0; k < ch["logprobs"]["content"].size(); ++k) {
       json& e = ch["logprobs"]["content"][k];
@@ -242,18 +260,23 @@ void tokens_as_token_ids(json& ch, const ChoiceStream& c, const std::vector<int3
 }
 
 // Choice i of the whole (not streamed) answer.
-json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok, const LabelOf& label) {
+json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok,
+                  const LabelOf& label) {
   const GenerationParams& p = g.params;
   const ChoiceStream& c = *g.choices[i];
   json versions = json::array();
   for (uint64_t x : c.versions()) versions.push_back(label(x));
-  json ch{{"index", i}, {"finish_reason", c.finish_reason()}, {"token_ids", c.tokens()}, {"weight_versions", versions}};
+  json ch{{"index", i},
+          {"finish_reason", c.finish_reason()},
+          {"token_ids", c.tokens()},
+          {"weight_versions", versions}};
   const std::vector<int32_t>& prompt = g.prompts[i];
   if (chat) {
     ch["message"] = json{{"role", "assistant"}, {"content", c.text()}};
     ch["logprobs"] = p.logprobs >= 0 ? c.chat_logprobs(0, c.tokens().size()) : json(nullptr);
   } else {
-    const std::string prompt_text = p.echo ? (tok ? tok->decode(prompt) : std::string()) : std::string();
+    const std::string prompt_text =
+        p.echo ? (tok ? tok->decode(prompt) : std::string()) : std::string();
     ch["text"] = prompt_text + c.text();
     json lp = p.logprobs >= 0 ? c.completion_logprobs(0, c.tokens().size()) : json(nullptr);
     if (p.echo && p.logprobs >= 0) lp = echo_logprobs(c, prompt, lp);
@@ -266,8 +289,9 @@ json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok
 
 // The whole answer once every choice is done; a client that hangs up stops its generation
 // (and frees its KV blocks) instead of leaving it to run to max_tokens for nobody.
-void answer_whole(Generation& g, const httplib::Request& req, httplib::Response& res, bool chat, const Tokenizer* tok,
-                  const LabelOf& label, const std::function<std::string()>& current_label) {
+void answer_whole(Generation& g, const httplib::Request& req, httplib::Response& res, bool chat,
+                  const Tokenizer* tok, const LabelOf& label,
+                  const std::function<std::string()>& current_label) {
   const ClientConnection client(req);
   while (!g.all_done()) {
     g.poll(std::chrono::milliseconds(100));
@@ -279,7 +303,10 @@ void answer_whole(Generation& g, const httplib::Request& req, httplib::Response&
   }
   for (auto& c : g.choices)
     if (c->finish_reason() == "error")
-      throw HttpError{c->busy() ? 503 : 500, c->error(), c->busy() ? "service_unavailable" : "server_error", {},
+      throw HttpError{c->busy() ? 503 : 500,
+                      c->error(),
+                      c->busy() ? "service_unavailable" : "server_error",
+                      {},
                       c->busy() ? "server_busy" : ""};
   json choices = json::array();
   uint64_t last_version = 0;
@@ -288,8 +315,12 @@ void answer_whole(Generation& g, const httplib::Request& req, httplib::Response&
     const ChoiceStream& c = *g.choices[i];
     if (!c.versions().empty()) last_version = std::max(last_version, c.versions().back());
   }
-  json body{{"id", g.id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", g.created},
-            {"model", g.model}, {"choices", choices}, {"usage", g.usage()},
+  json body{{"id", g.id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", g.created},
+            {"model", g.model},
+            {"choices", choices},
+            {"usage", g.usage()},
             {"weight_version", last_version ? label(last_version) : current_label()}};
   send_json(res, 200, body);
 }
@@ -297,12 +328,16 @@ void answer_whole(Generation& g, const httplib::Request& req, httplib::Response&
 json stream_chunk(const Generation& g, bool chat, size_t index, const json& choice_fields) {
   json ch = choice_fields;
   ch["index"] = index;
-  return json{{"id", g.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
-              {"created", g.created}, {"model", g.model}, {"choices", json::array({ch})}};
+  return json{{"id", g.id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", g.created},
+              {"model", g.model},
+              {"choices", json::array({ch})}};
 }
 
 // The fields of a choice's next chunk: the text and tokens not sent yet (marked sent).
-json stream_fields(ChoiceStream& c, const std::string& text, bool chat, bool logprobs, const LabelOf& label) {
+json stream_fields(ChoiceStream& c, const std::string& text, bool chat, bool logprobs,
+                   const LabelOf& label) {
   const size_t from = c.tokens_taken(), to = c.tokens().size();
   json fields;
   if (chat) {
@@ -313,7 +348,8 @@ json stream_fields(ChoiceStream& c, const std::string& text, bool chat, bool log
     fields["logprobs"] = logprobs ? c.completion_logprobs(from, to) : json(nullptr);
   }
   fields["finish_reason"] = c.done() ? json(c.finish_reason()) : json(nullptr);
-  std::vector<int32_t> ids(c.tokens().begin() + static_cast<std::ptrdiff_t>(from), c.tokens().end());
+  std::vector<int32_t> ids(c.tokens().begin() + static_cast<std::ptrdiff_t>(from),
+                           c.tokens().end());
   fields["token_ids"] = ids;
   json vs = json::array();
   for (size_t k = from; k < to; ++k) vs.push_back(label(c.versions()[k]));
@@ -326,12 +362,15 @@ json stream_fields(ChoiceStream& c, const std::string& text, bool chat, bool log
 // every choice so their KV blocks are freed. Returns what the content provider returns.
 bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const LabelOf& label) {
   auto send = [&](const json& j) {
-    const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+    const std::string line =
+        "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
     return sink.write(line.data(), line.size());
   };
   if (chat)
     for (size_t i = 0; i < g.choices.size(); ++i)
-      if (!send(stream_chunk(g, chat, i, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))) {
+      if (!send(stream_chunk(
+              g, chat, i,
+              {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))) {
         g.cancel_all();
         return false;
       }
@@ -346,12 +385,18 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
     }
     ChoiceStream& c = *g.choices[static_cast<size_t>(i)];
     if (c.done() && c.finish_reason() == "error") {
-      send(HttpError{c.busy() ? 503 : 500, c.error(), c.busy() ? "service_unavailable" : "server_error", {}, {}}.body());
+      send(HttpError{
+          c.busy() ? 503 : 500,
+          c.error(),
+          c.busy() ? "service_unavailable" : "server_error",
+          {},
+          {}}.body());
       continue;
     }
     const std::string text = c.take_text();
     if (text.empty() && !c.done() && c.tokens_taken() == c.tokens().size()) continue;
-    json j = stream_chunk(g, chat, static_cast<size_t>(i), stream_fields(c, text, chat, g.params.logprobs >= 0, label));
+    json j = stream_chunk(g, chat, static_cast<size_t>(i),
+                          stream_fields(c, text, chat, g.params.logprobs >= 0, label));
     if (c.done() && !c.versions().empty()) j["weight_version"] = label(c.versions().back());
     if (!send(j)) {
       g.cancel_all();
@@ -359,8 +404,12 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
     }
   }
   if (g.params.include_usage) {
-    json u{{"id", g.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", g.created},
-           {"model", g.model}, {"choices", json::array()}, {"usage", g.usage()}};
+    json u{{"id", g.id},
+           {"object", chat ? "chat.completion.chunk" : "text_completion"},
+           {"created", g.created},
+           {"model", g.model},
+           {"choices", json::array()},
+           {"usage", g.usage()}};
     send(u);
   }
   static const std::string done = "data: [DONE]\n\n";
@@ -376,21 +425,28 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
   g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs());
   const GenerationParams& p = g->params;
   if (p.stream && (p.echo || p.prompt_logprobs >= 0))
-    throw HttpError{400, "'echo' and 'prompt_logprobs' are not supported with 'stream': true", "invalid_request_error",
-                    p.echo ? "echo" : "prompt_logprobs", {}};
+    throw HttpError{400,
+                    "'echo' and 'prompt_logprobs' are not supported with 'stream': true",
+                    "invalid_request_error",
+                    p.echo ? "echo" : "prompt_logprobs",
+                    {}};
   if (!p.model.empty() && p.model != options_.model_name)
-    throw HttpError{404, fmt::format("the model '{}' does not exist; this server serves '{}'", p.model, options_.model_name),
+    throw HttpError{404,
+                    fmt::format("the model '{}' does not exist; this server serves '{}'", p.model,
+                                options_.model_name),
                     "invalid_request_error", "model", "model_not_found"};
   const Tokenizer* tok = engine_.tokenizer();
   const Prompts prompts = tokenize_prompts(p, chat, tok, chat_template_, engine_.description());
-  const std::vector<int32_t> stop_tokens = stop_token_ids(p, chat, tok, chat_template_, engine_.config().eos_id);
+  const std::vector<int32_t> stop_tokens =
+      stop_token_ids(p, chat, tok, chat_template_, engine_.config().eos_id);
   g->id = random_id(chat ? "chatcmpl" : "cmpl");
   g->model = options_.model_name;
   g->created = unix_now();
   std::vector<std::shared_ptr<RequestHandle>> submitted =
       submit_choices(*g, prompts, stop_tokens, chat, *scheduler_, options_.logprobs_mode, tok);
   // /abort_request by the response id, or by the client's X-Request-Id.
-  const std::string rid = req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->id;
+  const std::string rid =
+      req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->id;
   g->registration = std::make_shared<RequestRegistry::Entry>(registry_.add(rid, submitted));
 
   LabelOf label = [this](uint64_t v) { return version_label(v); };
@@ -399,23 +455,31 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [g, chat, label](size_t, httplib::DataSink& sink) {
-    return stream_generation(*g, chat, sink, label);
-  });
+  res.set_chunked_content_provider("text/event-stream",
+                                   [g, chat, label](size_t, httplib::DataSink& sink) {
+                                     return stream_generation(*g, chat, sink, label);
+                                   });
 }
 
 void HttpServer::openai_routes() {
   httplib::Server& s = *http_;
-  s.Post("/v1/completions",
-         guarded([this](const httplib::Request& q, httplib::Response& r) { openai_generation(q, r, /*chat=*/false); }));
-  s.Post("/v1/chat/completions",
-         guarded([this](const httplib::Request& q, httplib::Response& r) { openai_generation(q, r, /*chat=*/true); }));
+  s.Post("/v1/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+           openai_generation(q, r, /*chat=*/false);
+         }));
+  s.Post("/v1/chat/completions", guarded([this](const httplib::Request& q, httplib::Response& r) {
+           openai_generation(q, r, /*chat=*/true);
+         }));
   s.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-    json m{{"id", options_.model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "refit"},
-           {"max_model_len", scheduler_->max_context()}, {"weight_version", current_version_label()},
-           {"chat_template", chat_template_kind_name(chat_template_.kind)}, {"chat_template_source", chat_template_.source}};
-    send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
-  }));
+          json m{{"id", options_.model_name},
+                 {"object", "model"},
+                 {"created", started_at_},
+                 {"owned_by", "refit"},
+                 {"max_model_len", scheduler_->max_context()},
+                 {"weight_version", current_version_label()},
+                 {"chat_template", chat_template_kind_name(chat_template_.kind)},
+                 {"chat_template_source", chat_template_.source}};
+          send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
+        }));
 }
 
 }  // namespace refit

@@ -19,7 +19,9 @@ void ignore_unknown_field(const std::string& endpoint, const std::string& field)
     std::lock_guard lock(seen_mutex);
     if (!seen.emplace(endpoint, field).second) return;
   }
-  std::fputs(fmt::format("refit serve: {}: ignoring unknown request field '{}' (logged once)\n", endpoint, field).c_str(),
+  std::fputs(fmt::format("refit serve: {}: ignoring unknown request field '{}' (logged once)\n",
+                         endpoint, field)
+                 .c_str(),
              stderr);
 }
 

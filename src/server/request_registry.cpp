@@ -8,7 +8,8 @@ RequestRegistry::Entry::~Entry() {
   registry_->entries_.erase(key_);
 }
 
-RequestRegistry::Entry RequestRegistry::add(const std::string& rid, std::vector<std::shared_ptr<RequestHandle>> handles) {
+RequestRegistry::Entry RequestRegistry::add(const std::string& rid,
+                                            std::vector<std::shared_ptr<RequestHandle>> handles) {
   std::lock_guard lock(mutex_);
   const uint64_t key = next_++;
   entries_[key] = Registered{rid, std::move(handles)};

@@ -20,7 +20,9 @@ class RequestRegistry {
   class Entry {
    public:
     Entry(RequestRegistry* registry, uint64_t key) : registry_(registry), key_(key) {}
-    Entry(Entry&& other) noexcept : registry_(other.registry_), key_(other.key_) { other.registry_ = nullptr; }
+    Entry(Entry&& other) noexcept : registry_(other.registry_), key_(other.key_) {
+      other.registry_ = nullptr;
+    }
     Entry(const Entry&) = delete;
     Entry& operator=(const Entry&) = delete;
     ~Entry();

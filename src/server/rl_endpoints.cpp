@@ -7,12 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.h"
+#include "parallel/rank_group.h"
+#include "parallel/weight_readback.h"
 #include "server/api_types.h"
 #include "server/http_util.h"
-#include "parallel/rank_group.h"
 #include "server/request_fields.h"
 #include "server/weight_carrier.h"
-#include "parallel/weight_readback.h"
 #include "server/weight_update_request.h"
 
 namespace refit {
@@ -21,8 +21,8 @@ using nlohmann::json;
 
 namespace {
 
-void reply(httplib::Response& res, int status, bool success, const std::string& message, const std::string& version,
-           json extra = json::object()) {
+void reply(httplib::Response& res, int status, bool success, const std::string& message,
+           const std::string& version, json extra = json::object()) {
   json j = std::move(extra);
   j["success"] = success;
   j["message"] = message;
@@ -37,7 +37,11 @@ T field(const json& j, const char* name, T fallback) {
   try {
     return j[name].get<T>();
   } catch (const std::exception&) {
-    throw HttpError{400, fmt::format("field '{}' has the wrong type: {}", name, j[name].dump()), "invalid_request_error", name, {}};
+    throw HttpError{400,
+                    fmt::format("field '{}' has the wrong type: {}", name, j[name].dump()),
+                    "invalid_request_error",
+                    name,
+                    {}};
   }
 }
 
@@ -58,7 +62,8 @@ void refuse(RlContext& c, httplib::Response& res, const std::string& why) {
 // sets it and one that names none leaves it as it was. refit labels each numeric version,
 // so the new version takes the label given, else its predecessor's when that one was
 // named; a server whose versions were never named keeps labelling them by number.
-void label_version(RlContext& c, uint64_t before, uint64_t after, const std::optional<std::string>& label) {
+void label_version(RlContext& c, uint64_t before, uint64_t after,
+                   const std::optional<std::string>& label) {
   std::lock_guard lock(c.labels_mutex);
   if (label) {
     c.labels[after] = *label;
@@ -77,7 +82,8 @@ struct UpdatePlan {
 
 // Runs a validated update between steps, labels it and answers as SGLang does
 // ({success, message, num_paused_requests}) plus refit's version and cache figures.
-void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan, const std::function<void()>& commit) {
+void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan,
+                const std::function<void()>& commit) {
   uint64_t before = 0;
   int64_t paused_requests = 0;
   try {
@@ -96,8 +102,9 @@ void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan, co
     const uint64_t dropped = c.scheduler.stats().prefix_blocks_dropped - dropped_before;
     std::string message = "Succeeded to update model weights.";
     if (plan.label) message += fmt::format(" Weight version updated to {}.", *plan.label);
-    message += fmt::format(" ({} in {:.3f} s; {} cached KV blocks dropped{})", plan.what, seconds, dropped,
-                           plan.keep_pause ? "; generation stays paused until /continue_generation" : "");
+    message +=
+        fmt::format(" ({} in {:.3f} s; {} cached KV blocks dropped{})", plan.what, seconds, dropped,
+                    plan.keep_pause ? "; generation stays paused until /continue_generation" : "");
     json extra = plan.extra;
     extra["version"] = v;
     extra["num_paused_requests"] = paused_requests;
@@ -106,7 +113,8 @@ void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan, co
   } catch (const HttpError&) {
     throw;
   } catch (const std::exception& e) {
-    reply(res, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what(),
+    reply(res, 400, false,
+          std::string("weight update refused, the weights are unchanged: ") + e.what(),
           c.label_of(c.engine.weight_version()), json{{"num_paused_requests", paused_requests}});
   }
 }
@@ -114,7 +122,11 @@ void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan, co
 // refit's own schema: {"named_tensors": [{name, dtype, shape, data}, ...]}.
 NamedTensors decode_refit_named_tensors(const json& list) {
   if (!list.is_array() || list.empty())
-    throw HttpError{400, "'named_tensors' must be a non-empty list", "invalid_request_error", "named_tensors", {}};
+    throw HttpError{400,
+                    "'named_tensors' must be a non-empty list",
+                    "invalid_request_error",
+                    "named_tensors",
+                    {}};
   NamedTensors tensors;
   for (size_t i = 0; i < list.size(); ++i) {
     Tensor x = decode_named_tensor(list[i], fmt::format("named_tensors[{}]", i));
@@ -133,7 +145,8 @@ void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Respon
   std::unique_ptr<WeightUpdate> staged;
   size_t total = 0;
   try {
-    check_disk_load_format(r.load_format, checkpoint_format_name(Checkpoint::open(r.model_path)->format()));
+    check_disk_load_format(r.load_format,
+                           checkpoint_format_name(Checkpoint::open(r.model_path)->format()));
     // SGLang loads whatever tensors the checkpoint holds; so does refit: a partial folder
     // updates its tensors and leaves every other parameter as it is.
     names = c.engine.checkpoint_names_present(r.model_path);
@@ -148,15 +161,20 @@ void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Respon
     return;
   }
   UpdatePlan plan;
-  plan.mode = r.abort_all_requests ? PauseMode::abort : r.is_async ? PauseMode::in_place : PauseMode::drain;
+  plan.mode = r.abort_all_requests ? PauseMode::abort
+              : r.is_async         ? PauseMode::in_place
+                                   : PauseMode::drain;
   plan.label = r.weight_version;
   plan.keep_pause = r.keep_pause;
-  plan.what = names.size() == total ? fmt::format("{} tensors", names.size())
-                                    : fmt::format("{} of {} tensors: a partial checkpoint", names.size(), total);
+  plan.what = names.size() == total
+                  ? fmt::format("{} tensors", names.size())
+                  : fmt::format("{} of {} tensors: a partial checkpoint", names.size(), total);
   plan.extra = json{{"token_step", r.token_step}, {"tensors_updated", names.size()}};
   run_update(c, res, plan, [&] {
-    if (c.ranks) c.ranks->update_from_disk(r.model_path, names);
-    else c.engine.commit(*staged);
+    if (c.ranks)
+      c.ranks->update_from_disk(r.model_path, names);
+    else
+      c.engine.commit(*staged);
   });
 }
 
@@ -165,16 +183,24 @@ void update_from_tensor(RlContext& c, const httplib::Request& req, httplib::Resp
   ignore_unknown_fields(body, kTensorUpdateFields, "/update_weights_from_tensor");
   const TensorUpdateRequest r = parse_tensor_update(body);
   const TensorLoadFormat format = tensor_load_format(r.load_format);
-  const bool sglang = body.contains("serialized_named_tensors") && !body["serialized_named_tensors"].is_null();
+  const bool sglang =
+      body.contains("serialized_named_tensors") && !body["serialized_named_tensors"].is_null();
   const bool own = body.contains("named_tensors") && !body["named_tensors"].is_null();
   if (sglang == own)
     throw HttpError{400,
-                    sglang ? "send either 'serialized_named_tensors' (SGLang's schema) or 'named_tensors' (refit's), not both"
+                    sglang ? "send either 'serialized_named_tensors' (SGLang's schema) or "
+                             "'named_tensors' (refit's), not both"
                            : "'serialized_named_tensors' is required (or refit's 'named_tensors')",
-                    "invalid_request_error", "serialized_named_tensors", {}};
+                    "invalid_request_error",
+                    "serialized_named_tensors",
+                    {}};
   if (own && format == TensorLoadFormat::flattened_bucket)
-    throw HttpError{400, "load_format 'flattened_bucket' goes with serialized_named_tensors; 'named_tensors' is a list",
-                    "invalid_request_error", "load_format", {}};
+    throw HttpError{400,
+                    "load_format 'flattened_bucket' goes with serialized_named_tensors; "
+                    "'named_tensors' is a list",
+                    "invalid_request_error",
+                    "load_format",
+                    {}};
   const NamedTensors tensors =
       own ? decode_refit_named_tensors(body["named_tensors"])
           : decode_serialized_named_tensors(body["serialized_named_tensors"], format);
@@ -245,30 +271,38 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
   s.Post("/update_weights_from_tensor", wrap(update_from_tensor));
   s.Post("/update_weight_version", wrap(update_weight_version));
 
-  s.Post("/get_weights_by_name", wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"name", "truncate_size"}, "/get_weights_by_name");
-    const std::string name = field<std::string>(body, "name", "");
-    const int64_t truncate = field<int64_t>(body, "truncate_size", 100);
-    if (truncate < 0) throw HttpError{400, "'truncate_size' must be >= 0", "invalid_request_error", "truncate_size", {}};
-    // Under tensor parallelism every rank reads its piece and the lead puts them together,
-    // so the reply is the whole checkpoint tensor whatever --tp is.
-    std::vector<WeightPiece> pieces;
-    if (c.ranks) {
-      pieces = c.ranks->read_weight(name, truncate);
-    } else {
-      std::shared_lock lock(c.engine.weights_mutex());
-      pieces.push_back(local_weight_piece(c.engine, name, truncate));
-    }
-    for (const WeightPiece& piece : pieces)
-      if (piece.status != 200) throw HttpError{piece.status, piece.error, "invalid_request_error", "name", {}};
-    const Tensor full = assemble_weight(pieces);
-    const float* data = full.data<const float>();
-    const std::vector<float> values(data, data + std::min<int64_t>(full.numel(), truncate));
-    json out{{"name", name}, {"shape", pieces.front().full_shape}, {"dtype", pieces.front().dtype}, {"values", values}};
-    if (!pieces.front().sharding.empty()) out["sharding"] = pieces.front().sharding;  // a fused parameter's local rows
-    reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()), out);
-  }));
+  s.Post("/get_weights_by_name",
+         wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
+           const json body = object_body(req);
+           ignore_unknown_fields(body, {"name", "truncate_size"}, "/get_weights_by_name");
+           const std::string name = field<std::string>(body, "name", "");
+           const int64_t truncate = field<int64_t>(body, "truncate_size", 100);
+           if (truncate < 0)
+             throw HttpError{
+                 400, "'truncate_size' must be >= 0", "invalid_request_error", "truncate_size", {}};
+           // Under tensor parallelism every rank reads its piece and the lead puts them together,
+           // so the reply is the whole checkpoint tensor whatever --tp is.
+           std::vector<WeightPiece> pieces;
+           if (c.ranks) {
+             pieces = c.ranks->read_weight(name, truncate);
+           } else {
+             std::shared_lock lock(c.engine.weights_mutex());
+             pieces.push_back(local_weight_piece(c.engine, name, truncate));
+           }
+           for (const WeightPiece& piece : pieces)
+             if (piece.status != 200)
+               throw HttpError{piece.status, piece.error, "invalid_request_error", "name", {}};
+           const Tensor full = assemble_weight(pieces);
+           const float* data = full.data<const float>();
+           const std::vector<float> values(data, data + std::min<int64_t>(full.numel(), truncate));
+           json out{{"name", name},
+                    {"shape", pieces.front().full_shape},
+                    {"dtype", pieces.front().dtype},
+                    {"values", values}};
+           if (!pieces.front().sharding.empty())
+             out["sharding"] = pieces.front().sharding;  // a fused parameter's local rows
+           reply(res, 200, true, "ok", c.label_of(c.engine.weight_version()), out);
+         }));
   // /pause_generation, /continue_generation, /flush_cache and /get_weight_version live with
   // the other lifecycle routes (server/lifecycle_endpoints.cpp).
 }

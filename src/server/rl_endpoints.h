@@ -4,7 +4,8 @@
 // SGLang's ({success, message, ...}) plus refit's "weight_version" label and numeric
 // "version". docs/weight-lifecycle.md describes every field.
 //
-//   POST /update_weights_from_disk   {model_path, load_format?, abort_all_requests?, weight_version?,
+//   POST /update_weights_from_disk   {model_path, load_format?, abort_all_requests?,
+//   weight_version?,
 //                                     is_async?, keep_pause?, flush_cache?, token_step?, ...}
 //        (server/weight_update_request.h); a checkpoint holding only some of the model's
 //        tensors updates just those -> {success, message, num_paused_requests, ...}
@@ -16,7 +17,8 @@
 //        with the reason. refit's {named_tensors: [{name, dtype, shape, data}]} still works.
 //   POST /update_weight_version      {new_version, abort_all_requests? (default true)}
 //   POST /get_weights_by_name        {name, truncate_size?}  -> first values, flattened
-//                                    (the whole checkpoint tensor under --tp: ranks' slices gathered)
+//                                    (the whole checkpoint tensor under --tp: ranks' slices
+//                                    gathered)
 //   POST /pause_generation           {mode: abort | retract | in_place}
 //   POST /continue_generation, /flush_cache;  GET /get_weight_version
 //

@@ -124,7 +124,8 @@ struct LogprobEntries {
 };
 
 // The input_/output_ token and top logprobs of meta_info.
-void add_logprobs(json& meta, const SglangItem& it, const ChoiceStream& c, const LogprobEntries& lp) {
+void add_logprobs(json& meta, const SglangItem& it, const ChoiceStream& c,
+                  const LogprobEntries& lp) {
   json in_lp = json::array(), in_top = json::array();
   if (it.logprob_start == 0) {  // nothing predicts the first token
     in_lp.push_back(lp.entry(nullptr, it.spec.prompt[0]));
@@ -170,7 +171,8 @@ using ItemJson = std::function<json(size_t)>;
 
 // The whole answer once every item is done; a client that hangs up stops its generation
 // instead of leaving it to run on.
-void answer_whole(Generation& g, const httplib::Request& req, httplib::Response& res, const ItemJson& item) {
+void answer_whole(Generation& g, const httplib::Request& req, httplib::Response& res,
+                  const ItemJson& item) {
   const ClientConnection client(req);
   while (true) {
     g.drain();
@@ -202,7 +204,8 @@ bool stream_items(Generation& g, httplib::DataSink& sink, const ItemJson& item) 
     for (size_t i : moved) {
       json j = item(i);
       if (!g.single) j["index"] = i;
-      const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      const std::string line =
+          "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
       if (!sink.write(line.data(), line.size())) {
         g.cancel_all();
         return false;
@@ -228,7 +231,8 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
   limits.vocab = engine_.config().vocab_size;
   limits.eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
   limits.max_logprobs = max_logprobs();
-  limits.logprob_mode = options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
+  limits.logprob_mode =
+      options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
   SglangGenerateRequest parsed = parse_sglang_generate(object_body(req), limits);
   g->single = parsed.single;
   g->text_in_logprobs = parsed.text_in_logprobs;
@@ -238,7 +242,8 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
       auto h = scheduler_->submit(it.spec);
       g->handles.push_back(h);
       g->registered.push_back(std::make_unique<RequestRegistry::Entry>(registry_.add(it.rid, {h})));
-      auto choice = std::make_unique<ChoiceStream>(h, tok, it.stop, static_cast<int64_t>(it.spec.prompt.size()), it.choice);
+      auto choice = std::make_unique<ChoiceStream>(
+          h, tok, it.stop, static_cast<int64_t>(it.spec.prompt.size()), it.choice);
       g->items.push_back(Running{std::move(it), std::move(choice)});
     }
   } catch (...) {
@@ -247,20 +252,24 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
   }
   // Shares g with the streaming provider, which calls it after this handler returned.
   ItemJson item = [this, g](size_t index) {
-    return item_json(*g, index, engine_.tokenizer(), [this](uint64_t v) { return version_label(v); },
-                     current_version_label());
+    return item_json(
+        *g, index, engine_.tokenizer(), [this](uint64_t v) { return version_label(v); },
+        current_version_label());
   };
   if (!parsed.stream) {
     answer_whole(*g, req, res, item);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream",
-                                   [g, item](size_t, httplib::DataSink& sink) { return stream_items(*g, sink, item); });
+  res.set_chunked_content_provider("text/event-stream", [g, item](size_t, httplib::DataSink& sink) {
+    return stream_items(*g, sink, item);
+  });
 }
 
 void HttpServer::sglang_generate_routes() {
-  http_->Post("/generate", guarded([this](const httplib::Request& q, httplib::Response& r) { sglang_generate(q, r); }));
+  http_->Post("/generate", guarded([this](const httplib::Request& q, httplib::Response& r) {
+                sglang_generate(q, r);
+              }));
 }
 
 }  // namespace refit

@@ -95,7 +95,8 @@ SglangSampling parse_sampling(const json& sp) {
         bad_request(name, "'sampling_params.stop_token_ids' must be a list of token ids");
       for (const auto& x : value) {
         if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
-          bad_request(name, fmt::format("stop token ids must be non-negative integers, got {}", x.dump()));
+          bad_request(
+              name, fmt::format("stop token ids must be non-negative integers, got {}", x.dump()));
         out.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
       }
     } else if (key == "temperature") {
@@ -148,7 +149,8 @@ SglangSampling parse_sampling(const json& sp) {
     } else if (key == "json_schema" || key == "regex" || key == "ebnf" || key == "structural_tag") {
       bad_request(name, fmt::format("'{}' (constrained decoding) is not supported by refit", name));
     } else if (key == "logit_bias") {
-      if (!value.empty()) bad_request(name, "'sampling_params.logit_bias' is not supported by refit");
+      if (!value.empty())
+        bad_request(name, "'sampling_params.logit_bias' is not supported by refit");
     }
     // custom_params, stream_interval: accepted; refit has no custom logit processors and
     // streams every token.
@@ -201,7 +203,8 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   for (const char* k :
        {"image_data", "video_data", "audio_data", "input_embeds", "lora_path", "token_ids_logprob"})
     if (body.contains(k) && !body[k].is_null() && !(body[k].is_array() && body[k].empty()))
-      bad_request(k,
+      bad_request(
+          k,
           fmt::format(
               "'{}' is not supported by refit (text-only models, no LoRA, no per-id logprobs)", k));
   const Tokenizer* tok = limits.tokenizer;
@@ -214,7 +217,8 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   std::vector<std::vector<int32_t>> prompts;
   bool single = true;
   if (has_text) {
-    if (!tok) bad_request("text", fmt::format("{} carries no tokenizer: send 'input_ids'", limits.model));
+    if (!tok)
+      bad_request("text", fmt::format("{} carries no tokenizer: send 'input_ids'", limits.model));
     const json& t = body["text"];
     std::vector<std::string> texts;
     if (t.is_string())
@@ -240,7 +244,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
       for (const auto& v : list) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
           bad_request("input_ids",
-              fmt::format("token ids must be non-negative integers, got {}", v.dump()));
+                      fmt::format("token ids must be non-negative integers, got {}", v.dump()));
         out.push_back(static_cast<int32_t>(v.get<int64_t>()));
       }
       return out;
@@ -255,21 +259,22 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
   const size_t batch = prompts.size();
   const json sp_all = body.value("sampling_params", json());
   if (sp_all.is_array() && sp_all.size() != batch)
-    bad_request("sampling_params",
-        fmt::format("'sampling_params' has {} entries for {} prompts", sp_all.size(), batch));
+    bad_request("sampling_params", fmt::format("'sampling_params' has {} entries for {} prompts",
+                                               sp_all.size(), batch));
   std::vector<SglangSampling> samplings;
   for (size_t i = 0; i < batch; ++i)
     samplings.push_back(parse_sampling(sp_all.is_array() ? sp_all[i] : sp_all));
   const int n = samplings[0].n;
   for (const auto& x : samplings)
     if (x.n != n)
-      bad_request("sampling_params.n", "every prompt's sampling_params.n must be the same (SGLang's rule)");
+      bad_request("sampling_params.n",
+                  "every prompt's sampling_params.n must be the same (SGLang's rule)");
   if (n > 1) single = false;
-  const bool stream =
-      body.contains("stream") && !body["stream"].is_null() && json_boolean(body["stream"], "stream");
-  const bool text_in_logprobs = body.contains("return_text_in_logprobs") &&
-                                !body["return_text_in_logprobs"].is_null() &&
-                                json_boolean(body["return_text_in_logprobs"], "return_text_in_logprobs");
+  const bool stream = body.contains("stream") && !body["stream"].is_null() &&
+                      json_boolean(body["stream"], "stream");
+  const bool text_in_logprobs =
+      body.contains("return_text_in_logprobs") && !body["return_text_in_logprobs"].is_null() &&
+      json_boolean(body["return_text_in_logprobs"], "return_text_in_logprobs");
   const json rid_field = body.value("rid", json());
   if (!rid_field.is_null() && !rid_field.is_string() && !(rid_field.is_array() && !single))
     bad_request("rid", "'rid' must be a string (or, for a batch, a list of strings)");
@@ -311,15 +316,18 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
                                            json_integer(tn, "top_logprobs_num"), -1, INT32_MAX));
       if (it.top_logprobs < 0 || it.top_logprobs > limits.max_logprobs)
         bad_request("top_logprobs_num", fmt::format("'top_logprobs_num' must be in 0..{}, got {}",
-                                            limits.max_logprobs, it.top_logprobs));
+                                                    limits.max_logprobs, it.top_logprobs));
       const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
-      if (n_prompt == 0) bad_request(has_text ? "text" : "input_ids", "the prompt is empty (no tokens)");
+      if (n_prompt == 0)
+        bad_request(has_text ? "text" : "input_ids", "the prompt is empty (no tokens)");
       if (it.logprob_start < -1 || it.logprob_start >= std::max<int64_t>(n_prompt, 1))
-        bad_request("logprob_start_len",
+        bad_request(
+            "logprob_start_len",
             fmt::format(
                 "'logprob_start_len' must be -1 or in 0..{} (the prompt has {} tokens), got {}",
                 n_prompt - 1, n_prompt, it.logprob_start));
-      if (ss.max_new_tokens > ctx || n_prompt + std::max<int64_t>(ss.max_new_tokens, 1) > ctx)  // no overflow
+      if (ss.max_new_tokens > ctx ||
+          n_prompt + std::max<int64_t>(ss.max_new_tokens, 1) > ctx)  // no overflow
         throw HttpError{400,
                         fmt::format("this model's maximum context length is {} tokens; the request "
                                     "has {} prompt tokens "

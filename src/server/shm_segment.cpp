@@ -15,22 +15,29 @@ namespace refit {
 
 std::string shm_segment_path(const std::string& name) {
   std::string base = name;
-  if (base.starts_with("/dev/shm/")) base = base.substr(9);
-  else if (base.starts_with("/")) base = base.substr(1);
+  if (base.starts_with("/dev/shm/"))
+    base = base.substr(9);
+  else if (base.starts_with("/"))
+    base = base.substr(1);
   bool ok = !base.empty() && base.size() <= 255 && base[0] != '.';
-  for (char c : base) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  for (char c : base)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
   if (!ok)
-    fail("shared-memory segment '{}': not a segment name (want 'NAME', '/NAME' or '/dev/shm/NAME' with NAME of "
-         "letters, digits, '.', '_' and '-', not starting with '.')",
-         name);
+    fail(
+        "shared-memory segment '{}': not a segment name (want 'NAME', '/NAME' or '/dev/shm/NAME' "
+        "with NAME of "
+        "letters, digits, '.', '_' and '-', not starting with '.')",
+        name);
   return "/dev/shm/" + base;
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t offset, int64_t nbytes) {
+std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t offset,
+                                             int64_t nbytes) {
   const std::string path = shm_segment_path(name);
   if (offset < 0) fail("shared-memory segment {}: offset {} is negative", path, offset);
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) fail("shared-memory segment {}: cannot open it read-only: {}", path, std::strerror(errno));
+  if (fd < 0)
+    fail("shared-memory segment {}: cannot open it read-only: {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -45,7 +52,8 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t of
   const uint64_t want = nbytes < 0 ? size - start : static_cast<uint64_t>(nbytes);
   if (want > size - start) {  // start <= size, so no overflow
     ::close(fd);
-    fail("shared-memory segment {}: bytes [{}, {}) asked for, but it holds {} bytes", path, offset, start + want, size);
+    fail("shared-memory segment {}: bytes [{}, {}) asked for, but it holds {} bytes", path, offset,
+         start + want, size);
   }
   auto seg = std::unique_ptr<ShmSegment>(new ShmSegment());
   seg->path_ = path;
@@ -55,7 +63,8 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t of
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t aligned = start / page * page;
     seg->mapping_size_ = static_cast<size_t>(start + want - aligned);
-    void* p = ::mmap(nullptr, seg->mapping_size_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(aligned));
+    void* p =
+        ::mmap(nullptr, seg->mapping_size_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(aligned));
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);

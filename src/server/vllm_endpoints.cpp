@@ -11,10 +11,10 @@
 // weight version); a refused update changes nothing.
 #include <fmt/format.h>
 
+#include "parallel/rank_group.h"
 #include "server/api_types.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
-#include "parallel/rank_group.h"
 #include "server/request_fields.h"
 
 namespace refit {
@@ -29,44 +29,55 @@ void HttpServer::vllm_routes() {
 void HttpServer::vllm_token_routes() {
   httplib::Server& s = *http_;
   s.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
-                          "/tokenize");
-    const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) bad_request("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
-    std::vector<int32_t> ids;
-    if (body.contains("messages") && !body["messages"].is_null()) {
-      json chat = body;
-      chat.erase("add_special_tokens");
-      chat.erase("add_generation_prompt");
-      const GenerationParams p = parse_generation_request(chat, /*chat=*/true);
-      ids = tok->encode(chat_template_.render(p.messages), false, true);
-    } else {
-      if (!body.contains("prompt") || !body["prompt"].is_string()) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
-      bool special = true;
-      if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
-        if (!body["add_special_tokens"].is_boolean()) bad_request("add_special_tokens", "'add_special_tokens' must be true or false");
-        special = body["add_special_tokens"].get<bool>();
-      }
-      ids = tok->encode(body["prompt"].get<std::string>(), special, true);
-    }
-    send_json(res, 200, json{{"tokens", ids}, {"count", ids.size()}, {"max_model_len", scheduler_->max_context()}});
-  }));
+           const json body = object_body(req);
+           ignore_unknown_fields(
+               body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
+               "/tokenize");
+           const Tokenizer* tok = engine_.tokenizer();
+           if (!tok)
+             bad_request("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
+           std::vector<int32_t> ids;
+           if (body.contains("messages") && !body["messages"].is_null()) {
+             json chat = body;
+             chat.erase("add_special_tokens");
+             chat.erase("add_generation_prompt");
+             const GenerationParams p = parse_generation_request(chat, /*chat=*/true);
+             ids = tok->encode(chat_template_.render(p.messages), false, true);
+           } else {
+             if (!body.contains("prompt") || !body["prompt"].is_string())
+               bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+             bool special = true;
+             if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
+               if (!body["add_special_tokens"].is_boolean())
+                 bad_request("add_special_tokens", "'add_special_tokens' must be true or false");
+               special = body["add_special_tokens"].get<bool>();
+             }
+             ids = tok->encode(body["prompt"].get<std::string>(), special, true);
+           }
+           send_json(res, 200,
+                     json{{"tokens", ids},
+                          {"count", ids.size()},
+                          {"max_model_len", scheduler_->max_context()}});
+         }));
 
   s.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"model", "tokens"}, "/detokenize");
-    const Tokenizer* tok = engine_.tokenizer();
-    if (!tok) bad_request("tokens", fmt::format("{} carries no tokenizer", engine_.description()));
-    if (!body.contains("tokens") || !body["tokens"].is_array()) bad_request("tokens", "'tokens' must be a list of token ids");
-    std::vector<int32_t> ids;
-    for (const auto& v : body["tokens"]) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= engine_.config().vocab_size)
-        bad_request("tokens", fmt::format("token ids must be in 0..{}, got {}", engine_.config().vocab_size - 1, v.dump()));
-      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
-    }
-    send_json(res, 200, json{{"prompt", tok->decode(ids)}});
-  }));
+           const json body = object_body(req);
+           ignore_unknown_fields(body, {"model", "tokens"}, "/detokenize");
+           const Tokenizer* tok = engine_.tokenizer();
+           if (!tok)
+             bad_request("tokens", fmt::format("{} carries no tokenizer", engine_.description()));
+           if (!body.contains("tokens") || !body["tokens"].is_array())
+             bad_request("tokens", "'tokens' must be a list of token ids");
+           std::vector<int32_t> ids;
+           for (const auto& v : body["tokens"]) {
+             if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+                 v.get<int64_t>() >= engine_.config().vocab_size)
+               bad_request("tokens", fmt::format("token ids must be in 0..{}, got {}",
+                                                 engine_.config().vocab_size - 1, v.dump()));
+             ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+           }
+           send_json(res, 200, json{{"prompt", tok->decode(ids)}});
+         }));
 }
 
 void HttpServer::vllm_weight_routes() {
@@ -78,38 +89,43 @@ void HttpServer::vllm_weight_routes() {
       const std::vector<std::string> names = engine_.checkpoint_names_present(path);
       if (names.empty()) fail("{} holds none of this model's tensors", path);
       const double seconds = scheduler_->run_exclusive(PauseMode::drain, [&] {
-        if (ranks_) ranks_->update_from_disk(path, names);
-        else engine_.update_weights_from_disk(path, names);
+        if (ranks_)
+          ranks_->update_from_disk(path, names);
+        else
+          engine_.update_weights_from_disk(path, names);
       });
       send_json(res, 200,
-                json{{"message", fmt::format("weights updated from {} ({} tensors, {:.3f} s)", path, names.size(), seconds)},
+                json{{"message", fmt::format("weights updated from {} ({} tensors, {:.3f} s)", path,
+                                             names.size(), seconds)},
                      {"success", true},
                      {"weight_version", current_version_label()}});
     } catch (const HttpError&) {
       throw;
     } catch (const std::exception& e) {
       send_json(res, 400,
-                json{{"message", std::string("weight update refused, the weights are unchanged: ") + e.what()},
+                json{{"message",
+                      std::string("weight update refused, the weights are unchanged: ") + e.what()},
                      {"success", false},
                      {"weight_version", current_version_label()}});
     }
   };
   s.Post("/update_weights", guarded([load](const httplib::Request& req, httplib::Response& res) {
-    const json body = object_body(req);
-    ignore_unknown_fields(body, {"model_path", "weight_dir"}, "/update_weights");
-    std::string path;
-    for (const char* key : {"model_path", "weight_dir"})
-      if (body.contains(key) && !body[key].is_null()) {
-        if (!body[key].is_string() || body[key].get<std::string>().empty())
-          bad_request(key, fmt::format("'{}' must be a non-empty string", key));
-        path = body[key].get<std::string>();
-      }
-    if (path.empty()) bad_request("model_path", "'model_path' (or 'weight_dir') is required");
-    load(res, path);
-  }));
+           const json body = object_body(req);
+           ignore_unknown_fields(body, {"model_path", "weight_dir"}, "/update_weights");
+           std::string path;
+           for (const char* key : {"model_path", "weight_dir"})
+             if (body.contains(key) && !body[key].is_null()) {
+               if (!body[key].is_string() || body[key].get<std::string>().empty())
+                 bad_request(key, fmt::format("'{}' must be a non-empty string", key));
+               path = body[key].get<std::string>();
+             }
+           if (path.empty())
+             bad_request("model_path", "'model_path' (or 'weight_dir') is required");
+           load(res, path);
+         }));
   s.Post("/reload_weights", guarded([this, load](const httplib::Request&, httplib::Response& res) {
-    load(res, engine_.description());
-  }));
+           load(res, engine_.description());
+         }));
 }
 
 }  // namespace refit

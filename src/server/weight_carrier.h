@@ -51,7 +51,8 @@ TensorLoadFormat tensor_load_format(const std::string& name);
 
 // Every tensor of `serialized_named_tensors` (the whole JSON list). Throws HttpError 400
 // naming the entry and the tensor for anything malformed; nothing has been applied then.
-NamedTensors decode_serialized_named_tensors(const nlohmann::json& entries, TensorLoadFormat format);
+NamedTensors decode_serialized_named_tensors(const nlohmann::json& entries,
+                                             TensorLoadFormat format);
 
 // refit's own schema: one {name, dtype, shape, data} object; `where` names it in errors.
 Tensor decode_named_tensor(const nlohmann::json& t, const std::string& where);

@@ -8,11 +8,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "parallel/rank_group.h"
+#include "parallel/weight_sync.h"
 #include "server/api_types.h"
 #include "server/http_util.h"
-#include "parallel/rank_group.h"
 #include "server/request_fields.h"
-#include "parallel/weight_sync.h"
 
 namespace refit {
 
@@ -30,8 +30,8 @@ struct SyncState {
   WeightSyncGroups groups;
 };
 
-void reply(httplib::Response& res, RlContext& c, int status, bool success, const std::string& message,
-           json extra = json::object()) {
+void reply(httplib::Response& res, RlContext& c, int status, bool success,
+           const std::string& message, json extra = json::object()) {
   json j = std::move(extra);
   j["success"] = success;
   j["message"] = message;
@@ -44,26 +44,32 @@ HttpError bad(const std::string& field, const std::string& message) {
   return HttpError{400, message, "invalid_request_error", field, {}};
 }
 
-std::string string_field(const json& j, const char* name, const std::string& fallback, bool required = false) {
+std::string string_field(const json& j, const char* name, const std::string& fallback,
+                         bool required = false) {
   if (!j.contains(name) || j[name].is_null()) {
     if (required) throw bad(name, fmt::format("'{}' is required", name));
     return fallback;
   }
-  if (!j[name].is_string()) throw bad(name, fmt::format("'{}' must be a string, got {}", name, j[name].dump()));
+  if (!j[name].is_string())
+    throw bad(name, fmt::format("'{}' must be a string, got {}", name, j[name].dump()));
   return j[name].get<std::string>();
 }
 
 int64_t int_field(const json& j, const char* name, int64_t lo, int64_t hi) {
-  if (!j.contains(name) || j[name].is_null()) throw bad(name, fmt::format("'{}' is required", name));
-  if (!j[name].is_number_integer()) throw bad(name, fmt::format("'{}' must be an integer, got {}", name, j[name].dump()));
+  if (!j.contains(name) || j[name].is_null())
+    throw bad(name, fmt::format("'{}' is required", name));
+  if (!j[name].is_number_integer())
+    throw bad(name, fmt::format("'{}' must be an integer, got {}", name, j[name].dump()));
   const int64_t v = j[name].get<int64_t>();
-  if (v < lo || v > hi) throw bad(name, fmt::format("'{}' must be in {}..{}, got {}", name, lo, hi, v));
+  if (v < lo || v > hi)
+    throw bad(name, fmt::format("'{}' must be in {}..{}, got {}", name, lo, hi, v));
   return v;
 }
 
 bool bool_field(const json& j, const char* name, bool fallback) {
   if (!j.contains(name) || j[name].is_null()) return fallback;
-  if (!j[name].is_boolean()) throw bad(name, fmt::format("'{}' must be true or false, got {}", name, j[name].dump()));
+  if (!j[name].is_boolean())
+    throw bad(name, fmt::format("'{}' must be true or false, got {}", name, j[name].dump()));
   return j[name].get<bool>();
 }
 
@@ -87,13 +93,17 @@ TorchGroupOptions parse_init(const json& body) {
   if (body.contains("timeout") && !body["timeout"].is_null()) {
     if (!body["timeout"].is_number() || body["timeout"].get<double>() <= 0)
       throw bad("timeout", "'timeout' must be a positive number of seconds");
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(body["timeout"].get<double>() * 1000.0 + 0.5));
+    o.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(body["timeout"].get<double>() * 1000.0 + 0.5));
   }
   if (o.backend == "nccl")
     throw bad("backend",
-              "backend 'nccl' needs GPUs and NCCL; this refit runs on CPUs and joins 'gloo' groups: create the "
+              "backend 'nccl' needs GPUs and NCCL; this refit runs on CPUs and joins 'gloo' "
+              "groups: create the "
               "trainer's group with backend='gloo' and pass \"backend\": \"gloo\"");
-  if (o.backend != "gloo") throw bad("backend", fmt::format("unknown backend '{}' (this refit supports 'gloo')", o.backend));
+  if (o.backend != "gloo")
+    throw bad("backend",
+              fmt::format("unknown backend '{}' (this refit supports 'gloo')", o.backend));
   return o;
 }
 
@@ -103,9 +113,12 @@ DistributedUpdate parse_update(const json& body, int64_t max_bytes) {
   DistributedUpdate u;
   u.group_name = string_field(body, "group_name", kDefaultGroup);
   const std::string format = string_field(body, "load_format", "");
-  if (format == "flattened_bucket") u.flattened_bucket = true;
+  if (format == "flattened_bucket")
+    u.flattened_bucket = true;
   else if (!format.empty())
-    throw bad("load_format", fmt::format("load_format '{}' is not supported here (null or 'flattened_bucket')", format));
+    throw bad(
+        "load_format",
+        fmt::format("load_format '{}' is not supported here (null or 'flattened_bucket')", format));
   // SGLang before batched updates (and AReaL's callers of that era) sent one tensor per
   // request as {name, dtype, shape}: the same as lists of one.
   json lists = body;
@@ -115,34 +128,43 @@ DistributedUpdate parse_update(const json& body, int64_t max_bytes) {
     lists["shapes"] = json::array({body.value("shape", json())});
   }
   for (const char* f : {"names", "dtypes", "shapes"})
-    if (!lists.contains(f) || !lists[f].is_array()) throw bad(f, fmt::format("'{}' must be a list", f));
+    if (!lists.contains(f) || !lists[f].is_array())
+      throw bad(f, fmt::format("'{}' must be a list", f));
   const json &names = lists["names"], &dtypes = lists["dtypes"], &shapes = lists["shapes"];
   if (names.empty()) throw bad("names", "'names' must not be empty");
   if (dtypes.size() != names.size() || shapes.size() != names.size())
-    throw bad("names", fmt::format("names, dtypes and shapes must have one entry per tensor: {}, {} and {}",
-                                   names.size(), dtypes.size(), shapes.size()));
+    throw bad("names",
+              fmt::format("names, dtypes and shapes must have one entry per tensor: {}, {} and {}",
+                          names.size(), dtypes.size(), shapes.size()));
   int64_t total = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     if (!names[i].is_string()) throw bad("names", fmt::format("names[{}] must be a string", i));
     if (!dtypes[i].is_string()) throw bad("dtypes", fmt::format("dtypes[{}] must be a string", i));
     const std::string dtype = dtypes[i].get<std::string>();
     const std::optional<DType> dt = dtype_from_torch_name(dtype);
-    if (!dt) throw bad("dtypes", fmt::format("dtypes[{}]: unknown dtype '{}' for '{}'", i, dtype, names[i].get<std::string>()));
+    if (!dt)
+      throw bad("dtypes", fmt::format("dtypes[{}]: unknown dtype '{}' for '{}'", i, dtype,
+                                      names[i].get<std::string>()));
     if (!shapes[i].is_array() || shapes[i].size() > 16)
       throw bad("shapes", fmt::format("shapes[{}] must be a list of at most 16 sizes", i));
     Shape shape;
     int64_t numel = 1;
     for (const json& d : shapes[i]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        throw bad("shapes", fmt::format("shapes[{}] must hold non-negative integers, got {}", i, shapes[i].dump()));
+        throw bad("shapes", fmt::format("shapes[{}] must hold non-negative integers, got {}", i,
+                                        shapes[i].dump()));
       const int64_t n = d.get<int64_t>();
-      if (n > 0 && numel > max_bytes / n) throw bad("shapes", fmt::format("shapes[{}] {} is too large", i, shapes[i].dump()));
+      if (n > 0 && numel > max_bytes / n)
+        throw bad("shapes", fmt::format("shapes[{}] {} is too large", i, shapes[i].dump()));
       numel *= n;
       shape.push_back(n);
     }
     total += static_cast<int64_t>(dtype_nbytes(*dt, numel));
     if (total > max_bytes)
-      throw bad("shapes", fmt::format("the request announces more than {} bytes, beyond any update of this model", max_bytes));
+      throw bad(
+          "shapes",
+          fmt::format("the request announces more than {} bytes, beyond any update of this model",
+                      max_bytes));
     u.names.push_back(names[i].get<std::string>());
     u.dtypes.push_back(*dt);
     u.shapes.push_back(std::move(shape));
@@ -162,15 +184,17 @@ int64_t max_update_bytes(const Engine& engine) {
 }
 
 // The update's commit between steps; the label and reply as run_update in rl_endpoints.
-void commit_between_steps(RlContext& c, httplib::Response& res, const json& body, const DistributedUpdate& u,
-                          double receive_seconds, const std::function<void()>& commit) {
+void commit_between_steps(RlContext& c, httplib::Response& res, const json& body,
+                          const DistributedUpdate& u, double receive_seconds,
+                          const std::function<void()>& commit) {
   const bool abort_all = bool_field(body, "abort_all_requests", false);
   const std::string label = version_label(body);
   // flush_cache (SGLang's default true): a committed update always drops every cached
   // block, since each was computed with the old weights; false cannot keep them.
   bool_field(body, "flush_cache", true);
   const uint64_t dropped_before = c.scheduler.stats().prefix_blocks_dropped;
-  const double seconds = c.scheduler.run_exclusive(abort_all ? PauseMode::abort : PauseMode::drain, commit);
+  const double seconds =
+      c.scheduler.run_exclusive(abort_all ? PauseMode::abort : PauseMode::drain, commit);
   const uint64_t v = c.engine.weight_version();
   if (!label.empty()) {
     std::lock_guard lock(c.labels_mutex);
@@ -178,22 +202,29 @@ void commit_between_steps(RlContext& c, httplib::Response& res, const json& body
   }
   const uint64_t dropped = c.scheduler.stats().prefix_blocks_dropped - dropped_before;
   reply(res, c, 200, true,
-        fmt::format("Succeeded to update parameter online: {} tensors from group '{}' received in {:.3f} s{}, "
+        fmt::format("Succeeded to update parameter online: {} tensors from group '{}' received in "
+                    "{:.3f} s{}, "
                     "committed in {:.3f} s; {} cached KV blocks dropped",
-                    u.names.size(), u.group_name, receive_seconds, u.flattened_bucket ? " (one flattened bucket)" : "",
-                    seconds, dropped),
+                    u.names.size(), u.group_name, receive_seconds,
+                    u.flattened_bucket ? " (one flattened bucket)" : "", seconds, dropped),
         json{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}});
 }
 
 void init_group(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
   const json body = object_body(req);
-  ignore_unknown_fields(body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend", "timeout"},
+  ignore_unknown_fields(body,
+                        {"master_address", "master_port", "rank_offset", "world_size", "group_name",
+                         "backend", "timeout"},
                         "/init_weights_update_group");
   TorchGroupOptions o = parse_init(body);
   const int tp = c.engine.world_size();
   if (o.rank < 1 || o.rank + tp > o.world_size)
-    throw bad("rank_offset", fmt::format("rank_offset {} with this engine's {} rank(s) does not fit a group of world_size {} "
-                                         "(rank 0 is the trainer's)", o.rank, tp, o.world_size));
+    throw bad(
+        "rank_offset",
+        fmt::format(
+            "rank_offset {} with this engine's {} rank(s) does not fit a group of world_size {} "
+            "(rank 0 is the trainer's)",
+            o.rank, tp, o.world_size));
   std::lock_guard lock(st.mutex);
   std::string description;
   try {
@@ -203,12 +234,13 @@ void init_group(RlContext& c, SyncState& st, const httplib::Request& req, httpli
       description = st.groups.init(o);
     }
   } catch (const std::exception& e) {
-    reply(res, c, 400, false, std::string("Failed to initialize custom process group: ") + e.what());
+    reply(res, c, 400, false,
+          std::string("Failed to initialize custom process group: ") + e.what());
     return;
   }
   reply(res, c, 200, true,
-        fmt::format("Succeeded to initialize custom process group: {} (ranks {}..{})", description, o.rank,
-                    o.rank + tp - 1));
+        fmt::format("Succeeded to initialize custom process group: {} (ranks {}..{})", description,
+                    o.rank, o.rank + tp - 1));
 }
 
 // Nothing of a refused request can be received, so the trainer (which broadcasts what it
@@ -217,8 +249,10 @@ void init_group(RlContext& c, SyncState& st, const httplib::Request& req, httpli
 bool leave_out_of_step_group(RlContext& c, SyncState& st, const std::string& group) {
   bool left = false;
   try {
-    if (c.ranks) c.ranks->sync_destroy(group), left = true;
-    else if (st.groups.has(group)) st.groups.destroy(group), left = true;
+    if (c.ranks)
+      c.ranks->sync_destroy(group), left = true;
+    else if (st.groups.has(group))
+      st.groups.destroy(group), left = true;
   } catch (const std::exception&) {
   }
   return left;
@@ -226,7 +260,8 @@ bool leave_out_of_step_group(RlContext& c, SyncState& st, const std::string& gro
 
 // Receives the announced tensors and stages them: on every rank under --tp (nullptr is
 // returned then), else into a WeightUpdate of this engine (aborted when staging throws).
-std::unique_ptr<WeightUpdate> receive_update(RlContext& c, SyncState& st, const DistributedUpdate& u,
+std::unique_ptr<WeightUpdate> receive_update(RlContext& c, SyncState& st,
+                                             const DistributedUpdate& u,
                                              std::vector<std::pair<std::string, Tensor>>& tensors) {
   if (c.ranks) {
     c.ranks->sync_receive(u);  // every rank receives, stages and agrees
@@ -243,10 +278,12 @@ std::unique_ptr<WeightUpdate> receive_update(RlContext& c, SyncState& st, const 
   return update;
 }
 
-void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
+void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request& req,
+                             httplib::Response& res) {
   const json body = object_body(req);
-  ignore_unknown_fields(body, {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name", "flush_cache",
-                               "abort_all_requests", "weight_version", "load_format"},
+  ignore_unknown_fields(body,
+                        {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name",
+                         "flush_cache", "abort_all_requests", "weight_version", "load_format"},
                         "/update_weights_from_distributed");
   std::lock_guard lock(st.mutex);
   const std::string group = string_field(body, "group_name", kDefaultGroup);
@@ -260,8 +297,10 @@ void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request
     const bool left = leave_out_of_step_group(c, st, group);
     reply(res, c, e.status, false,
           "weight update refused, the weights are unchanged: " + e.message +
-              (left ? fmt::format("; the engine left group '{}' since it could not receive this request's "
-                                  "broadcasts: init a new group", group)
+              (left ? fmt::format(
+                          "; the engine left group '{}' since it could not receive this request's "
+                          "broadcasts: init a new group",
+                          group)
                     : ""));
     return;
   }
@@ -271,14 +310,18 @@ void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request
   try {
     update = receive_update(c, st, u, tensors);
   } catch (const std::exception& e) {
-    reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
+    reply(res, c, 400, false,
+          std::string("weight update refused, the weights are unchanged: ") + e.what());
     return;
   }
-  const double received = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double received =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   try {
     commit_between_steps(c, res, body, u, received, [&] {
-      if (c.ranks) c.ranks->sync_commit();
-      else c.engine.commit(*update);
+      if (c.ranks)
+        c.ranks->sync_commit();
+      else
+        c.engine.commit(*update);
     });
   } catch (const std::exception& e) {
     if (c.ranks) {
@@ -289,18 +332,22 @@ void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request
     } else if (update && !update->finished()) {
       update->abort();
     }
-    reply(res, c, 400, false, std::string("weight update refused, the weights are unchanged: ") + e.what());
+    reply(res, c, 400, false,
+          std::string("weight update refused, the weights are unchanged: ") + e.what());
   }
 }
 
-void destroy_group(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
+void destroy_group(RlContext& c, SyncState& st, const httplib::Request& req,
+                   httplib::Response& res) {
   const json body = object_body(req);
   ignore_unknown_fields(body, {"group_name"}, "/destroy_weights_update_group");
   const std::string group = string_field(body, "group_name", kDefaultGroup);
   std::lock_guard lock(st.mutex);
   try {
-    if (c.ranks) c.ranks->sync_destroy(group);
-    else st.groups.destroy(group);
+    if (c.ranks)
+      c.ranks->sync_destroy(group);
+    else
+      st.groups.destroy(group);
   } catch (const std::exception& e) {
     reply(res, c, 400, false, std::string("Failed to destroy custom process group: ") + e.what());
     return;

@@ -2,10 +2,12 @@
 //
 //   POST /init_weights_update_group      {master_address, master_port, rank_offset, world_size,
 //                                         group_name = "weight_update_group", backend = "nccl",
-//                                         timeout? (seconds; refit's extra, default 1800 as torch's)}
+//                                         timeout? (seconds; refit's extra, default 1800 as
+//                                         torch's)}
 //   POST /update_weights_from_distributed {names, dtypes, shapes, group_name, flush_cache = true,
-//                                         abort_all_requests = false, weight_version?, load_format?}
-//                                         (or SGLang's older one-tensor form {name, dtype, shape, ...})
+//                                         abort_all_requests = false, weight_version?,
+//                                         load_format?} (or SGLang's older one-tensor form {name,
+//                                         dtype, shape, ...})
 //   POST /destroy_weights_update_group    {group_name}
 //
 // Each answers SGLang's {"success", "message"} (200, or 400 on failure) plus refit's

@@ -11,22 +11,26 @@ namespace refit {
 using nlohmann::json;
 
 const std::initializer_list<const char*> kDiskUpdateFields = {
-    "model_path", "load_format", "abort_all_requests", "weight_version", "is_async", "torch_empty_cache",
-    "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache", "manifest", "rid", "http_worker_ipc"};
+    "model_path",        "load_format", "abort_all_requests",   "weight_version", "is_async",
+    "torch_empty_cache", "keep_pause",  "recapture_cuda_graph", "token_step",     "flush_cache",
+    "manifest",          "rid",         "http_worker_ipc"};
 const std::initializer_list<const char*> kTensorUpdateFields = {
-    "serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version",
-    "disable_draft_model", "torch_empty_cache", "rid", "http_worker_ipc",
-    "named_tensors"};  // refit's own schema, kept
-const std::initializer_list<const char*> kVersionUpdateFields = {"new_version", "abort_all_requests", "rid",
-                                                                 "http_worker_ipc"};
+    "serialized_named_tensors", "load_format",         "flush_cache",       "abort_all_requests",
+    "weight_version",           "disable_draft_model", "torch_empty_cache", "rid",
+    "http_worker_ipc",          "named_tensors"};  // refit's own schema, kept
+const std::initializer_list<const char*> kVersionUpdateFields = {
+    "new_version", "abort_all_requests", "rid", "http_worker_ipc"};
 
 namespace {
 
 [[noreturn]] void wrong(const std::string& field, const std::string& want, const json& got) {
   std::string shown = got.dump();
   if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
-  throw HttpError{400, fmt::format("field '{}' must be {}, not {}", field, want, shown), "invalid_request_error",
-                  field, {}};
+  throw HttpError{400,
+                  fmt::format("field '{}' must be {}, not {}", field, want, shown),
+                  "invalid_request_error",
+                  field,
+                  {}};
 }
 
 bool present(const json& body, const char* f) { return body.contains(f) && !body[f].is_null(); }
@@ -65,8 +69,13 @@ void check_base_req(const json& body) {
 
 DiskUpdateRequest parse_disk_update(const json& body) {
   DiskUpdateRequest r;
-  if (!body.contains("model_path") || !body["model_path"].is_string() || body["model_path"].get<std::string>().empty())
-    throw HttpError{400, "'model_path' (a non-empty string) is required", "invalid_request_error", "model_path", {}};
+  if (!body.contains("model_path") || !body["model_path"].is_string() ||
+      body["model_path"].get<std::string>().empty())
+    throw HttpError{400,
+                    "'model_path' (a non-empty string) is required",
+                    "invalid_request_error",
+                    "model_path",
+                    {}};
   r.model_path = body["model_path"].get<std::string>();
   read_string(body, "load_format", r.load_format);
   if (r.load_format == "auto") r.load_format.clear();
@@ -77,7 +86,8 @@ DiskUpdateRequest parse_disk_update(const json& body) {
   read_bool(body, "keep_pause", r.keep_pause);
   read_bool(body, "recapture_cuda_graph", r.recapture_cuda_graph);
   if (present(body, "token_step")) {
-    if (!body["token_step"].is_number_integer()) wrong("token_step", "an integer", body["token_step"]);
+    if (!body["token_step"].is_number_integer())
+      wrong("token_step", "an integer", body["token_step"]);
     r.token_step = body["token_step"].get<int64_t>();
   }
   read_bool(body, "flush_cache", r.flush_cache);
@@ -101,7 +111,8 @@ TensorUpdateRequest parse_tensor_update(const json& body) {
 VersionUpdateRequest parse_version_update(const json& body) {
   VersionUpdateRequest r;
   if (!body.contains("new_version") || !body["new_version"].is_string())
-    throw HttpError{400, "'new_version' (a string) is required", "invalid_request_error", "new_version", {}};
+    throw HttpError{
+        400, "'new_version' (a string) is required", "invalid_request_error", "new_version", {}};
   r.new_version = body["new_version"].get<std::string>();
   read_bool(body, "abort_all_requests", r.abort_all_requests);
   check_base_req(body);
@@ -115,17 +126,24 @@ void check_disk_load_format(const std::string& load_format, const std::string& c
     // fastsafetensors is SGLang's GPU-direct reader of the same files; on a CPU the
     // mapping is already direct.
     if (!safetensors)
-      throw HttpError{400,
-                      fmt::format("load_format '{}' asks for safetensors, but model_path is a {} checkpoint",
-                                  load_format, checkpoint_format),
-                      "invalid_request_error", "load_format", {}};
+      throw HttpError{
+          400,
+          fmt::format("load_format '{}' asks for safetensors, but model_path is a {} checkpoint",
+                      load_format, checkpoint_format),
+          "invalid_request_error",
+          "load_format",
+          {}};
     return;
   }
   if (load_format == "gguf") {
     if (checkpoint_format != "gguf")
-      throw HttpError{400, fmt::format("load_format 'gguf' asks for a GGUF file, but model_path is a {} checkpoint",
-                                       checkpoint_format),
-                      "invalid_request_error", "load_format", {}};
+      throw HttpError{
+          400,
+          fmt::format("load_format 'gguf' asks for a GGUF file, but model_path is a {} checkpoint",
+                      checkpoint_format),
+          "invalid_request_error",
+          "load_format",
+          {}};
     return;
   }
   // SGLang's other loaders (configs/load_config.py LoadFormat), each refused by name.
@@ -145,12 +163,17 @@ void check_disk_load_format(const std::string& load_format, const std::string& c
       {"extensible", "a plugin loader"},
   };
   auto it = refused.find(load_format);
-  const std::string what = it != refused.end() ? fmt::format("SGLang's loader for {}", it->second) : "not a load format SGLang knows";
-  throw HttpError{400,
-                  fmt::format("load_format '{}' ({}) is not supported: refit reads checkpoints with load_format "
-                              "null, 'auto', 'safetensors', 'fastsafetensors' or 'gguf'",
-                              load_format, what),
-                  "invalid_request_error", "load_format", {}};
+  const std::string what = it != refused.end() ? fmt::format("SGLang's loader for {}", it->second)
+                                               : "not a load format SGLang knows";
+  throw HttpError{
+      400,
+      fmt::format(
+          "load_format '{}' ({}) is not supported: refit reads checkpoints with load_format "
+          "null, 'auto', 'safetensors', 'fastsafetensors' or 'gguf'",
+          load_format, what),
+      "invalid_request_error",
+      "load_format",
+      {}};
 }
 
 }  // namespace refit

@@ -6,14 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "formats/file_sink.h"
 #include "core/thread_pool.h"
+#include "formats/file_sink.h"
 #include "formats/gguf_quantize.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
+#include "models/tensor_table.h"
 #include "synthetic/synthetic_model.h"
 #include "synthetic/synthetic_vocab.h"
-#include "models/tensor_table.h"
 
 namespace refit {
 
@@ -21,12 +21,14 @@ namespace {
 
 void check_dtype(DType d) {
   if (d != DType::f32 && d != DType::f16 && d != DType::bf16)
-    fail("synthetic checkpoint: weight dtype {} is not supported (f32, f16 or bf16)", dtype_name(d));
+    fail("synthetic checkpoint: weight dtype {} is not supported (f32, f16 or bf16)",
+         dtype_name(d));
 }
 
 std::string default_name(const ModelConfig& c, const SyntheticCheckpointOptions& o) {
-  return o.name.empty() ? fmt::format("synthetic-{}-{}d-s{}", architecture_name(c.arch), c.dim, o.seed)
-                        : o.name;
+  return o.name.empty()
+             ? fmt::format("synthetic-{}-{}d-s{}", architecture_name(c.arch), c.dim, o.seed)
+             : o.name;
 }
 
 // A float as JSON with its shortest decimal form (1e-05, not 9.999999747378752e-06).
@@ -47,10 +49,14 @@ const char* torch_dtype_name(DType d) {
 uint32_t gguf_file_type(DType weight_dtype, bool q8_0) {
   if (q8_0) return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
   switch (weight_dtype) {
-    case DType::f32: return 0;   // LLAMA_FTYPE_ALL_F32
-    case DType::f16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
-    case DType::bf16: return 32; // LLAMA_FTYPE_MOSTLY_BF16
-    default: fail("GGUF file type: no llama_ftype for {} weights", dtype_name(weight_dtype));
+    case DType::f32:
+      return 0;  // LLAMA_FTYPE_ALL_F32
+    case DType::f16:
+      return 1;  // LLAMA_FTYPE_MOSTLY_F16
+    case DType::bf16:
+      return 32;  // LLAMA_FTYPE_MOSTLY_BF16
+    default:
+      fail("GGUF file type: no llama_ftype for {} weights", dtype_name(weight_dtype));
   }
 }
 
@@ -59,10 +65,17 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
   const char* architecture = "LlamaForCausalLM";
   const char* model_type = "llama";
   switch (c.arch) {
-    case Architecture::llama: break;
-    case Architecture::mistral: architecture = "MistralForCausalLM", model_type = "mistral"; break;
-    case Architecture::qwen2: architecture = "Qwen2ForCausalLM", model_type = "qwen2"; break;
-    case Architecture::qwen3: architecture = "Qwen3ForCausalLM", model_type = "qwen3"; break;
+    case Architecture::llama:
+      break;
+    case Architecture::mistral:
+      architecture = "MistralForCausalLM", model_type = "mistral";
+      break;
+    case Architecture::qwen2:
+      architecture = "Qwen2ForCausalLM", model_type = "qwen2";
+      break;
+    case Architecture::qwen3:
+      architecture = "Qwen3ForCausalLM", model_type = "qwen3";
+      break;
   }
   j["architectures"] = {architecture};
   j["model_type"] = model_type;
@@ -103,7 +116,8 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       j["max_window_layers"] = c.n_layers;
       break;
     default:
-      fail("synthetic checkpoints of architecture {} are not written yet", architecture_name(c.arch));
+      fail("synthetic checkpoints of architecture {} are not written yet",
+           architecture_name(c.arch));
   }
   return j;
 }
@@ -126,8 +140,10 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
   const std::filesystem::path root(dir);
 
   const SyntheticVocab vocab = synthetic_vocab(config.vocab_size);
-  write_text_file((root / "config.json").string(), hf_config_json(config, o.weight_dtype).dump(2) + "\n");
-  write_text_file((root / "generation_config.json").string(), hf_generation_config_json(config).dump(2) + "\n");
+  write_text_file((root / "config.json").string(),
+                  hf_config_json(config, o.weight_dtype).dump(2) + "\n");
+  write_text_file((root / "generation_config.json").string(),
+                  hf_generation_config_json(config).dump(2) + "\n");
   write_text_file((root / "tokenizer.json").string(), hf_tokenizer_json(vocab).dump(2) + "\n");
   write_text_file((root / "tokenizer_config.json").string(),
                   hf_tokenizer_config_json(vocab, config.max_seq_len).dump(2) + "\n");
@@ -153,7 +169,8 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
                          : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n_shards);
   };
   // A stale single file or index from an earlier run would shadow the new layout.
-  std::filesystem::remove(root / (n_shards == 1 ? "model.safetensors.index.json" : "model.safetensors"), ec);
+  std::filesystem::remove(
+      root / (n_shards == 1 ? "model.safetensors.index.json" : "model.safetensors"), ec);
 
   const std::string name = default_name(config, o);
   size_t written = 0;
@@ -175,7 +192,8 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
     writer.finish();
   }
   if (n_shards > 1) {
-    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
+                            {"weight_map", weight_map}};
     write_text_file((root / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   }
 }
@@ -215,8 +233,9 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
     return o.gguf_q8_0 && (spec.role == TensorRole::matmul || spec.role == TensorRole::embedding);
   };
   for (const TensorSpec& spec : specs) {
-    std::optional<GgmlType> type = quantized(spec) ? GgmlType::q8_0
-                                                   : ggml_type_of(synthetic_storage_dtype(spec, weight_dtype));
+    std::optional<GgmlType> type = quantized(spec)
+                                       ? GgmlType::q8_0
+                                       : ggml_type_of(synthetic_storage_dtype(spec, weight_dtype));
     REFIT_ASSERT(type.has_value());
     w.add_tensor(spec.gguf_name, *type, spec.shape);
   }
@@ -226,14 +245,18 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   std::vector<BlockQ8_0> blocks;
   for (const TensorSpec& spec : specs) {
     Tensor t = synthetic_tensor(c, spec, weight_dtype, o.seed);
-    if (spec.gguf_rope_permute_heads > 0) t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
+    if (spec.gguf_rope_permute_heads > 0)
+      t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
     if (quantized(spec)) {
       const int64_t n = t.numel();
       blocks.resize(static_cast<size_t>(n / kQK8_0));
       const float* x = t.data<float>();
-      parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t b0, int64_t b1, int) {
-        quantize_row_q8_0(x + b0 * kQK8_0, blocks.data() + b0, (b1 - b0) * kQK8_0);
-      }, 1024);
+      parallel_for(
+          static_cast<int64_t>(blocks.size()),
+          [&](int64_t b0, int64_t b1, int) {
+            quantize_row_q8_0(x + b0 * kQK8_0, blocks.data() + b0, (b1 - b0) * kQK8_0);
+          },
+          1024);
       w.write_tensor(spec.gguf_name, blocks.data(), blocks.size() * sizeof(BlockQ8_0));
       bytes_written += blocks.size() * sizeof(BlockQ8_0);
     } else {

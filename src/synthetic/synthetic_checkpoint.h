@@ -11,9 +11,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "core/dtype.h"
 #include "models/model_config.h"

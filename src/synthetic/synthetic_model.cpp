@@ -92,7 +92,9 @@ constexpr double kUnitScale = 1.7320508075688772 / 65536.0 / 2.0;
 // The value is computed as float(mean) + float(c * k) with c*k rounded first, so the result
 // is bit-identical whether or not the compiler may fuse a multiply-add.
 inline float value_of(uint64_t key, int64_t index, float c, float mean) {
-  const float scaled = c * static_cast<float>(centred_sum(splitmix64(key + static_cast<uint64_t>(index) * 0xD1B54A32D192ED03ull)));
+  const float scaled =
+      c * static_cast<float>(
+              centred_sum(splitmix64(key + static_cast<uint64_t>(index) * 0xD1B54A32D192ED03ull)));
   if (mean == 0.0f) return scaled;
   volatile float keep = scaled;  // no fma contraction with the addition below
   return mean + keep;
@@ -101,11 +103,13 @@ inline float value_of(uint64_t key, int64_t index, float c, float mean) {
 #if defined(__x86_64__)
 // F16C rounds to nearest even like f32_to_f16() (a unit test checks they agree bit for bit)
 // and is ~30x faster: it is what keeps the 1.1B-parameter f16 preset a matter of seconds.
-__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out, int64_t n) {
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16_t* out,
+                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 v = _mm256_loadu_ps(in + i);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
@@ -152,17 +156,20 @@ SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) 
       if (name == "model.norm.weight") mean *= 4.0f, std *= 4.0f;  // the oracle's output_norm × 4
       return {mean, std};
     }
-    case TensorRole::bias: return {0.0f, 0.30f};
-    case TensorRole::embedding: return {0.0f, 0.18f * rescale};
-    case TensorRole::matmul: break;
+    case TensorRole::bias:
+      return {0.0f, 0.30f};
+    case TensorRole::embedding:
+      return {0.0f, 0.18f * rescale};
+    case TensorRole::matmul:
+      break;
   }
   struct Scale {
     std::string_view suffix;
     float std;
   };
   static constexpr Scale kScales[] = {
-      {"q_proj.weight", 0.10f},  {"k_proj.weight", 0.10f},  {"v_proj.weight", 0.08f},
-      {"o_proj.weight", 0.20f},  {"gate_proj.weight", 0.08f}, {"up_proj.weight", 0.08f},
+      {"q_proj.weight", 0.10f},    {"k_proj.weight", 0.10f},    {"v_proj.weight", 0.08f},
+      {"o_proj.weight", 0.20f},    {"gate_proj.weight", 0.08f}, {"up_proj.weight", 0.08f},
       {"down_proj.weight", 0.15f}, {"lm_head.weight", 0.18f},
   };
   for (const Scale& s : kScales)
@@ -203,7 +210,8 @@ void synthetic_fill(uint64_t key, SyntheticInit init, int64_t begin, int64_t cou
 }
 
 DType synthetic_storage_dtype(const TensorSpec& spec, DType weight_dtype) {
-  return (spec.role == TensorRole::norm || spec.role == TensorRole::bias) ? DType::f32 : weight_dtype;
+  return (spec.role == TensorRole::norm || spec.role == TensorRole::bias) ? DType::f32
+                                                                          : weight_dtype;
 }
 
 Tensor synthetic_tensor(const ModelConfig& config, const TensorSpec& spec, DType weight_dtype,

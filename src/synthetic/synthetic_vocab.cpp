@@ -22,46 +22,56 @@ constexpr std::string_view kBoundary = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGH
 // subwords. Each becomes "▁word" (and capitalised sentence starts for a few); suffixes are
 // also added without the marker so that inflected words split naturally.
 constexpr std::string_view kWords[] = {
-    "the", "and", "to", "a", "was", "he", "she", "it", "of", "in", "they", "his", "her", "that",
-    "with", "you", "said", "for", "on", "is", "but", "had", "one", "day", "so", "were", "we",
-    "play", "very", "big", "time", "once", "upon", "there", "little", "girl", "boy", "named",
-    "lily", "tim", "ben", "mom", "dad", "saw", "went", "what", "not", "at", "be", "all", "as",
-    "have", "this", "are", "from", "by", "or", "an", "can", "will", "do", "my", "me", "him",
-    "them", "their", "about", "up", "out", "if", "then", "when", "into", "no", "yes", "happy",
-    "sad", "friend", "friends", "want", "wanted", "like", "liked", "love", "loved", "go", "see",
-    "look", "looked", "help", "helped", "came", "come", "get", "got", "made", "make", "new",
-    "old", "good", "bad", "sun", "sky", "tree", "park", "ball", "dog", "cat", "bird", "fish",
-    "house", "home", "toy", "toys", "car", "red", "blue", "green", "small", "fun", "run", "ran",
-    "jump", "find", "found", "felt", "feel", "could", "would", "should", "because", "after",
-    "before", "again", "every", "some", "other", "many", "more", "most", "too", "also", "how",
-    "why", "who", "where", "here", "now", "just", "know", "knew", "think", "thought", "say",
-    "tell", "told", "ask", "asked", "give", "gave", "take", "took", "put", "let", "lets", "way",
-    "back", "down", "over", "under", "away", "around", "through", "each", "than", "only",
-    "first", "last", "long", "great", "world", "people", "water", "food", "eat", "ate",
-    "school", "work", "year", "years", "hand", "hands", "eyes", "head", "door", "room", "car",
-    "night", "morning", "light", "dark", "hello", "thank", "thanks", "please", "sorry", "best",
-    "quick", "brown", "fox", "lazy", "over", "number", "one", "two", "three", "four", "five",
-    "which", "there", "these", "those", "been", "has", "did", "does", "into", "your", "our",
-    "us", "its", "any", "may", "might", "must", "own", "same", "such", "much", "even", "well",
-    "still", "never", "always", "something", "nothing", "everything", "someone", "started",
-    "start", "stop", "stopped", "turn", "turned", "walk", "walked", "smile", "smiled", "laugh",
-    "laughed", "cried", "cry", "scared", "brave", "kind", "nice", "pretty", "beautiful",
-    "strong", "fast", "slow", "hot", "cold", "tired", "hungry", "special", "together", "family",
+    "the",     "and",    "to",      "a",         "was",       "he",      "she",        "it",
+    "of",      "in",     "they",    "his",       "her",       "that",    "with",       "you",
+    "said",    "for",    "on",      "is",        "but",       "had",     "one",        "day",
+    "so",      "were",   "we",      "play",      "very",      "big",     "time",       "once",
+    "upon",    "there",  "little",  "girl",      "boy",       "named",   "lily",       "tim",
+    "ben",     "mom",    "dad",     "saw",       "went",      "what",    "not",        "at",
+    "be",      "all",    "as",      "have",      "this",      "are",     "from",       "by",
+    "or",      "an",     "can",     "will",      "do",        "my",      "me",         "him",
+    "them",    "their",  "about",   "up",        "out",       "if",      "then",       "when",
+    "into",    "no",     "yes",     "happy",     "sad",       "friend",  "friends",    "want",
+    "wanted",  "like",   "liked",   "love",      "loved",     "go",      "see",        "look",
+    "looked",  "help",   "helped",  "came",      "come",      "get",     "got",        "made",
+    "make",    "new",    "old",     "good",      "bad",       "sun",     "sky",        "tree",
+    "park",    "ball",   "dog",     "cat",       "bird",      "fish",    "house",      "home",
+    "toy",     "toys",   "car",     "red",       "blue",      "green",   "small",      "fun",
+    "run",     "ran",    "jump",    "find",      "found",     "felt",    "feel",       "could",
+    "would",   "should", "because", "after",     "before",    "again",   "every",      "some",
+    "other",   "many",   "more",    "most",      "too",       "also",    "how",        "why",
+    "who",     "where",  "here",    "now",       "just",      "know",    "knew",       "think",
+    "thought", "say",    "tell",    "told",      "ask",       "asked",   "give",       "gave",
+    "take",    "took",   "put",     "let",       "lets",      "way",     "back",       "down",
+    "over",    "under",  "away",    "around",    "through",   "each",    "than",       "only",
+    "first",   "last",   "long",    "great",     "world",     "people",  "water",      "food",
+    "eat",     "ate",    "school",  "work",      "year",      "years",   "hand",       "hands",
+    "eyes",    "head",   "door",    "room",      "car",       "night",   "morning",    "light",
+    "dark",    "hello",  "thank",   "thanks",    "please",    "sorry",   "best",       "quick",
+    "brown",   "fox",    "lazy",    "over",      "number",    "one",     "two",        "three",
+    "four",    "five",   "which",   "there",     "these",     "those",   "been",       "has",
+    "did",     "does",   "into",    "your",      "our",       "us",      "its",        "any",
+    "may",     "might",  "must",    "own",       "same",      "such",    "much",       "even",
+    "well",    "still",  "never",   "always",    "something", "nothing", "everything", "someone",
+    "started", "start",  "stop",    "stopped",   "turn",      "turned",  "walk",       "walked",
+    "smile",   "smiled", "laugh",   "laughed",   "cried",     "cry",     "scared",     "brave",
+    "kind",    "nice",   "pretty",  "beautiful", "strong",    "fast",    "slow",       "hot",
+    "cold",    "tired",  "hungry",  "special",   "together",  "family",
 };
 constexpr std::string_view kCapitalised[] = {
-    "The", "Once", "One", "He", "She", "It", "They", "I", "We", "You", "Lily", "Tim", "Ben",
-    "Mom", "Dad", "Then", "But", "When", "After", "Every", "This", "There", "What", "Hello",
-    "Thank", "Yes", "No", "In", "A", "His", "Her", "So", "As",
+    "The",  "Once",  "One",   "He",  "She",  "It",  "They", "I",     "We",    "You",  "Lily",
+    "Tim",  "Ben",   "Mom",   "Dad", "Then", "But", "When", "After", "Every", "This", "There",
+    "What", "Hello", "Thank", "Yes", "No",   "In",  "A",    "His",   "Her",   "So",   "As",
 };
 constexpr std::string_view kSuffixes[] = {
-    "s", "ed", "ing", "er", "ly", "es", "est", "ful", "ness", "tion", "ment", "able", "ers",
-    "y", "ies", "en", "le", "al", "ous", "ive", "ity", "ic", "ish", "less",
+    "s",   "ed", "ing", "er", "ly", "es", "est", "ful", "ness", "tion", "ment", "able",
+    "ers", "y",  "ies", "en", "le", "al", "ous", "ive", "ity",  "ic",   "ish",  "less",
 };
 
 // Relative letter frequencies of English (per mille), for ordering generated n-grams.
 constexpr std::array<double, 26> kLetterFreq = {
-    81.7, 14.9, 27.8, 42.5, 127.0, 22.3, 20.2, 60.9, 69.7, 1.5, 7.7, 40.3, 24.1,
-    67.5, 75.1, 19.3, 0.95, 59.9, 63.3, 90.6, 27.6, 9.8, 23.6, 1.5, 19.7, 0.74,
+    81.7, 14.9, 27.8, 42.5, 127.0, 22.3, 20.2, 60.9, 69.7, 1.5,  7.7, 40.3, 24.1,
+    67.5, 75.1, 19.3, 0.95, 59.9,  63.3, 90.6, 27.6, 9.8,  23.6, 1.5, 19.7, 0.74,
 };
 constexpr double kBoundaryFreq = 150.0;  // how often a word starts, on the same scale
 
@@ -124,7 +134,8 @@ std::vector<std::string> ngram_candidates() {
       for (int c = 0; c < 26; ++c) {
         double wabc = wab * kLetterFreq[c] / total;
         cands.push_back({wabc, ab + char('a' + c)});
-        cands.push_back({wabc * kBoundaryFreq / total, std::string(kBoundary) + ab + char('a' + c)});
+        cands.push_back(
+            {wabc * kBoundaryFreq / total, std::string(kBoundary) + ab + char('a' + c)});
       }
     }
   }
@@ -142,9 +153,12 @@ std::vector<std::string> ngram_candidates() {
 
 SyntheticVocab synthetic_vocab(int64_t vocab_size) {
   if (vocab_size < kSyntheticVocabMinSize)
-    fail("synthetic vocabulary: {} tokens is too small (at least {}: 3 special, 256 byte and 95 "
-         "single-character tokens)", vocab_size, kSyntheticVocabMinSize);
-  if (vocab_size > (int64_t{1} << 24)) fail("synthetic vocabulary: {} tokens is too large", vocab_size);
+    fail(
+        "synthetic vocabulary: {} tokens is too small (at least {}: 3 special, 256 byte and 95 "
+        "single-character tokens)",
+        vocab_size, kSyntheticVocabMinSize);
+  if (vocab_size > (int64_t{1} << 24))
+    fail("synthetic vocabulary: {} tokens is too large", vocab_size);
   SyntheticVocab v;
   v.tokens.reserve(vocab_size);
   auto push = [&](std::string text, float score, SyntheticTokenType type) {
@@ -190,8 +204,10 @@ SyntheticVocab synthetic_vocab(int64_t vocab_size) {
     merged.add_with_prefixes(piece);
   }
   float score = 0.0f;
-  for (std::string& piece : merged.take()) push(std::move(piece), score -= 1.0f, SyntheticTokenType::normal);
-  for (std::string& piece : singles) push(std::move(piece), score -= 1.0f, SyntheticTokenType::normal);
+  for (std::string& piece : merged.take())
+    push(std::move(piece), score -= 1.0f, SyntheticTokenType::normal);
+  for (std::string& piece : singles)
+    push(std::move(piece), score -= 1.0f, SyntheticTokenType::normal);
   REFIT_ASSERT(static_cast<int64_t>(v.tokens.size()) == vocab_size);
   return v;
 }
@@ -250,8 +266,8 @@ void add_gguf_tokenizer_metadata(GgufWriter& w, const SyntheticVocab& vocab) {
 
 namespace {
 nlohmann::json added_token(int32_t id, const std::string& content) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", true}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 }  // namespace
 
@@ -268,24 +284,32 @@ nlohmann::json hf_tokenizer_json(const SyntheticVocab& vocab) {
   j["added_tokens"] = json::array({added_token(vocab.unk_id, vocab.tokens[vocab.unk_id]),
                                    added_token(vocab.bos_id, bos),
                                    added_token(vocab.eos_id, vocab.tokens[vocab.eos_id])});
-  j["normalizer"] = {{"type", "Sequence"},
-                     {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", b}},
-                                                  {{"type", "Replace"},
-                                                   {"pattern", {{"String", " "}}},
-                                                   {"content", b}}})}};
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       json::array({{{"type", "Prepend"}, {"prepend", b}},
+                    {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", b}}})}};
   j["pre_tokenizer"] = nullptr;
-  auto special = [&](const std::string& t) { return json{{"SpecialToken", {{"id", t}, {"type_id", 0}}}}; };
-  auto seq = [](const char* id, int type_id) { return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}}; };
+  auto special = [&](const std::string& t) {
+    return json{{"SpecialToken", {{"id", t}, {"type_id", 0}}}};
+  };
+  auto seq = [](const char* id, int type_id) {
+    return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
+  };
   j["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", json::array({special(bos), seq("A", 0)})},
       {"pair", json::array({special(bos), seq("A", 0), special(bos), seq("B", 1)})},
-      {"special_tokens", {{bos, {{"id", bos}, {"ids", json::array({vocab.bos_id})}, {"tokens", json::array({bos})}}}}}};
-  j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", b}}}, {"content", " "}},
-                                            {{"type", "ByteFallback"}},
-                                            {{"type", "Fuse"}},
-                                            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+      {"special_tokens",
+       {{bos,
+         {{"id", bos}, {"ids", json::array({vocab.bos_id})}, {"tokens", json::array({bos})}}}}}};
+  j["decoder"] = {
+      {"type", "Sequence"},
+      {"decoders",
+       json::array({{{"type", "Replace"}, {"pattern", {{"String", b}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   j["model"] = {{"type", "BPE"},
                 {"dropout", nullptr},
                 {"unk_token", vocab.tokens[vocab.unk_id]},

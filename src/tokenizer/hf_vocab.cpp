@@ -3,7 +3,6 @@
 // pre-tokenizer is translated into the regex sequence the RegexSplitter runs, so a new
 // tokenizer.json of a known shape needs no code change.
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string_view>
 
@@ -60,9 +59,10 @@ void walk_byte_level(const json& p, const std::string&, PreTokenizerShape& shape
 void walk_split(const json& p, const std::string& source, PreTokenizerShape& shape) {
   std::string behavior = p.value("behavior", "Isolated");
   if (behavior != "Isolated" || p.value("invert", false))
-    hf_fail(source, fmt::format("tokenizer.json Split pre-tokenizer with behavior '{}'{} is not supported "
-                                "(only Isolated, not inverted)",
-                                behavior, p.value("invert", false) ? " and invert" : ""));
+    hf_fail(source,
+            fmt::format("tokenizer.json Split pre-tokenizer with behavior '{}'{} is not supported "
+                        "(only Isolated, not inverted)",
+                        behavior, p.value("invert", false) ? " and invert" : ""));
   const json& pattern = p.value("pattern", json::object());
   if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
     shape.regexes.push_back(pattern["Regex"].get<std::string>());
@@ -80,12 +80,14 @@ void walk_digits(const json& p, const std::string&, PreTokenizerShape& shape) {
 void walk_punctuation(const json& p, const std::string&, PreTokenizerShape& shape) {
   // HF counts ASCII punctuation and Unicode P* as punctuation.
   std::string behavior = p.value("behavior", "Isolated");
-  shape.regexes.push_back(behavior == "Contiguous" ? R"([\p{P}!-/:-@\[-`{-~]+)" : R"([\p{P}!-/:-@\[-`{-~])");
+  shape.regexes.push_back(behavior == "Contiguous" ? R"([\p{P}!-/:-@\[-`{-~]+)"
+                                                   : R"([\p{P}!-/:-@\[-`{-~])");
 }
 
 void walk_metaspace(const json& p, const std::string&, PreTokenizerShape& shape) {
   shape.metaspace = true;
-  std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+  std::string scheme =
+      p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
   shape.metaspace_prepend = scheme != "never";
   shape.metaspace_split = p.value("split", true);
 }
@@ -96,7 +98,7 @@ struct PreTokenizerKind {
   void (*walk)(const json& p, const std::string& source, PreTokenizerShape& shape);
 };
 constexpr PreTokenizerKind kPreTokenizerKinds[] = {
-    {"Sequence", walk_sequence}, {"ByteLevel", walk_byte_level},     {"Split", walk_split},
+    {"Sequence", walk_sequence}, {"ByteLevel", walk_byte_level},    {"Split", walk_split},
     {"Digits", walk_digits},     {"Punctuation", walk_punctuation}, {"Metaspace", walk_metaspace},
 };
 
@@ -129,7 +131,8 @@ std::optional<std::string> token_text(const json& config, const char* key) {
   if (!config.is_object() || !config.contains(key)) return std::nullopt;
   const json& v = config[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -140,7 +143,8 @@ struct TokenTable {
 
   void place(int64_t id, const std::string& text, const char* where, const std::string& source) {
     if (id < 0 || static_cast<uint64_t>(id) >= kMaxTokens)
-      hf_fail(source, fmt::format("{} token '{}' has id {} outside [0, {})", where, printable(text), id, kMaxTokens));
+      hf_fail(source, fmt::format("{} token '{}' has id {} outside [0, {})", where, printable(text),
+                                  id, kMaxTokens));
     if (static_cast<size_t>(id) >= tokens.size()) {
       tokens.resize(static_cast<size_t>(id) + 1);
       present.resize(static_cast<size_t>(id) + 1, false);
@@ -157,15 +161,20 @@ const json& bpe_model(const json& tj, const std::string& source) {
   const json& model = tj["model"];
   std::string type = model.value("type", "BPE");  // old files omit it for BPE
   if (type != "BPE")
-    hf_fail(source, fmt::format("tokenizer.json model type '{}' is not supported (only BPE)", type));
-  if (!model.contains("vocab") || !model["vocab"].is_object()) hf_fail(source, "tokenizer.json model has no \"vocab\" object");
+    hf_fail(source,
+            fmt::format("tokenizer.json model type '{}' is not supported (only BPE)", type));
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    hf_fail(source, "tokenizer.json model has no \"vocab\" object");
   return model;
 }
 
 void read_model_vocab(const json& model, const std::string& source, TokenTable& table) {
-  if (model["vocab"].size() > kMaxTokens) hf_fail(source, "tokenizer.json vocabulary is absurdly large");
+  if (model["vocab"].size() > kMaxTokens)
+    hf_fail(source, "tokenizer.json vocabulary is absurdly large");
   for (const auto& [text, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) hf_fail(source, fmt::format("tokenizer.json vocab entry '{}' has a non-integer id", printable(text)));
+    if (!id.is_number_integer())
+      hf_fail(source,
+              fmt::format("tokenizer.json vocab entry '{}' has a non-integer id", printable(text)));
     table.place(id.get<int64_t>(), text, "tokenizer.json vocab", source);
   }
 }
@@ -176,9 +185,11 @@ void read_merges(const json& model, const std::string& source, VocabData& d) {
     if (merge.is_string()) {  // "left right"
       const std::string s = merge.get<std::string>();
       size_t pos = s.find(' ', 1);
-      if (pos == std::string::npos) hf_fail(source, fmt::format("tokenizer.json merge '{}' has no space", printable(s)));
+      if (pos == std::string::npos)
+        hf_fail(source, fmt::format("tokenizer.json merge '{}' has no space", printable(s)));
       d.merges.emplace_back(s.substr(0, pos), s.substr(pos + 1));
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+               merge[1].is_string()) {
       d.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
     } else {
       hf_fail(source, "tokenizer.json merge is neither \"a b\" nor [\"a\", \"b\"]");
@@ -206,33 +217,38 @@ void choose_bpe_kind(const json& tj, bool byte_fallback, const std::string& sour
     d.add_space_prefix = shape.metaspace ? shape.metaspace_prepend : prepend;
     d.spm_split_words = shape.metaspace && shape.metaspace_split;
   } else {
-    hf_fail(source, "tokenizer.json is neither byte-level BPE (ByteLevel pre-tokenizer/decoder) nor "
-                    "SentencePiece-style BPE (Metaspace, or a ' ' -> U+2581 normalizer)");
+    hf_fail(source,
+            "tokenizer.json is neither byte-level BPE (ByteLevel pre-tokenizer/decoder) nor "
+            "SentencePiece-style BPE (Metaspace, or a ' ' -> U+2581 normalizer)");
   }
 }
 
 // Added tokens: special ones are control tokens (hidden when decoding, parsed only on
 // request); the others are user-defined and always split out of the text. Returns the type
 // of every id (undefined: not an added token).
-std::vector<TokenType> read_added_tokens(const json& tj, const std::string& source, TokenTable& table, VocabData& d) {
+std::vector<TokenType> read_added_tokens(const json& tj, const std::string& source,
+                                         TokenTable& table, VocabData& d) {
   std::vector<TokenType> added_type(table.tokens.size(), TokenType::token_type_undefined);
   if (!tj.contains("added_tokens") || !tj["added_tokens"].is_array()) return added_type;
   for (const json& t : tj["added_tokens"]) {
-    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
-        !t["content"].is_string())
-      hf_fail(source, "tokenizer.json added_tokens entry needs an integer \"id\" and a string \"content\"");
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
+        !t.contains("content") || !t["content"].is_string())
+      hf_fail(source,
+              "tokenizer.json added_tokens entry needs an integer \"id\" and a string \"content\"");
     int64_t id = t["id"].get<int64_t>();
     table.place(id, t["content"].get<std::string>(), "tokenizer.json added_tokens", source);
     added_type.resize(table.tokens.size(), TokenType::token_type_undefined);
-    added_type[static_cast<size_t>(id)] =
-        t.value("special", false) ? TokenType::token_type_control : TokenType::token_type_user_defined;
+    added_type[static_cast<size_t>(id)] = t.value("special", false)
+                                              ? TokenType::token_type_control
+                                              : TokenType::token_type_user_defined;
     if (t.value("lstrip", false)) d.lstrip_tokens.push_back(static_cast<TokenId>(id));
     if (t.value("rstrip", false)) d.rstrip_tokens.push_back(static_cast<TokenId>(id));
   }
   return added_type;
 }
 
-void fill_tokens(TokenTable& table, const std::vector<TokenType>& added_type, bool byte_fallback, VocabData& d) {
+void fill_tokens(TokenTable& table, const std::vector<TokenType>& added_type, bool byte_fallback,
+                 VocabData& d) {
   d.tokens.resize(table.tokens.size());
   d.types.resize(table.tokens.size());
   for (size_t i = 0; i < table.tokens.size(); ++i) {
@@ -272,9 +288,12 @@ void read_special_tokens(const json& model, const json& config, VocabData& d) {
   if (d.unk != kNoToken && d.types[static_cast<size_t>(d.unk)] == TokenType::token_type_normal)
     d.types[static_cast<size_t>(d.unk)] = TokenType::token_type_unknown;
   if (config.is_object()) {
-    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) d.add_bos = config["add_bos_token"].get<bool>();
-    if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) d.add_eos = config["add_eos_token"].get<bool>();
-    if (config.contains("clean_up_tokenization_spaces") && config["clean_up_tokenization_spaces"].is_boolean())
+    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+      d.add_bos = config["add_bos_token"].get<bool>();
+    if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean())
+      d.add_eos = config["add_eos_token"].get<bool>();
+    if (config.contains("clean_up_tokenization_spaces") &&
+        config["clean_up_tokenization_spaces"].is_boolean())
       d.clean_spaces = config["clean_up_tokenization_spaces"].get<bool>();
   }
 }
@@ -282,10 +301,11 @@ void read_special_tokens(const json& model, const json& config, VocabData& d) {
 // Llama 3 style: no add_bos_token, but the post-processor template starts with BOS.
 void bos_from_post_processor(const json& tj, VocabData& d) {
   const json& post = tj.value("post_processor", json());
-  if (!d.add_bos && post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") &&
-      post["single"].is_array() && !post["single"].empty()) {
+  if (!d.add_bos && post.is_object() && post.value("type", "") == "TemplateProcessing" &&
+      post.contains("single") && post["single"].is_array() && !post["single"].empty()) {
     const json& first = post["single"][0];
-    if (first.contains("SpecialToken") && first["SpecialToken"].contains("id") && first["SpecialToken"]["id"].is_string()) {
+    if (first.contains("SpecialToken") && first["SpecialToken"].contains("id") &&
+        first["SpecialToken"]["id"].is_string()) {
       TokenId id = id_of(d, first["SpecialToken"]["id"].get<std::string>());
       if (id != kNoToken) {
         d.add_bos = true;
@@ -305,7 +325,8 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
   read_model_vocab(model, source, table);
   read_merges(model, source, d);
   bool byte_fallback = model.value("byte_fallback", false);
-  if (model.contains("ignore_merges") && model["ignore_merges"].is_boolean()) d.ignore_merges = model["ignore_merges"].get<bool>();
+  if (model.contains("ignore_merges") && model["ignore_merges"].is_boolean())
+    d.ignore_merges = model["ignore_merges"].get<bool>();
   choose_bpe_kind(tj, byte_fallback, source, d);
   const std::vector<TokenType> added_type = read_added_tokens(tj, source, table, d);
   fill_tokens(table, added_type, byte_fallback, d);

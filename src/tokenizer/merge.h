@@ -46,7 +46,8 @@ std::vector<std::string_view> merge_symbols(std::string_view text, const Priorit
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t offset = 0; offset < text.size();) {
-    size_t n = std::min(utf8_sequence_length(static_cast<uint8_t>(text[offset])), text.size() - offset);
+    size_t n =
+        std::min(utf8_sequence_length(static_cast<uint8_t>(text[offset])), text.size() - offset);
     int index = static_cast<int>(symbols.size());
     symbols.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(n), index - 1,
                        offset + n == text.size() ? -1 : index + 1});
@@ -78,7 +79,8 @@ std::vector<std::string_view> merge_symbols(std::string_view text, const Priorit
   }
 
   std::vector<std::string_view> out;
-  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) out.push_back(view(symbols[i]));
+  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next)
+    out.push_back(view(symbols[i]));
   return out;
 }
 

@@ -43,11 +43,13 @@ constexpr const char* kDeepseekLetters =
     R"(\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17})"
     R"(\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB})"
     R"(\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+)";
-constexpr const char* kDeepseekPunct = R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)";
+constexpr const char* kDeepseekPunct =
+    R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)";
 constexpr const char* kDeepseekCjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
 
 // BLOOM / Poro: anything up to whitespace or one of . , ! ? … 。 ， 、 । ۔ ،
-constexpr const char* kBloom = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)";
+constexpr const char* kBloom =
+    R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)";
 
 bool is_one_of(const std::string& name, std::initializer_list<const char*> names) {
   for (const char* n : names)
@@ -74,8 +76,9 @@ PreTokenizerPreset pre_tokenizer_preset(const std::string& name, const std::stri
     p.regexes = {"[\r\n]", R"(\s?\p{L}+)", R"(\s?\p{P}+)", kDeepseekCjk, R"(\p{N})"};
     p.clean_spaces = false;
   } else if (name == "deepseek-v3") {
-    p.regexes = {R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
-                 R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+    p.regexes = {
+        R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+        R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
     p.clean_spaces = false;
   } else if (name == "falcon") {
     p.regexes = {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, "[0-9][0-9][0-9]"};
@@ -153,8 +156,8 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
     next.reserve(pieces.size() * 2);
     for (std::string_view piece : pieces) {
       auto subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
-      size_t start = 0;   // where the next search begins
-      size_t emitted = 0; // end of what has been pushed
+      size_t start = 0;    // where the next search begins
+      size_t emitted = 0;  // end of what has been pushed
       while (start <= piece.size()) {
         int rc = pcre2_match(regex->code, subject, piece.size(), start, 0, match, nullptr);
         if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -170,7 +173,8 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
         if (end == begin) {
           // An empty match splits nothing; step over one code unit sequence and go on.
           start = begin + 1;
-          while (start < piece.size() && (static_cast<uint8_t>(piece[start]) & 0xC0) == 0x80) ++start;
+          while (start < piece.size() && (static_cast<uint8_t>(piece[start]) & 0xC0) == 0x80)
+            ++start;
           continue;
         }
         if (begin > emitted) next.push_back(piece.substr(emitted, begin - emitted));

@@ -15,7 +15,8 @@ std::string replace_all(std::string_view text, std::string_view from, std::strin
   std::string out;
   out.reserve(text.size());
   size_t pos = 0;
-  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos; pos = hit + from.size()) {
+  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos;
+       pos = hit + from.size()) {
     out.append(text.substr(pos, hit - pos));
     out.append(to);
   }
@@ -35,7 +36,8 @@ struct Fragment {
 // llama.cpp's tokenizer_st_partition: cut every special token (longest first) out of the
 // text fragments. Control and unknown tokens only when parse_special; user-defined (added)
 // tokens always, as Hugging Face does.
-std::vector<Fragment> partition_special(const Vocab& vocab, std::string_view text, bool parse_special) {
+std::vector<Fragment> partition_special(const Vocab& vocab, std::string_view text,
+                                        bool parse_special) {
   std::vector<Fragment> fragments{{kNoToken, text}};
   for (TokenId id : vocab.special_tokens()) {
     if (!parse_special && vocab.type(id) != TokenType::token_type_user_defined) continue;
@@ -71,7 +73,8 @@ std::vector<Fragment> partition_special(const Vocab& vocab, std::string_view tex
 std::vector<std::string_view> split_before_spaces(std::string_view text) {
   std::vector<std::string_view> words;
   size_t start = 0;
-  for (size_t hit = text.find(kSpmSpace, 1); hit != std::string_view::npos; hit = text.find(kSpmSpace, hit + 1)) {
+  for (size_t hit = text.find(kSpmSpace, 1); hit != std::string_view::npos;
+       hit = text.find(kSpmSpace, hit + 1)) {
     if (hit > start) words.push_back(text.substr(start, hit - start));
     start = hit;
   }
@@ -129,11 +132,13 @@ void Tokenizer::check_id(TokenId id) const {
                             vocab_.size(), vocab_.source()));
 }
 
-std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
   std::vector<TokenId> out;
   if (add_special && vocab_.add_bos()) {
     if (vocab_.bos() == kNoToken)
-      throw Error(fmt::format("{}: the vocabulary asks for a BOS token but defines none", vocab_.source()));
+      throw Error(
+          fmt::format("{}: the vocabulary asks for a BOS token but defines none", vocab_.source()));
     out.push_back(vocab_.bos());
   }
   if (!text.empty()) {
@@ -151,13 +156,15 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
   }
   if (add_special && vocab_.add_eos()) {
     if (vocab_.eos() == kNoToken)
-      throw Error(fmt::format("{}: the vocabulary asks for an EOS token but defines none", vocab_.source()));
+      throw Error(fmt::format("{}: the vocabulary asks for an EOS token but defines none",
+                              vocab_.source()));
     out.push_back(vocab_.eos());
   }
   return out;
 }
 
-void Tokenizer::encode_fragment(std::string_view text, bool prefix_space, std::vector<TokenId>& out) const {
+void Tokenizer::encode_fragment(std::string_view text, bool prefix_space,
+                                std::vector<TokenId>& out) const {
   if (vocab_.model() == VocabModel::vocab_model_spm) {
     std::string spaced;
     if (vocab_.add_space_prefix() && prefix_space) spaced = " ";
@@ -183,20 +190,22 @@ void Tokenizer::encode_spm(std::string_view text, std::vector<TokenId>& out) con
   const Vocab& v = vocab_;
   std::vector<std::string_view> symbols;
   if (v.has_merges()) {  // HF tokenizer.json: merge order is the merges list
-    symbols = merge_symbols(text, [&](std::string_view l, std::string_view r) -> std::optional<double> {
-      int rank = v.merge_rank(l, r);
-      if (rank < 0) return std::nullopt;
-      return static_cast<double>(rank);
-    });
+    symbols =
+        merge_symbols(text, [&](std::string_view l, std::string_view r) -> std::optional<double> {
+          int rank = v.merge_rank(l, r);
+          if (rank < 0) return std::nullopt;
+          return static_cast<double>(rank);
+        });
   } else {  // GGUF / llama2.c: the merged piece with the highest score first
     std::string merged;
-    symbols = merge_symbols(text, [&](std::string_view l, std::string_view r) -> std::optional<double> {
-      merged.assign(l);
-      merged.append(r);
-      TokenId id = v.find(merged);
-      if (id == kNoToken) return std::nullopt;
-      return -static_cast<double>(v.score(id));
-    });
+    symbols =
+        merge_symbols(text, [&](std::string_view l, std::string_view r) -> std::optional<double> {
+          merged.assign(l);
+          merged.append(r);
+          TokenId id = v.find(merged);
+          if (id == kNoToken) return std::nullopt;
+          return -static_cast<double>(v.score(id));
+        });
   }
   for (std::string_view symbol : symbols) {
     TokenId id = v.find(symbol);
@@ -225,11 +234,12 @@ void Tokenizer::encode_bpe(std::string_view piece, std::vector<TokenId>& out) co
       return;
     }
   }
-  auto symbols = merge_symbols(piece, [&](std::string_view l, std::string_view r) -> std::optional<double> {
-    int rank = v.merge_rank(l, r);
-    if (rank < 0) return std::nullopt;
-    return static_cast<double>(rank);
-  });
+  auto symbols =
+      merge_symbols(piece, [&](std::string_view l, std::string_view r) -> std::optional<double> {
+        int rank = v.merge_rank(l, r);
+        if (rank < 0) return std::nullopt;
+        return static_cast<double>(rank);
+      });
   for (std::string_view symbol : symbols) {
     TokenId id = v.find(symbol);
     if (id != kNoToken) {
@@ -265,7 +275,8 @@ std::string Tokenizer::token_to_piece(TokenId id, bool special) const {
   }
 }
 
-std::string Tokenizer::piece_for_decode(TokenId id, bool at_text_start, const DecodeOptions& options) const {
+std::string Tokenizer::piece_for_decode(TokenId id, bool at_text_start,
+                                        const DecodeOptions& options) const {
   std::string piece = token_to_piece(id, !options.skip_special);
   // Remove the dummy-prefix space encode() put before the text.
   if (at_text_start && vocab_.add_space_prefix() && !piece.empty() && piece.front() == ' ')

@@ -39,12 +39,14 @@ std::unique_ptr<Tokenizer> from_hf_json(const std::string& tokenizer_json) {
 }
 
 // A tokenizer from one path that names a vocabulary on its own (not a llama2.c model).
-std::unique_ptr<Tokenizer> from_vocabulary_file(const std::string& path, std::optional<int32_t> llama2c_vocab_size) {
+std::unique_ptr<Tokenizer> from_vocabulary_file(const std::string& path,
+                                                std::optional<int32_t> llama2c_vocab_size) {
   switch (kind_of(path)) {
     case FileKind::gguf: {
       auto gguf = GgufFile::open(path);
       if (!gguf->metadata().has("tokenizer.ggml.model"))
-        throw FormatError(fmt::format("{}: this GGUF has no tokenizer (no tokenizer.ggml.model key)", path));
+        throw FormatError(
+            fmt::format("{}: this GGUF has no tokenizer (no tokenizer.ggml.model key)", path));
       return std::make_unique<Tokenizer>(vocab_from_gguf(gguf->metadata()));
     }
     case FileKind::json:
@@ -53,9 +55,10 @@ std::unique_ptr<Tokenizer> from_vocabulary_file(const std::string& path, std::op
       fs::path tokenizer_json = fs::path(path) / "tokenizer.json";
       std::error_code ec;
       if (!fs::exists(tokenizer_json, ec))
-        throw FormatError(fmt::format("{}: folder has no tokenizer.json (for a llama2.c tokenizer pass --tokenizer "
-                                      "tokenizer.bin)",
-                                      path));
+        throw FormatError(fmt::format(
+            "{}: folder has no tokenizer.json (for a llama2.c tokenizer pass --tokenizer "
+            "tokenizer.bin)",
+            path));
       return from_hf_json(tokenizer_json.string());
     }
     case FileKind::other:
@@ -67,9 +70,11 @@ std::unique_ptr<Tokenizer> from_vocabulary_file(const std::string& path, std::op
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const std::optional<std::string>& tokenizer_path) {
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path,
+                                          const std::optional<std::string>& tokenizer_path) {
   if (!tokenizer_path) {
-    if (kind_of(model_path) != FileKind::other) return from_vocabulary_file(model_path, std::nullopt);
+    if (kind_of(model_path) != FileKind::other)
+      return from_vocabulary_file(model_path, std::nullopt);
     // A llama2.c file alone: a model .bin carries no vocabulary; a tokenizer .bin does.
     bool is_llama2c_model = false;
     try {
@@ -79,9 +84,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path, const s
       // Not a model: read it as a tokenizer .bin below (which reports its own errors).
     }
     if (is_llama2c_model)
-      throw FormatError(fmt::format("{}: a llama2.c model has no vocabulary; pass its tokenizer with --tokenizer "
-                                    "(e.g. tok512.bin)",
-                                    model_path));
+      throw FormatError(
+          fmt::format("{}: a llama2.c model has no vocabulary; pass its tokenizer with --tokenizer "
+                      "(e.g. tok512.bin)",
+                      model_path));
     return from_vocabulary_file(model_path, std::nullopt);
   }
   // The vocabulary size of a llama2.c tokenizer comes from its model's header.

@@ -10,7 +10,8 @@ namespace refit {
 namespace {
 
 [[noreturn]] void vocab_fail(const std::string& source, const std::string& message) {
-  throw FormatError(fmt::format("{}: tokenizer: {}", source.empty() ? "<vocabulary>" : source, message));
+  throw FormatError(
+      fmt::format("{}: tokenizer: {}", source.empty() ? "<vocabulary>" : source, message));
 }
 
 // "<0x1F>" -> 0x1F; nullopt when `text` is not exactly a byte-token spelling.
@@ -54,12 +55,14 @@ Vocab::Vocab(VocabData data)
       pad_(data.pad) {
   const size_t n = tokens_.size();
   if (n == 0) vocab_fail(source_, "the vocabulary has no tokens");
-  if (n > static_cast<size_t>(INT32_MAX)) vocab_fail(source_, fmt::format("{} tokens is too many", n));
+  if (n > static_cast<size_t>(INT32_MAX))
+    vocab_fail(source_, fmt::format("{} tokens is too many", n));
   if (!scores_.empty() && scores_.size() != n)
     vocab_fail(source_, fmt::format("{} scores for {} tokens", scores_.size(), n));
   if (!data.types.empty() && data.types.size() != n)
     vocab_fail(source_, fmt::format("{} token types for {} tokens", data.types.size(), n));
-  types_ = data.types.empty() ? std::vector<TokenType>(n, TokenType::token_type_normal) : std::move(data.types);
+  types_ = data.types.empty() ? std::vector<TokenType>(n, TokenType::token_type_normal)
+                              : std::move(data.types);
 
   // Special ids out of range are dropped rather than trusted (llama.cpp warns and keeps its
   // default); a missing BOS is only an error when BOS must be added (checked at encode).
@@ -103,9 +106,8 @@ Vocab::Vocab(VocabData data)
         t == TokenType::token_type_unknown)
       special_tokens_.push_back(static_cast<TokenId>(i));
   }
-  std::stable_sort(special_tokens_.begin(), special_tokens_.end(), [&](TokenId a, TokenId b) {
-    return text(a).size() > text(b).size();
-  });
+  std::stable_sort(special_tokens_.begin(), special_tokens_.end(),
+                   [&](TokenId a, TokenId b) { return text(a).size() > text(b).size(); });
 
   if (model_ == VocabModel::vocab_model_spm) {
     add_bos_ = data.add_bos.value_or(true);

@@ -61,10 +61,10 @@ struct VocabData {
   bool spm_split_words = false;
 
   TokenId bos = kNoToken, eos = kNoToken, unk = kNoToken, pad = kNoToken;
-  std::optional<bool> add_bos, add_eos;     // unset: the model family's default
-  std::optional<bool> add_space_prefix;     // SPM dummy prefix; unset: true for SPM
-  std::optional<bool> ignore_merges;        // whole pre-token looked up first (llama3)
-  std::optional<bool> clean_spaces;         // llama.cpp's decode clean-up (" ," -> ",")
+  std::optional<bool> add_bos, add_eos;  // unset: the model family's default
+  std::optional<bool> add_space_prefix;  // SPM dummy prefix; unset: true for SPM
+  std::optional<bool> ignore_merges;     // whole pre-token looked up first (llama3)
+  std::optional<bool> clean_spaces;      // llama.cpp's decode clean-up (" ," -> ",")
   // Added/special tokens whose neighbouring whitespace is swallowed when they are split
   // out of the text (HF added_tokens lstrip/rstrip).
   std::vector<TokenId> lstrip_tokens, rstrip_tokens;
@@ -81,7 +81,9 @@ class Vocab {
   VocabModel model() const { return model_; }
   const std::string& source() const { return source_; }
   const std::string& text(TokenId id) const { return tokens_[static_cast<size_t>(id)]; }
-  float score(TokenId id) const { return scores_.empty() ? 0.0f : scores_[static_cast<size_t>(id)]; }
+  float score(TokenId id) const {
+    return scores_.empty() ? 0.0f : scores_[static_cast<size_t>(id)];
+  }
   TokenType type(TokenId id) const { return types_[static_cast<size_t>(id)]; }
   bool contains(TokenId id) const { return id >= 0 && static_cast<size_t>(id) < tokens_.size(); }
 

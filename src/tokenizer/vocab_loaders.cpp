@@ -17,7 +17,8 @@ TokenId gguf_token_id(const GgufMetadata& m, std::string_view key, TokenId fallb
   const GgufValue* v = m.find(key);
   if (!v) return fallback;
   if (!v->is_integer())
-    throw FormatError(fmt::format("{}: {} should be an integer token id, is {}", m.path(), key, v->type_str()));
+    throw FormatError(
+        fmt::format("{}: {} should be an integer token id, is {}", m.path(), key, v->type_str()));
   bool is_unsigned = v->type() == GgufValueType::u8 || v->type() == GgufValueType::u16 ||
                      v->type() == GgufValueType::u32 || v->type() == GgufValueType::u64;
   if (is_unsigned) {
@@ -33,7 +34,8 @@ TokenType token_type_from_int(int32_t t) {
 }
 
 bool is_byte_piece(std::string_view s) {
-  return s.size() == 6 && s.substr(0, 3) == "<0x" && s[5] == '>' && std::isxdigit(static_cast<unsigned char>(s[3])) &&
+  return s.size() == 6 && s.substr(0, 3) == "<0x" && s[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(s[3])) &&
          std::isxdigit(static_cast<unsigned char>(s[4]));
 }
 
@@ -54,23 +56,29 @@ VocabData vocab_from_gguf(const GgufMetadata& m) {
         m.path(), model));
   }
   const std::vector<std::string>* tokens = m.find_array_strings("tokenizer.ggml.tokens");
-  if (!tokens) throw FormatError(fmt::format("{}: tokenizer.ggml.tokens is missing or not an array of strings", m.path()));
+  if (!tokens)
+    throw FormatError(
+        fmt::format("{}: tokenizer.ggml.tokens is missing or not an array of strings", m.path()));
   d.tokens = *tokens;
   if (m.has("tokenizer.ggml.scores")) d.scores = m.require_array_f32("tokenizer.ggml.scores");
   if (m.has("tokenizer.ggml.token_type")) {
-    for (int32_t t : m.require_array_i32("tokenizer.ggml.token_type")) d.types.push_back(token_type_from_int(t));
+    for (int32_t t : m.require_array_i32("tokenizer.ggml.token_type"))
+      d.types.push_back(token_type_from_int(t));
   }
   if (d.model == VocabModel::vocab_model_bpe) {
     const std::vector<std::string>* merges = m.find_array_strings("tokenizer.ggml.merges");
-    if (!merges) throw FormatError(fmt::format("{}: tokenizer.ggml.merges is missing (needed by a gpt2 vocabulary)", m.path()));
+    if (!merges)
+      throw FormatError(fmt::format(
+          "{}: tokenizer.ggml.merges is missing (needed by a gpt2 vocabulary)", m.path()));
     d.merges.reserve(merges->size());
     for (size_t i = 0; i < merges->size(); ++i) {
       const std::string& merge = (*merges)[i];
       // Split at the first space after the first character: a token may itself be a space.
       size_t pos = merge.find(' ', 1);
       if (pos == std::string::npos)
-        throw FormatError(fmt::format("{}: tokenizer.ggml.merges[{}] = '{}' has no space between its two tokens",
-                                      m.path(), i, printable(merge)));
+        throw FormatError(
+            fmt::format("{}: tokenizer.ggml.merges[{}] = '{}' has no space between its two tokens",
+                        m.path(), i, printable(merge)));
       d.merges.emplace_back(merge.substr(0, pos), merge.substr(pos + 1));
     }
     d.pre_name = m.get_string("tokenizer.ggml.pre").value_or("default");
@@ -88,14 +96,16 @@ VocabData vocab_from_gguf(const GgufMetadata& m) {
   // GGUF has no per-token lstrip/rstrip; llama.cpp restores Phi-3's from the model name
   // (its added tokens swallow the whitespace after them), and so does refit.
   std::string name = m.get_string("general.name").value_or("");
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
     for (size_t i = 0; i < d.tokens.size() && i < d.types.size(); ++i) {
       TokenType t = d.types[i];
       const std::string& text = d.tokens[i];
-      bool special = t == TokenType::token_type_control || t == TokenType::token_type_user_defined ||
-                     t == TokenType::token_type_unknown;
-      if ((special || text == "</s>") && text != "<unk>" && text != "<s>" && text != "<|endoftext|>")
+      bool special = t == TokenType::token_type_control ||
+                     t == TokenType::token_type_user_defined || t == TokenType::token_type_unknown;
+      if ((special || text == "</s>") && text != "<unk>" && text != "<s>" &&
+          text != "<|endoftext|>")
         d.rstrip_tokens.push_back(static_cast<TokenId>(i));
     }
   }
@@ -147,7 +157,8 @@ VocabData vocab_from_llama2c(const Llama2cTokenizerData& data, const std::string
   return d;
 }
 
-std::string tokenize_for_cli(const Tokenizer& tokenizer, const std::string& text, bool no_bos, bool parse_special) {
+std::string tokenize_for_cli(const Tokenizer& tokenizer, const std::string& text, bool no_bos,
+                             bool parse_special) {
   std::vector<TokenId> ids = tokenizer.encode(text, !no_bos, parse_special);
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -170,8 +181,9 @@ std::string detokenize_for_cli(const Tokenizer& tokenizer, const std::string& id
       used = 0;
     }
     if (used != current.size() || value < 0 || value > INT32_MAX)
-      throw Error(fmt::format("--decode: '{}' is not a token id (expected integers separated by spaces)",
-                              printable(current)));
+      throw Error(
+          fmt::format("--decode: '{}' is not a token id (expected integers separated by spaces)",
+                      printable(current)));
     ids.push_back(static_cast<TokenId>(value));
     current.clear();
   };

@@ -4,10 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -28,8 +27,8 @@ VocabData vocab_from_llama2c(const Llama2cTokenizerData& data, const std::string
 
 // Hugging Face tokenizer.json (model BPE: byte-level, or SentencePiece-style with
 // byte_fallback) plus tokenizer_config.json (may be null) for BOS/EOS and add_bos_token.
-VocabData vocab_from_hf(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
-                        const std::string& source);
+VocabData vocab_from_hf(const nlohmann::json& tokenizer_json,
+                        const nlohmann::json& tokenizer_config, const std::string& source);
 
 // Opens whatever `model_path` is and returns its tokenizer:
 //  * a GGUF file (vocabulary-only or a whole model),
@@ -39,8 +38,8 @@ VocabData vocab_from_hf(const nlohmann::json& tokenizer_json, const nlohmann::js
 //  * `tokenizer_path` may also name a GGUF, tokenizer.json or folder that overrides the
 //    model's own vocabulary.
 // Throws FormatError naming the file when the format is unknown or malformed.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_path,
-                                          const std::optional<std::string>& tokenizer_path = std::nullopt);
+std::unique_ptr<Tokenizer> load_tokenizer(
+    const std::string& model_path, const std::optional<std::string>& tokenizer_path = std::nullopt);
 
 // What `refit tokenize` does, as a function so the vocabulary tests run exactly the CLI's
 // code path: encode `text` (BOS/EOS as the vocabulary says unless no_bos; special tokens

@@ -9,16 +9,20 @@ namespace refit {
 
 const char* layout_transform_name(LayoutTransform t) {
   switch (t) {
-    case LayoutTransform::transpose: return "transpose";
-    case LayoutTransform::shuffle_16x16: return "shuffle_16x16";
-    case LayoutTransform::interleave_4x16: return "interleave_4x16";
+    case LayoutTransform::transpose:
+      return "transpose";
+    case LayoutTransform::shuffle_16x16:
+      return "shuffle_16x16";
+    case LayoutTransform::interleave_4x16:
+      return "interleave_4x16";
   }
   return "?";
 }
 
 std::string shuffle_16x16_unsupported_reason(int64_t rows, int64_t cols, DType dtype) {
   const int bits = dtype_bits(dtype);
-  if (bits < 8 || 128 % bits != 0) return fmt::format("{} elements do not tile into 16 bytes", dtype_name(dtype));
+  if (bits < 8 || 128 % bits != 0)
+    return fmt::format("{} elements do not tile into 16 bytes", dtype_name(dtype));
   const int64_t kp = 128 / bits;  // elements per 16 bytes
   if (rows % 16 != 0) return fmt::format("N = {} is not a multiple of 16", rows);
   if (cols % 32 != 0) return fmt::format("K = {} is not a multiple of 32", cols);
@@ -60,15 +64,18 @@ Tensor unshuffle_16x16(const Tensor& w) {
 namespace {
 Tensor permuted_rows(const Tensor& w, bool forward) {
   const char* what = forward ? "interleave_4x16" : "deinterleave_4x16";
-  if (w.dim() != 2 || dtype_bits(w.dtype()) != 8) fail("{}: expected a 2-d tensor of 1-byte codes, got {}", what, w.str());
+  if (w.dim() != 2 || dtype_bits(w.dtype()) != 8)
+    fail("{}: expected a 2-d tensor of 1-byte codes, got {}", what, w.str());
   if (w.layout() != (forward ? Layout::strided : Layout::interleaved_4x16))
     fail("{}: {} is in layout {}", what, w.str(), layout_name(w.layout()));
   Tensor in = w.contiguous();
   Tensor out = Tensor::empty(w.shape(), w.dtype());
   const auto* src = static_cast<const uint8_t*>(in.raw_data());
   auto* dst = static_cast<uint8_t*>(out.raw_data());
-  if (forward) interleave_4x16_rows(src, dst, w.size(0), w.size(1));
-  else deinterleave_4x16_rows(src, dst, w.size(0), w.size(1));
+  if (forward)
+    interleave_4x16_rows(src, dst, w.size(0), w.size(1));
+  else
+    deinterleave_4x16_rows(src, dst, w.size(0), w.size(1));
   out.set_layout(forward ? Layout::interleaved_4x16 : Layout::strided);
   return out;
 }

@@ -11,8 +11,8 @@
 namespace refit {
 
 enum class LayoutTransform : uint8_t {
-  transpose,       // [N, K] stored as [K, N]; the parameter's row (sharding) dim becomes dim 1
-  shuffle_16x16,   // AITER shuffle_weight(w, (16, 16)); same shape and dtype, tiles reordered
+  transpose,        // [N, K] stored as [K, N]; the parameter's row (sharding) dim becomes dim 1
+  shuffle_16x16,    // AITER shuffle_weight(w, (16, 16)); same shape and dtype, tiles reordered
   interleave_4x16,  // Q8_0 codes for the integer-dot W8A8 kernel (kernels/interleave_4x16.h)
 };
 const char* layout_transform_name(LayoutTransform t);

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "formats/byte_source.h"
 
-#define REFIT_FUZZ_GUARD(body)           \
-  try {                                  \
-    body;                                \
-  } catch (const ::refit::Error&) {      \
+#define REFIT_FUZZ_GUARD(body)      \
+  try {                             \
+    body;                           \
+  } catch (const ::refit::Error&) { \
   }

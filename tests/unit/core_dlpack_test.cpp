@@ -17,7 +17,8 @@ Tensor strided_sample(DType dtype) {
   for (int64_t i = 0; i < 5; ++i)
     for (int64_t j = 0; j < 6; ++j)
       for (int64_t l = 0; l < 4; ++l, ++k) {
-        double v = dtype == DType::boolean ? k % 2 : (dtype == DType::f4_e2m1 ? (k % 7) * 0.5 : k % 100);
+        double v =
+            dtype == DType::boolean ? k % 2 : (dtype == DType::f4_e2m1 ? (k % 7) * 0.5 : k % 100);
         if (dtype == DType::e8m0) v = std::ldexp(1.0, int(k % 20) - 10);
         base.set({i, j, l}, v);
       }
@@ -63,7 +64,10 @@ TEST(DLPack, LegacyRoundTripForPreV1Dtypes) {
   for (DType dtype : kAllDTypes) {
     Tensor t = strided_sample(dtype);
     switch (dtype) {
-      case DType::f8_e4m3fn: case DType::f8_e5m2: case DType::e8m0: case DType::f4_e2m1: {
+      case DType::f8_e4m3fn:
+      case DType::f8_e5m2:
+      case DType::e8m0:
+      case DType::f4_e2m1: {
         try {
           to_dlpack_legacy(t);
           ADD_FAILURE() << "legacy export of " << dtype_name(dtype) << " should be refused";
@@ -114,7 +118,9 @@ struct Producer {
   DLManagedTensorVersioned* make_versioned() {
     versioned.version = {1, 0};
     versioned.manager_ctx = this;
-    versioned.deleter = [](DLManagedTensorVersioned* s) { ++static_cast<Producer*>(s->manager_ctx)->deletes; };
+    versioned.deleter = [](DLManagedTensorVersioned* s) {
+      ++static_cast<Producer*>(s->manager_ctx)->deletes;
+    };
     versioned.dl_tensor = tensor();
     return &versioned;
   }

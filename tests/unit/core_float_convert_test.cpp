@@ -19,17 +19,20 @@ namespace {
 
 std::vector<float> sweep_f32() {
   std::vector<float> v;
-  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 61) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 61)
+    v.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
   // Around every f16 / bf16 rounding boundary of a few exponents, and the overflow edges.
-  for (uint32_t base : {0x3F800000u, 0x38800000u, 0x33800000u, 0x477FE000u, 0x477FF000u, 0x7F7F8000u}) {
+  for (uint32_t base :
+       {0x3F800000u, 0x38800000u, 0x33800000u, 0x477FE000u, 0x477FF000u, 0x7F7F8000u}) {
     for (uint32_t d = 0; d < 0x4000; ++d) {
       v.push_back(std::bit_cast<float>(base + d));
       v.push_back(std::bit_cast<float>((base + d) | 0x80000000u));
     }
   }
-  for (float f : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN(),
-                  65504.0f, 65520.0f, 65519.99f, 6.1e-5f, 5.96e-8f, 2.98e-8f})
+  for (float f : {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::signaling_NaN(), 65504.0f, 65520.0f, 65519.99f,
+                  6.1e-5f, 5.96e-8f, 2.98e-8f})
     v.push_back(f);
   return v;
 }
@@ -39,7 +42,8 @@ TEST(FloatConvert, f32_to_f16_equals_scalar_bit_for_bit) {
   std::vector<uint16_t> out(in.size());
   convert_f32_to_f16(in.data(), out.data(), static_cast<int64_t>(in.size()));
   for (size_t i = 0; i < in.size(); ++i)
-    ASSERT_EQ(out[i], f32_to_f16(in[i])) << "input bits 0x" << std::hex << std::bit_cast<uint32_t>(in[i]);
+    ASSERT_EQ(out[i], f32_to_f16(in[i]))
+        << "input bits 0x" << std::hex << std::bit_cast<uint32_t>(in[i]);
 }
 
 TEST(FloatConvert, f32_to_bf16_equals_scalar_bit_for_bit) {
@@ -47,7 +51,8 @@ TEST(FloatConvert, f32_to_bf16_equals_scalar_bit_for_bit) {
   std::vector<uint16_t> out(in.size());
   convert_f32_to_bf16(in.data(), out.data(), static_cast<int64_t>(in.size()));
   for (size_t i = 0; i < in.size(); ++i)
-    ASSERT_EQ(out[i], f32_to_bf16(in[i])) << "input bits 0x" << std::hex << std::bit_cast<uint32_t>(in[i]);
+    ASSERT_EQ(out[i], f32_to_bf16(in[i]))
+        << "input bits 0x" << std::hex << std::bit_cast<uint32_t>(in[i]);
 }
 
 TEST(FloatConvert, every_f16_and_bf16_widens_as_the_scalar_function) {
@@ -56,10 +61,12 @@ TEST(FloatConvert, every_f16_and_bf16_widens_as_the_scalar_function) {
   std::vector<float> out(in.size());
   convert_f16_to_f32(in.data(), out.data(), static_cast<int64_t>(in.size()));
   for (size_t i = 0; i < in.size(); ++i)
-    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(f16_to_f32(in[i]))) << std::hex << in[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(f16_to_f32(in[i])))
+        << std::hex << in[i];
   convert_bf16_to_f32(in.data(), out.data(), static_cast<int64_t>(in.size()));
   for (size_t i = 0; i < in.size(); ++i)
-    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(bf16_to_f32(in[i]))) << std::hex << in[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(bf16_to_f32(in[i])))
+        << std::hex << in[i];
 }
 
 TEST(FloatConvert, a_nan_at_any_block_position_keeps_its_neighbours_exact) {

@@ -36,7 +36,8 @@ double reference_value(const Format& f, uint32_t code, bool* is_nan) {
     return sign ? -INFINITY : INFINITY;
   }
   double frac = m / std::pow(2.0, f.mantissa_bits);
-  double v = e == 0 ? frac * std::pow(2.0, 1 - f.bias) : (1 + frac) * std::pow(2.0, int(e) - f.bias);
+  double v =
+      e == 0 ? frac * std::pow(2.0, 1 - f.bias) : (1 + frac) * std::pow(2.0, int(e) - f.bias);
   return sign ? -v : v;
 }
 
@@ -102,7 +103,7 @@ TEST(FloatFormats, OverflowSaturatesOrBecomesInfinity) {
   EXPECT_TRUE(std::isnan(f8_e4m3fn_to_f32(f32_to_f8_e4m3fn(NAN))));
   EXPECT_EQ(f32_to_f4_e2m1(100.0f), 0x7);  // 6.0
   EXPECT_EQ(f32_to_f4_e2m1(-100.0f), 0xF);
-  EXPECT_EQ(f32_to_f8_e5m2(1e6f), 0x7C);  // inf
+  EXPECT_EQ(f32_to_f8_e5m2(1e6f), 0x7C);      // inf
   EXPECT_EQ(f32_to_f8_e5m2(61440.0f), 0x7C);  // midpoint of max and the next: ties to even (inf)
   EXPECT_EQ(f32_to_f8_e5m2(61439.0f), 0x7B);
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // half-way to the next binade rounds to inf

@@ -31,8 +31,8 @@ namespace {
 using testing::nmse;
 using testing::random_tensor;
 
-const char* const kOps[] = {"matmul", "rms_norm", "rope", "softmax", "silu_mul",
-                            "embedding", "add", "attention"};
+const char* const kOps[] = {"matmul",   "rms_norm",  "rope", "softmax",
+                            "silu_mul", "embedding", "add",  "attention"};
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -60,7 +60,8 @@ TEST(CudaDispatch, TableHasCudaRowsExactlyInACudaBuild) {
   for (const char* op : kOps) {
     bool found = false;
     for (const Kernel* k : KernelRegistry::global().kernels(op))
-      found |= k->device == DeviceType::cuda && starts_with(k->name, (std::string(op) + ".cuda.").c_str());
+      found |= k->device == DeviceType::cuda &&
+               starts_with(k->name, (std::string(op) + ".cuda.").c_str());
     EXPECT_TRUE(found) << "no CUDA kernel for " << op;
   }
   EXPECT_NE(KernelRegistry::global().table().find("matmul.cuda.f32_cublas"), std::string::npos);
@@ -72,10 +73,12 @@ TEST(CudaDispatch, TableHasCudaRowsExactlyInACudaBuild) {
 // Seed 003 in a CUDA build: CUDA rows with the same priority as (or above) the CPU rows
 // exist, yet every op on CPU tensors picks a CPU kernel, and runs correctly.
 TEST(CudaDispatch, CpuTensorsStillReachCpuKernels) {
-  Tensor x = random_tensor({3, 8}, 1), w = random_tensor({5, 8}, 2), out = Tensor::empty({3, 5}, DType::f32);
+  Tensor x = random_tensor({3, 8}, 1), w = random_tensor({5, 8}, 2),
+         out = Tensor::empty({3, 5}, DType::f32);
   Tensor norm_w = random_tensor({8}, 3), norm_out = Tensor::empty({3, 8}, DType::f32);
   Tensor ids = Tensor::empty({2}, DType::i32), emb_out = Tensor::empty({2, 8}, DType::f32);
-  Tensor q = random_tensor({2, 4, 8}, 4), kc = random_tensor({6, 2, 8}, 5), vc = random_tensor({6, 2, 8}, 6);
+  Tensor q = random_tensor({2, 4, 8}, 4), kc = random_tensor({6, 2, 8}, 5),
+         vc = random_tensor({6, 2, 8}, 6);
   Tensor att_out = Tensor::empty({2, 4, 8}, DType::f32), cos_sin = random_tensor({6, 8}, 7);
   Tensor positions = Tensor::empty({2}, DType::i32);
   Tensor w_bf16 = w.to(DType::bf16), empty_bias;
@@ -95,11 +98,14 @@ TEST(CudaDispatch, CpuTensorsStillReachCpuKernels) {
     EXPECT_EQ(k.device, DeviceType::cpu) << op << " chose " << k.name;
   }
   ops::matmul(x, w, Tensor(), out);  // and the CPU kernel computes the right thing
-  EXPECT_NEAR(out.get({1, 2}), [&] {
-    double s = 0;
-    for (int k = 0; k < 8; ++k) s += x.get({1, k}) * w.get({2, k});
-    return s;
-  }(), 1e-5);
+  EXPECT_NEAR(
+      out.get({1, 2}),
+      [&] {
+        double s = 0;
+        for (int k = 0; k < 8; ++k) s += x.get({1, k}) * w.get({2, k});
+        return s;
+      }(),
+      1e-5);
 }
 
 TEST(CudaDispatch, CudaTensorsReachCudaRowsAndMixedDevicesAreRefused) {
@@ -129,7 +135,8 @@ TEST(CudaDispatch, CudaTensorsReachCudaRowsAndMixedDevicesAreRefused) {
     EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
   }
   // A limit of a CUDA row is a reason in the error, not a crash: head_dim 512 > 256.
-  Tensor q512 = tagged_cuda({1, 1, 512}), k512 = tagged_cuda({2, 1, 512}), o512 = tagged_cuda({1, 1, 512});
+  Tensor q512 = tagged_cuda({1, 1, 512}), k512 = tagged_cuda({2, 1, 512}),
+         o512 = tagged_cuda({1, 1, 512});
   try {
     select_name("attention", {&q512, &k512, &k512, &o512});
     FAIL() << "head_dim 512 must be refused";
@@ -143,18 +150,20 @@ TEST(CudaDispatch, CudaTensorsReachCudaRowsAndMixedDevicesAreRefused) {
 
 // ---- CUDA kernels against CPU kernels (a GPU is needed) ----
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                           \
-  do {                                                                                       \
-    DeviceAllocator* cuda = device_allocator(DeviceType::cuda);                              \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                               \
+  do {                                                                                           \
+    DeviceAllocator* cuda = device_allocator(DeviceType::cuda);                                  \
     if (!cuda) GTEST_SKIP() << "no CUDA backend in this build (configure with -DREFIT_CUDA=ON)"; \
-    if (cuda->device_count() == 0)                                                           \
-      GTEST_SKIP() << "no CUDA device: " << cuda->unavailable_reason();                      \
+    if (cuda->device_count() == 0)                                                               \
+      GTEST_SKIP() << "no CUDA device: " << cuda->unavailable_reason();                          \
   } while (0)
 
 constexpr double kNmse = 1e-10;  // f32 on both sides; only summation order differs
 
 Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
-Tensor gpu_empty(Shape shape) { return Tensor::empty(std::move(shape), DType::f32, Device::cuda(0)); }
+Tensor gpu_empty(Shape shape) {
+  return Tensor::empty(std::move(shape), DType::f32, Device::cuda(0));
+}
 
 #ifdef REFIT_HAVE_CUDA
 // ops::matmul on cuda tensors, unless kernels_dispatch_test.cpp has registered its
@@ -265,7 +274,7 @@ TEST(CudaKernels, SiluMulAndAddMatchCpu) {
   Tensor sum_expected = Tensor::empty({7, 999}, DType::f32);
   ops::add(g, u, sum_expected);
   Tensor a = gpu(g);
-  ops::add(a, gpu(u), a);  // out aliases a
+  ops::add(a, gpu(u), a);                              // out aliases a
   EXPECT_EQ(a.to_floats(), sum_expected.to_floats());  // one rounding: bitwise equal
 }
 
@@ -311,9 +320,11 @@ TEST(CudaKernels, RopeMatchesCpuForBothStylesAndPartialRotation) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (ops::RopeStyle style : {ops::RopeStyle::neox, ops::RopeStyle::interleaved}) {
     for (int64_t rot : {64, 32}) {
-      SCOPED_TRACE(::testing::Message() << "neox=" << (style == ops::RopeStyle::neox) << " rot=" << rot);
+      SCOPED_TRACE(::testing::Message()
+                   << "neox=" << (style == ops::RopeStyle::neox) << " rot=" << rot);
       Tensor x = random_tensor({5, 6, 64}, 90), cos_sin = random_tensor({32, rot}, 91);
-      Tensor positions = Tensor::from_floats({5}, std::vector<float>{0, 4, 31, 7, 7}).to(DType::i32);
+      Tensor positions =
+          Tensor::from_floats({5}, std::vector<float>{0, 4, 31, 7, 7}).to(DType::i32);
       Tensor expected = x.clone();
       ops::rope(expected, positions, cos_sin, style);
       Tensor y = gpu(x);
@@ -328,8 +339,9 @@ TEST(CudaKernels, AttentionMatchesCpuForPrefillDecodeAndLongContext) {
   struct Case {
     int64_t T, start_pos, H, KVH, hd, max_seq;
   };
-  for (const Case& c : {Case{5, 3, 8, 2, 64, 16}, Case{1, 0, 4, 4, 32, 4}, Case{1, 299, 8, 1, 128, 300},
-                        Case{3, 2, 2, 2, 256, 8}, Case{4, 0, 6, 3, 48, 4}}) {
+  for (const Case& c :
+       {Case{5, 3, 8, 2, 64, 16}, Case{1, 0, 4, 4, 32, 4}, Case{1, 299, 8, 1, 128, 300},
+        Case{3, 2, 2, 2, 256, 8}, Case{4, 0, 6, 3, 48, 4}}) {
     SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H
                                       << " KVH=" << c.KVH << " hd=" << c.hd);
     Tensor q = random_tensor({c.T, c.H, c.hd}, 100);

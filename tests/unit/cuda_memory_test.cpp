@@ -132,7 +132,9 @@ TEST_F(FakeDeviceMemory, HostElementAccessOnADeviceTensorIsRefused) {
 }
 
 TEST_F(FakeDeviceMemory, TheAllocatorsErrorsReachTheCaller) {
-  std::string msg = error_of([] { (void)Tensor::empty({2}, DType::f32, Device{DeviceType::rocm, 5}); });
+  std::string msg = error_of([] {
+    (void)Tensor::empty({2}, DType::f32, Device{DeviceType::rocm, 5});
+  });
   EXPECT_NE(msg.find("rocm:5 does not exist"), std::string::npos) << msg;
 }
 
@@ -144,7 +146,9 @@ TEST(DeviceMemory, CpuAllocatorCannotBeReplaced) {
 
 TEST(DeviceMemory, DeviceWithoutABackendGivesAClearError) {
   ASSERT_EQ(device_allocator(DeviceType::rocm), nullptr);  // no build has a rocm backend
-  std::string msg = error_of([] { (void)Tensor::empty({2}, DType::f32, Device{DeviceType::rocm, 0}); });
+  std::string msg = error_of([] {
+    (void)Tensor::empty({2}, DType::f32, Device{DeviceType::rocm, 0});
+  });
   EXPECT_NE(msg.find("no allocator for device rocm:0"), std::string::npos) << msg;
   // A tensor that only claims to be on rocm (foreign memory) cannot be copied either.
   std::vector<float> memory(2);
@@ -177,12 +181,12 @@ TEST(DeviceMemory, CudaAllocationMatchesTheBuild) {
 
 // ---- the real CUDA allocator (REFIT_CUDA=ON build with a GPU) ----
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                           \
-  do {                                                                                       \
-    DeviceAllocator* cuda = device_allocator(DeviceType::cuda);                              \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                               \
+  do {                                                                                           \
+    DeviceAllocator* cuda = device_allocator(DeviceType::cuda);                                  \
     if (!cuda) GTEST_SKIP() << "no CUDA backend in this build (configure with -DREFIT_CUDA=ON)"; \
-    if (cuda->device_count() == 0)                                                           \
-      GTEST_SKIP() << "no CUDA device: " << cuda->unavailable_reason();                      \
+    if (cuda->device_count() == 0)                                                               \
+      GTEST_SKIP() << "no CUDA device: " << cuda->unavailable_reason();                          \
   } while (0)
 
 TEST(CudaMemory, RoundTripHostDeviceHostIsBitwiseExact) {

@@ -50,7 +50,8 @@ TEST(TorchStore, UnreachableStoreFailsWithinTheTimeoutNamingTheAddress) {
     TcpStoreClient c("127.0.0.1", port, milliseconds(300));
     FAIL() << "connected to a closed port";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
 }
@@ -99,7 +100,9 @@ TEST(TorchStore, SpeaksTorch113TcpStore) {
   const std::string script =
       "import sys, torch.distributed as d\n"
       "from datetime import timedelta\n"
-      "s = d.TCPStore('127.0.0.1', " + std::to_string(port) + ", 2, True, timedelta(seconds=90))\n"
+      "s = d.TCPStore('127.0.0.1', " +
+      std::to_string(port) +
+      ", 2, True, timedelta(seconds=90))\n"
       "s.wait(['from_refit'])\n"
       "assert s.get('from_refit') == b'hello\\x00bytes', s.get('from_refit')\n"
       "assert s.add('counter', 0) == 5\n"
@@ -155,7 +158,8 @@ TEST(WeightSyncRequest, CommandRoundTripAndTruncation) {
   EXPECT_EQ(back.names, u.names);
   EXPECT_EQ(back.dtypes, u.dtypes);
   EXPECT_EQ(back.shapes, u.shapes);
-  for (size_t n = 0; n < wire.size(); n += 3) EXPECT_THROW(DistributedUpdate::decode(wire.substr(0, n)), Error) << n;
+  for (size_t n = 0; n < wire.size(); n += 3)
+    EXPECT_THROW(DistributedUpdate::decode(wire.substr(0, n)), Error) << n;
 }
 
 TEST(WeightSyncGroups, UnknownGroupsAreNamed) {
@@ -164,7 +168,8 @@ TEST(WeightSyncGroups, UnknownGroupsAreNamed) {
     groups.destroy("nope");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no weight update group 'nope'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no weight update group 'nope'"), std::string::npos)
+        << e.what();
   }
   DistributedUpdate u;
   u.group_name = "nope";

@@ -102,7 +102,9 @@ TEST(FormatsSafetensors, stories260k_hf_file_matches_the_llama2c_weights) {
   EXPECT_TRUE(emb.read_only());
   EXPECT_EQ(emb.shape(), (Shape{512, 64}));
   auto bin = Llama2cModel::open(kStories + "/stories260K.bin");
-  EXPECT_EQ(std::memcmp(emb.raw_data(), bin->tensor("token_embedding_table").raw_data(), 512 * 64 * 4), 0);
+  EXPECT_EQ(
+      std::memcmp(emb.raw_data(), bin->tensor("token_embedding_table").raw_data(), 512 * 64 * 4),
+      0);
   // v_proj is not permuted by the HF conversion, so it equals llama2.c's wv per layer.
   Tensor v2 = st->tensor("model.layers.2.self_attn.v_proj.weight");
   EXPECT_EQ(std::memcmp(v2.raw_data(), bin->tensor("wv").select(0, 2).raw_data(), 32 * 64 * 4), 0);
@@ -126,15 +128,18 @@ struct ShardedFolder {
     dir.write("generation_config.json", R"({"bos_token_id":1,"eos_token_id":[2,3]})");
     dir.write("tokenizer_config.json", R"({"bos_token":"<s>","eos_token":{"content":"</s>"}})");
     dir.write("model-00001-of-00002.safetensors",
-              safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f32_bytes({1, 2})));
+              safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                f32_bytes({1, 2})));
     dir.write("model-00002-of-00002.safetensors",
-              safetensors_bytes(R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", f32_bytes({3})));
+              safetensors_bytes(R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                f32_bytes({3})));
     dir.write("model.safetensors.index.json", index_json);
   }
 };
 
 TEST(FormatsHfFolder, sharded_index_maps_each_tensor_to_its_shard) {
-  ShardedFolder f(R"({"metadata":{},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
+  ShardedFolder f(
+      R"({"metadata":{},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
   auto hf = HfFolder::open(f.dir.path.string());
   EXPECT_EQ(hf->shards().size(), 2u);
   EXPECT_EQ(hf->tensor_names(), (std::vector<std::string>{"a", "b"}));
@@ -150,7 +155,8 @@ TEST(FormatsHfFolder, index_naming_files_outside_the_folder_or_missing_tensors_i
   ShardedFolder escape(R"({"weight_map":{"a":"../model-00001-of-00002.safetensors"}})");
   expect_format_error([&] { HfFolder::open(escape.dir.path.string()); },
                       {"model.safetensors.index.json", "not a file in the folder"});
-  ShardedFolder missing(R"({"weight_map":{"a":"model-00001-of-00002.safetensors","zz":"model-00002-of-00002.safetensors"}})");
+  ShardedFolder missing(
+      R"({"weight_map":{"a":"model-00001-of-00002.safetensors","zz":"model-00002-of-00002.safetensors"}})");
   expect_format_error([&] { HfFolder::open(missing.dir.path.string()); },
                       {"model-00002-of-00002.safetensors", "'zz'", "lacks it"});
   ShardedFolder bad_json("{\"weight_map\": [");
@@ -162,7 +168,8 @@ TEST(FormatsCheckpoint, detects_every_oracle_format) {
   EXPECT_EQ(Checkpoint::open(kStories + "/stories260K.bin")->format(), CheckpointFormat::llama2c);
   EXPECT_EQ(Checkpoint::open(kStories + "/stories260K.gguf")->format(), CheckpointFormat::gguf);
   EXPECT_EQ(Checkpoint::open(kStories + "/hf")->format(), CheckpointFormat::hf_folder);
-  EXPECT_EQ(Checkpoint::open(kStories + "/hf/model.safetensors")->format(), CheckpointFormat::safetensors);
+  EXPECT_EQ(Checkpoint::open(kStories + "/hf/model.safetensors")->format(),
+            CheckpointFormat::safetensors);
   auto bin = Checkpoint::open(kStories + "/stories260K.bin");
   EXPECT_TRUE(bin->vocab().present);  // tok512.bin lies alongside
   EXPECT_EQ(bin->vocab().size, 512);

@@ -30,7 +30,8 @@ TEST(FormatsDequant, q8_0_is_int8_times_f16_scale) {
   BlockQ8_0 b[2];
   b[0].d = 0x3800;  // 0.5
   b[1].d = 0xC000;  // -2.0
-  for (int j = 0; j < 32; ++j) b[0].qs[j] = static_cast<int8_t>(j - 16), b[1].qs[j] = static_cast<int8_t>(j == 0 ? -128 : 127);
+  for (int j = 0; j < 32; ++j)
+    b[0].qs[j] = static_cast<int8_t>(j - 16), b[1].qs[j] = static_cast<int8_t>(j == 0 ? -128 : 127);
   float out[64];
   dequantize_row(GgmlType::q8_0, b, sizeof b, out, 64);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], (j - 16) * 0.5f);

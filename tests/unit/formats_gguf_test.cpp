@@ -79,7 +79,8 @@ TEST(FormatsGguf, tensors_are_zero_copy_views_bit_identical_to_llama2c) {
     Tensor q = g->tensor(fmt::format("blk.{}.attn_q.weight", l));
     Tensor w2 = g->tensor(fmt::format("blk.{}.ffn_down.weight", l));
     EXPECT_EQ(std::memcmp(q.raw_data(), bin->tensor("wq").select(0, l).raw_data(), 64 * 64 * 4), 0);
-    EXPECT_EQ(std::memcmp(w2.raw_data(), bin->tensor("w2").select(0, l).raw_data(), 64 * 172 * 4), 0);
+    EXPECT_EQ(std::memcmp(w2.raw_data(), bin->tensor("w2").select(0, l).raw_data(), 64 * 172 * 4),
+              0);
   }
   Tensor deq = g->dequantize("output_norm.weight");
   EXPECT_EQ(deq.to_floats(), g->tensor("output_norm.weight").to_floats());
@@ -105,8 +106,13 @@ TEST(FormatsGguf, every_value_type_and_nested_arrays_round_trip_in_v2_and_v3) {
     std::string nested;  // array of 2 arrays of i32: [[1, 2], [3]]
     put<uint32_t>(nested, 9);
     put<uint64_t>(nested, 2);
-    put<uint32_t>(nested, 5); put<uint64_t>(nested, 2); put<int32_t>(nested, 1); put<int32_t>(nested, 2);
-    put<uint32_t>(nested, 5); put<uint64_t>(nested, 1); put<int32_t>(nested, 3);
+    put<uint32_t>(nested, 5);
+    put<uint64_t>(nested, 2);
+    put<int32_t>(nested, 1);
+    put<int32_t>(nested, 2);
+    put<uint32_t>(nested, 5);
+    put<uint64_t>(nested, 1);
+    put<int32_t>(nested, 3);
     b.raw_kv("t.nested", 9, nested);
     b.set_alignment(64);
     b.tensor("w", {32, 2}, 0, f32_bytes(std::vector<float>(64, 1.0f)));
@@ -153,7 +159,8 @@ TEST(FormatsGguf, quantized_tensors_are_raw_block_views_with_their_logical_shape
   EXPECT_EQ(v.bytes.dtype(), DType::u8);
   EXPECT_EQ(v.bytes.numel(), 128 * 128 / 32 * 34);
   EXPECT_EQ(v.row_bytes(), 128 / 32 * 34);
-  expect_format_error([&] { f->tensor("blk.0.attn_q.weight"); }, {"blk.0.attn_q.weight", "quantized", "q8_0"});
+  expect_format_error([&] { f->tensor("blk.0.attn_q.weight"); },
+                      {"blk.0.attn_q.weight", "quantized", "q8_0"});
 }
 
 // The q8_0 and mxfp4 oracle files were quantized by llama.cpp from the same weights as the

@@ -105,7 +105,8 @@ TEST(FormatsMalformed, gguf_metadata_lies) {
 }
 
 TEST(FormatsMalformed, gguf_tensor_infos_that_lie) {
-  auto with_tensor = [](std::vector<uint64_t> ne, uint32_t type, int64_t offset, size_t data_bytes) {
+  auto with_tensor = [](std::vector<uint64_t> ne, uint32_t type, int64_t offset,
+                        size_t data_bytes) {
     GgufBuilder b;
     b.tensor("t", ne, type, std::string(data_bytes, '\0'), offset);
     if (offset >= 0) b.data = std::string(data_bytes, '\0');
@@ -167,27 +168,40 @@ TEST(FormatsMalformed, safetensors_header_and_entries_that_lie) {
   expect_st_error(s + "{}", {"header length 1000", "past the end"});
   expect_st_error(safetensors_bytes("{\"a\":", data), {"not valid JSON"});
   expect_st_error(safetensors_bytes("[1,2]", data), {"must be a JSON object"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", data),
-                  {"'a'", "unknown or unsupported dtype 'F4'"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
-                  {"'a'", "needs 12 bytes", "give 8"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data),
-                  {"'a'", "past the data section"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data),
-                  {"'a'", "begin after end"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", data),
-                  {"'a'", "non-negative integer"});
   expect_st_error(
-      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data),
+      safetensors_bytes(R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", data),
+      {"'a'", "unknown or unsupported dtype 'F4'"});
+  expect_st_error(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data),
+      {"'a'", "needs 12 bytes", "give 8"});
+  expect_st_error(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", data),
+      {"'a'", "past the data section"});
+  expect_st_error(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data),
+      {"'a'", "begin after end"});
+  expect_st_error(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", data),
+      {"'a'", "non-negative integer"});
+  expect_st_error(
+      safetensors_bytes(
+          R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+          data),
       {"'a'", "'b'", "overlap"});
   expect_st_error(
-      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data),
+      safetensors_bytes(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+          data),
       {"duplicate tensor name 'a'"});
-  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", data), {"'a'", "missing 'data_offsets'"});
-  expect_st_error(safetensors_bytes(R"({"__metadata__":{"k":1}})", data), {"__metadata__", "'k'", "string"});
+  expect_st_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1]}})", data),
+                  {"'a'", "missing 'data_offsets'"});
+  expect_st_error(safetensors_bytes(R"({"__metadata__":{"k":1}})", data),
+                  {"__metadata__", "'k'", "string"});
   expect_st_error(safetensors_bytes("{\"caf\xE9\":{}}", data), {"not valid JSON"});
   expect_st_error(
-      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,4]}})", data),
+      safetensors_bytes(
+          R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,4]}})",
+          data),
       {"'a'", "overflow"});
 }
 
@@ -208,7 +222,8 @@ TEST(FormatsMalformed, llama2c_model_headers_that_lie) {
   };
   expect_format_error(open("abc"), {"m.bin", "truncated"});
   expect_format_error(open(llama2c_header(0, 1, 1, 1, 1, 1, 1)), {"m.bin", "dim = 0"});
-  expect_format_error(open(llama2c_header(8, 1, 1, 3, 1, 1, 1)), {"m.bin", "not a multiple of n_heads"});
+  expect_format_error(open(llama2c_header(8, 1, 1, 3, 1, 1, 1)),
+                      {"m.bin", "not a multiple of n_heads"});
   expect_format_error(open(llama2c_header(8, 1, 1, 4, 3, 1, 1)), {"m.bin", "n_kv_heads"});
   expect_format_error(open(llama2c_header(1 << 30, 1, 1, 1, 1, 1, 1)), {"m.bin", "out of range"});
   // Plausible header, wrong body size: the only check a magic-less format allows.
@@ -235,12 +250,15 @@ TEST(FormatsMalformed, llama2c_tokenizers_that_lie) {
   auto ok = read_llama2c_tokenizer(path, 2);
   EXPECT_EQ(ok.pieces, (std::vector<std::string>{"ab", "c"}));
   EXPECT_EQ(read_llama2c_tokenizer(path).pieces.size(), 2u);
-  expect_format_error([&] { read_llama2c_tokenizer(path, 3); }, {path, "token count 3", "impossible"});
+  expect_format_error([&] { read_llama2c_tokenizer(path, 3); },
+                      {path, "token count 3", "impossible"});
   const std::string cut = tok({{0, "ab"}}, 2);
   std::string cut_path = dir.write("cut.bin", cut.substr(0, cut.size() - 1));
-  expect_format_error([&] { read_llama2c_tokenizer(cut_path, 1); }, {cut_path, "truncated", "bytes of token 0"});
+  expect_format_error([&] { read_llama2c_tokenizer(cut_path, 1); },
+                      {cut_path, "truncated", "bytes of token 0"});
   expect_format_error([&] { read_llama2c_tokenizer(path, 1); }, {path, "unexpected bytes"});
-  expect_format_error([&] { read_llama2c_tokenizer(path, 1 << 30); }, {path, "token count", "impossible"});
+  expect_format_error([&] { read_llama2c_tokenizer(path, 1 << 30); },
+                      {path, "token count", "impossible"});
   path = dir.write("t2.bin", tok({{0, "abc"}}, 2));
   expect_format_error([&] { read_llama2c_tokenizer(path, 1); }, {path, "token 0 has length 3"});
   std::string neg;

@@ -30,7 +30,8 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string file(const std::string& name) const { return (path / name).string(); }
   std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(file(name), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(file(name), std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return file(name);
   }
   static int& counter() {
@@ -43,7 +44,8 @@ struct TempDir {
 inline void expect_format_error(const std::function<void()>& fn, std::vector<std::string> needles) {
   try {
     fn();
-    ADD_FAILURE() << "expected a FormatError containing '" << (needles.empty() ? "" : needles[0]) << "'";
+    ADD_FAILURE() << "expected a FormatError containing '" << (needles.empty() ? "" : needles[0])
+                  << "'";
   } catch (const FormatError& e) {
     std::string msg = e.what();
     for (const auto& n : needles)

@@ -24,10 +24,10 @@ struct Case {
 };
 
 TEST(KernelsAttention, matches_reference_for_decode_prefill_and_gqa) {
-  const Case cases[] = {
-      {1, 0, 1, 1, 1},     {1, 0, 4, 4, 64},   {1, 37, 8, 2, 64},  {5, 0, 4, 1, 17},
-      {17, 3, 6, 3, 33},   {3, 100, 2, 2, 128}, {33, 0, 8, 8, 16}, {1, 255, 32, 4, 64},
-      {64, 64, 4, 2, 80},  {2, 5, 3, 1, 3}};
+  const Case cases[] = {{1, 0, 1, 1, 1},   {1, 0, 4, 4, 64},    {1, 37, 8, 2, 64},
+                        {5, 0, 4, 1, 17},  {17, 3, 6, 3, 33},   {3, 100, 2, 2, 128},
+                        {33, 0, 8, 8, 16}, {1, 255, 32, 4, 64}, {64, 64, 4, 2, 80},
+                        {2, 5, 3, 1, 3}};
   for_each_isa([&] {
     uint32_t seed = 900;
     for (const Case& c : cases) {
@@ -51,7 +51,8 @@ TEST(KernelsAttention, matches_reference_for_decode_prefill_and_gqa) {
 // single-row path), in prefill and decode, under every ISA.
 TEST(KernelsAttention, grouped_heads_equal_each_head_alone_bitwise) {
   for_each_isa([&] {
-    for (const Case& c : {Case{6, 0, 8, 2, 64}, Case{1, 40, 8, 2, 24}, Case{5, 3, 4, 2, 17}, Case{3, 9, 8, 1, 80}}) {
+    for (const Case& c : {Case{6, 0, 8, 2, 64}, Case{1, 40, 8, 2, 24}, Case{5, 3, 4, 2, 17},
+                          Case{3, 9, 8, 1, 80}}) {
       SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H
                                         << " KVH=" << c.KVH << " hd=" << c.hd);
       const int64_t S = c.start_pos + c.T;
@@ -64,7 +65,8 @@ TEST(KernelsAttention, grouped_heads_equal_each_head_alone_bitwise) {
       for (int64_t h = 0; h < c.H; ++h) {
         const int64_t kvh = h / (c.H / c.KVH);
         Tensor q1 = q.narrow(1, h, 1).contiguous(), k1 = k.narrow(1, kvh, 1).contiguous();
-        Tensor v1 = v.narrow(1, kvh, 1).contiguous(), alone = Tensor::empty({c.T, 1, c.hd}, DType::f32);
+        Tensor v1 = v.narrow(1, kvh, 1).contiguous(),
+               alone = Tensor::empty({c.T, 1, c.hd}, DType::f32);
         ops::attention(q1, k1, v1, c.start_pos, scale, alone);
         EXPECT_TRUE(bitwise_equal(out.narrow(1, h, 1), alone)) << "head " << h;
       }
@@ -73,7 +75,8 @@ TEST(KernelsAttention, grouped_heads_equal_each_head_alone_bitwise) {
 }
 
 TEST(KernelsAttention, rows_beyond_the_causal_window_have_no_effect) {
-  Tensor q = random_tensor({2, 2, 8}, 1), k = random_tensor({6, 1, 8}, 2), v = random_tensor({6, 1, 8}, 3);
+  Tensor q = random_tensor({2, 2, 8}, 1), k = random_tensor({6, 1, 8}, 2),
+         v = random_tensor({6, 1, 8}, 3);
   Tensor a = Tensor::empty({2, 2, 8}, DType::f32), b = a.clone();
   ops::attention(q, k, v, 1, 0.3f, a);
   // Token 1 (position 2) sees rows 0..2; rows 3..5 are garbage from its point of view.
@@ -91,26 +94,30 @@ TEST(KernelsAttention, sliding_window_matches_reference) {
     Case c;
     int64_t window;
   };
-  const WindowCase cases[] = {{{1, 0, 1, 1, 8}, 1},    {{1, 37, 8, 2, 64}, 1},  {{1, 37, 8, 2, 64}, 16},
-                              {{6, 3, 4, 1, 17}, 2},   {{17, 3, 6, 3, 33}, 5},  {{3, 100, 2, 2, 128}, 100},
-                              {{3, 100, 2, 2, 128}, 101}, {{33, 0, 8, 8, 16}, 7}, {{64, 64, 4, 2, 80}, 64}};
+  const WindowCase cases[] = {
+      {{1, 0, 1, 1, 8}, 1},       {{1, 37, 8, 2, 64}, 1}, {{1, 37, 8, 2, 64}, 16},
+      {{6, 3, 4, 1, 17}, 2},      {{17, 3, 6, 3, 33}, 5}, {{3, 100, 2, 2, 128}, 100},
+      {{3, 100, 2, 2, 128}, 101}, {{33, 0, 8, 8, 16}, 7}, {{64, 64, 4, 2, 80}, 64}};
   for_each_isa([&] {
     uint32_t seed = 1900;
     for (const WindowCase& wc : cases) {
       const Case& c = wc.c;
-      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H
-                                        << " KVH=" << c.KVH << " hd=" << c.hd << " window=" << wc.window);
+      SCOPED_TRACE(::testing::Message()
+                   << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H << " KVH=" << c.KVH
+                   << " hd=" << c.hd << " window=" << wc.window);
       const int64_t S = c.start_pos + c.T + 2;
       Tensor q = random_tensor({c.T, c.H, c.hd}, seed++, -2, 2);
       Tensor k = random_tensor({S, c.KVH, c.hd}, seed++, -2, 2);
       Tensor v = random_tensor({S, c.KVH, c.hd}, seed++);
-      Tensor out = Tensor::empty({c.T, c.H, c.hd}, DType::f32), ref = out.clone(), full = out.clone();
+      Tensor out = Tensor::empty({c.T, c.H, c.hd}, DType::f32), ref = out.clone(),
+             full = out.clone();
       const float scale = 1.0f / std::sqrt(float(c.hd));
       ops::attention(q, k, v, c.start_pos, scale, out, wc.window);
       cpu::reference::attention(q, k, v, c.start_pos, scale, ref, wc.window);
       EXPECT_LT(nmse(out, ref), kNmseF32);
       ops::attention(q, k, v, c.start_pos, scale, full);
-      if (wc.window < c.start_pos + c.T) EXPECT_GT(nmse(out, full), 1e-8) << "the window must cut something";
+      if (wc.window < c.start_pos + c.T)
+        EXPECT_GT(nmse(out, full), 1e-8) << "the window must cut something";
     }
   });
 }
@@ -120,7 +127,8 @@ TEST(KernelsAttention, sliding_window_matches_reference) {
 // the window have no effect; window 0 and any window covering every row give the bits of
 // unlimited attention.
 TEST(KernelsAttention, sliding_window_sees_exactly_the_last_window_positions) {
-  Tensor q = random_tensor({4, 2, 8}, 1), k = random_tensor({9, 1, 8}, 2), v = random_tensor({9, 1, 8}, 3);
+  Tensor q = random_tensor({4, 2, 8}, 1), k = random_tensor({9, 1, 8}, 2),
+         v = random_tensor({9, 1, 8}, 3);
   Tensor one = Tensor::empty({4, 2, 8}, DType::f32);
   ops::attention(q, k, v, 5, 0.3f, one, 1);
   for (int64_t t = 0; t < 4; ++t)
@@ -156,17 +164,22 @@ Tensor i32_tensor(Shape shape, const std::vector<int32_t>& values) {
 // Blocks wholly before the window may be absent from the table (-1).
 TEST(KernelsAttention, paged_sliding_window_matches_reference_and_contiguous_bitwise) {
   const int64_t bs = 4, KVH = 2, H = 4, hd = 24, n_blocks = 12;
-  Tensor k_pool = random_tensor({n_blocks, bs, KVH, hd}, 5, -2, 2), v_pool = random_tensor({n_blocks, bs, KVH, hd}, 6);
+  Tensor k_pool = random_tensor({n_blocks, bs, KVH, hd}, 5, -2, 2),
+         v_pool = random_tensor({n_blocks, bs, KVH, hd}, 6);
   // Sequence 0: 3 new tokens at 9..11 in blocks 7, 2, 5; sequence 1: 1 token at 13 in 0, 11, 3, 9.
   for (int64_t window : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{6}, int64_t{40}}) {
     SCOPED_TRACE(::testing::Message() << "window=" << window);
-    const int32_t gone = window == 3 ? -1 : 0;  // with window 3 no token reads block 0 of either table
-    Tensor tables = i32_tensor({2, 4}, {gone == -1 ? -1 : 7, 2, 5, -1, gone == -1 ? -1 : 0, 11, 3, 9});
+    const int32_t gone =
+        window == 3 ? -1 : 0;  // with window 3 no token reads block 0 of either table
+    Tensor tables =
+        i32_tensor({2, 4}, {gone == -1 ? -1 : 7, 2, 5, -1, gone == -1 ? -1 : 0, 11, 3, 9});
     Tensor starts = i32_tensor({3}, {0, 3, 4}), positions = i32_tensor({2}, {9, 13});
-    Tensor q = random_tensor({4, H, hd}, 7, -2, 2), out = Tensor::empty({4, H, hd}, DType::f32), ref = out.clone();
+    Tensor q = random_tensor({4, H, hd}, 7, -2, 2), out = Tensor::empty({4, H, hd}, DType::f32),
+           ref = out.clone();
     const float scale = 0.2f;
     ops::paged_attention(q, k_pool, v_pool, tables, starts, positions, scale, out, window);
-    cpu::reference::paged_attention(q, k_pool, v_pool, tables, starts, positions, scale, ref, window);
+    cpu::reference::paged_attention(q, k_pool, v_pool, tables, starts, positions, scale, ref,
+                                    window);
     EXPECT_LT(nmse(out, ref), kNmseF32);
     // Sequence 1 as a contiguous cache of its 14 positions.
     const int32_t blocks1[] = {0, 11, 3, 9};

@@ -30,12 +30,12 @@ TEST(KernelsCpuIsa, each_available_isa_can_be_forced_and_is_reported) {
       EXPECT_EQ(name, isa);
   }
   cpu::set_cpu_isa(isas.front());
-  EXPECT_EQ(lower(cpu::cpu_isa_name()), isas.front() == "scalar" ? lower(cpu::cpu_isa_name())
-                                                                  : isas.front());
+  EXPECT_EQ(lower(cpu::cpu_isa_name()),
+            isas.front() == "scalar" ? lower(cpu::cpu_isa_name()) : isas.front());
   // Asking for the best name there is never picks something this CPU lacks.
   cpu::set_cpu_isa("avx3");
-  EXPECT_EQ(lower(cpu::cpu_isa_name()), isas.front() == "scalar" ? lower(cpu::cpu_isa_name())
-                                                                  : isas.front());
+  EXPECT_EQ(lower(cpu::cpu_isa_name()),
+            isas.front() == "scalar" ? lower(cpu::cpu_isa_name()) : isas.front());
   const char* env = std::getenv("REFIT_CPU_ISA");
   cpu::set_cpu_isa(env && *env ? env : isas.front());
 }
@@ -53,9 +53,11 @@ TEST(KernelsCpuIsa, unknown_names_are_refused_listing_the_known_ones) {
 // REFIT_CPU_ISA is read once per process, so it is checked through the CLI: a valid cap
 // runs, a bogus one fails instead of being ignored.
 TEST(KernelsCpuIsa, env_var_is_honoured_or_refused_by_a_new_process) {
-  const std::string cmd = std::string("REFIT_CPU_ISA=scalar ") + REFIT_BINARY + " kernels > /dev/null";
+  const std::string cmd =
+      std::string("REFIT_CPU_ISA=scalar ") + REFIT_BINARY + " kernels > /dev/null";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
-  const std::string bad = std::string("REFIT_CPU_ISA=bogus ") + REFIT_BINARY + " kernels > /dev/null 2>&1";
+  const std::string bad =
+      std::string("REFIT_CPU_ISA=bogus ") + REFIT_BINARY + " kernels > /dev/null 2>&1";
   EXPECT_NE(std::system(bad.c_str()), 0);
 }
 

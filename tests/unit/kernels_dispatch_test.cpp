@@ -24,7 +24,10 @@ void register_fake_gpu_matmul() {
   k.name = "matmul.test_double.cuda_any";
   k.device = DeviceType::cuda;
   k.priority = 1000;  // outranks every CPU kernel: only the device can rule it out
-  k.args = {{"x", {DType::f32}, {}}, {"w", {}, {}}, {"bias", {DType::f32}, {}, true}, {"out", {DType::f32}, {}}};
+  k.args = {{"x", {DType::f32}, {}},
+            {"w", {}, {}},
+            {"bias", {DType::f32}, {}, true},
+            {"out", {DType::f32}, {}}};
   k.fn = reinterpret_cast<const void*>(&fake_gpu_matmul);
   KernelRegistry::global().add(k);
 }
@@ -35,7 +38,8 @@ Tensor fake_cuda_tensor(Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   auto* memory = new float[n]();
-  auto storage = Storage::wrap(memory, n * sizeof(float), Device::cuda(0), [memory] { delete[] memory; });
+  auto storage =
+      Storage::wrap(memory, n * sizeof(float), Device::cuda(0), [memory] { delete[] memory; });
   return Tensor::from_storage(storage, DType::f32, shape);
 }
 
@@ -92,7 +96,8 @@ TEST(Dispatch, NoAcceptingKernelListsEveryCandidateWithItsReason) {
     EXPECT_NE(msg.find("matmul: no kernel accepts"), std::string::npos) << msg;
     EXPECT_NE(msg.find("i16"), std::string::npos) << msg;
     for (const Kernel* k : KernelRegistry::global().kernels("matmul"))
-      EXPECT_NE(msg.find(k->name), std::string::npos) << "candidate " << k->name << " missing: " << msg;
+      EXPECT_NE(msg.find(k->name), std::string::npos)
+          << "candidate " << k->name << " missing: " << msg;
   }
 }
 
@@ -100,11 +105,16 @@ TEST(Dispatch, SelectionIsAPureFunctionOfTheTensors) {
   KernelRegistry local;
   auto noop = reinterpret_cast<const void*>(&fake_gpu_matmul);
   local.add({"op", "low", DeviceType::cpu, 1, {{"a", {DType::f32}, {}}}, nullptr, "", noop});
-  local.add({"op", "high_div16", DeviceType::cpu, 5, {{"a", {DType::f32}, {}}},
+  local.add({"op",
+             "high_div16",
+             DeviceType::cpu,
+             5,
+             {{"a", {DType::f32}, {}}},
              [](std::span<const Tensor* const> a) -> std::string {
                return a[0]->size(-1) % 16 == 0 ? "" : "last dim must be divisible by 16";
              },
-             "dim % 16 == 0", noop});
+             "dim % 16 == 0",
+             noop});
   Tensor ok = Tensor::empty({32}, DType::f32), odd = Tensor::empty({17}, DType::f32);
   const Tensor* a1[] = {&ok};
   const Tensor* a2[] = {&odd};

@@ -29,22 +29,22 @@ struct MatmulShape {
   int64_t M, K, N;
 };
 // Odd sizes on purpose: tails of every vector width and tile shape.
-const MatmulShape kShapes[] = {
-    {1, 1, 1},    {1, 3, 17},   {1, 17, 33},  {1, 127, 257}, {1, 256, 64},  {2, 33, 17},
-    {3, 64, 31},  {4, 257, 19}, {5, 31, 127}, {7, 17, 3},    {17, 127, 33}, {33, 256, 40},
-    {64, 96, 65}, {3, 2048, 9}, {9, 1000, 70}, {133, 40, 21}};
+const MatmulShape kShapes[] = {{1, 1, 1},    {1, 3, 17},   {1, 17, 33},   {1, 127, 257},
+                               {1, 256, 64}, {2, 33, 17},  {3, 64, 31},   {4, 257, 19},
+                               {5, 31, 127}, {7, 17, 3},   {17, 127, 33}, {33, 256, 40},
+                               {64, 96, 65}, {3, 2048, 9}, {9, 1000, 70}, {133, 40, 21}};
 
 Tensor make_out(int64_t M, int64_t N) { return Tensor::empty({M, N}, DType::f32); }
 
 // Optimised kernel and reference see the same (already rounded) weights, so only the f32
 // summation order separates them.
-void check_against_reference(DType wdtype, void (*kernel)(const Tensor&, const Tensor&,
-                                                          const Tensor&, Tensor&)) {
+void check_against_reference(DType wdtype,
+                             void (*kernel)(const Tensor&, const Tensor&, const Tensor&, Tensor&)) {
   uint32_t seed = 1;
   for (const auto& s : kShapes)
     for (bool with_bias : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "M=" << s.M << " K=" << s.K << " N=" << s.N
-                                        << " bias=" << with_bias);
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << s.M << " K=" << s.K << " N=" << s.N << " bias=" << with_bias);
       Tensor x = random_tensor({s.M, s.K}, seed++);
       Tensor w = random_tensor({s.N, s.K}, seed++).to(wdtype);
       Tensor bias = with_bias ? random_tensor({s.N}, seed++) : Tensor();
@@ -65,7 +65,8 @@ TEST(KernelsMatmul, f32_blas_matches_reference) {
 // repeated runs (a fresh load and a refit must prefill alike, law L2).
 TEST(KernelsMatmul, f32_blas_bits_do_not_depend_on_threads_or_timing) {
   const int saved = num_threads();
-  Tensor x = random_tensor({8, 72}, 5), w = random_tensor({1700, 72}, 6), bias = random_tensor({1700}, 7);
+  Tensor x = random_tensor({8, 72}, 5), w = random_tensor({1700, 72}, 6),
+         bias = random_tensor({1700}, 7);
   set_num_threads(1);
   Tensor one = make_out(8, 1700);
   cpu::matmul_f32_blas(x, w, bias, one);
@@ -73,7 +74,8 @@ TEST(KernelsMatmul, f32_blas_bits_do_not_depend_on_threads_or_timing) {
   for (int run = 0; run < 20; ++run) {
     Tensor two = make_out(8, 1700);
     cpu::matmul_f32_blas(x, w, bias, two);
-    ASSERT_EQ(std::memcmp(one.raw_data(), two.raw_data(), static_cast<size_t>(one.nbytes())), 0) << "run " << run;
+    ASSERT_EQ(std::memcmp(one.raw_data(), two.raw_data(), static_cast<size_t>(one.nbytes())), 0)
+        << "run " << run;
   }
   set_num_threads(saved);
 }
@@ -185,21 +187,23 @@ TEST(KernelsMatmul, dispatch_sends_f32_decode_shapes_to_highway) {
 // strides) must give the plain layout's result bit for bit.
 // At every instruction set this CPU has (the vector width and whether MulAdd is fused
 // change the plain bits; each layout's kernel must follow them).
-void expect_plain_bits(int64_t N, int64_t K, uint32_t seed, const std::function<Tensor(const Tensor&)>& lay_out) {
+void expect_plain_bits(int64_t N, int64_t K, uint32_t seed,
+                       const std::function<Tensor(const Tensor&)>& lay_out) {
   for (const std::string& isa : cpu::cpu_isas_available())
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (int64_t M : {1, 3, 5, 17}) {
-      cpu::set_cpu_isa(isa);
-      SCOPED_TRACE(::testing::Message() << isa << " " << dtype_name(dt) << " M=" << M);
-      Tensor x = random_tensor({M, K}, seed++);
-      Tensor w = random_tensor({N, K}, seed++).to(dt);
-      Tensor bias = random_tensor({N}, seed++);
-      Tensor other = lay_out(w);
-      Tensor plain_out = make_out(M, N), other_out = make_out(M, N);
-      ops::matmul(x, w, bias, plain_out);
-      ops::matmul(x, other, bias, other_out);
-      EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), other_out.data<float>(), M * N * sizeof(float)));
-    }
+    for (DType dt : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t M : {1, 3, 5, 17}) {
+        cpu::set_cpu_isa(isa);
+        SCOPED_TRACE(::testing::Message() << isa << " " << dtype_name(dt) << " M=" << M);
+        Tensor x = random_tensor({M, K}, seed++);
+        Tensor w = random_tensor({N, K}, seed++).to(dt);
+        Tensor bias = random_tensor({N}, seed++);
+        Tensor other = lay_out(w);
+        Tensor plain_out = make_out(M, N), other_out = make_out(M, N);
+        ops::matmul(x, w, bias, plain_out);
+        ops::matmul(x, other, bias, other_out);
+        EXPECT_EQ(0, std::memcmp(plain_out.data<float>(), other_out.data<float>(),
+                                 M * N * sizeof(float)));
+      }
   const char* env = std::getenv("REFIT_CPU_ISA");
   cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
 }

@@ -72,15 +72,18 @@ TEST(KernelsPointwise, rms_norm_offset_is_an_f32_add_and_offset_zero_changes_no_
       ops::rms_norm(x, w, 1e-5f, c);
       ops::rms_norm(x, w, 1e-5f, z, 0.0f);
       EXPECT_TRUE(testing::bitwise_equal(c, z)) << "D=" << D;
-      EXPECT_TRUE(std::signbit(c.data<float>()[0]) != std::signbit(x.data<float>()[0])) << "-0 weight kept";
+      EXPECT_TRUE(std::signbit(c.data<float>()[0]) != std::signbit(x.data<float>()[0]))
+          << "-0 weight kept";
     }
   });
-  Tensor x = random_tensor({1, 4}, 1), w = random_tensor({4}, 2), out = Tensor::empty({1, 4}, DType::f32);
+  Tensor x = random_tensor({1, 4}, 1), w = random_tensor({4}, 2),
+         out = Tensor::empty({1, 4}, DType::f32);
   EXPECT_THROW(ops::rms_norm(x, w, 1e-5f, out, std::numeric_limits<float>::infinity()), Error);
 }
 
 TEST(KernelsPointwise, rms_norm_refuses_wrong_weight_length) {
-  Tensor x = random_tensor({2, 8}, 1), w = random_tensor({7}, 2), out = Tensor::empty({2, 8}, DType::f32);
+  Tensor x = random_tensor({2, 8}, 1), w = random_tensor({7}, 2),
+         out = Tensor::empty({2, 8}, DType::f32);
   EXPECT_THROW(ops::rms_norm(x, w, 1e-5f, out), Error);
   Tensor w_ok = random_tensor({8}, 3);
   EXPECT_THROW(ops::rms_norm(x, w_ok, -1.0f, out), Error);
@@ -206,12 +209,21 @@ TEST(KernelsPointwise, gelu_tanh_mul_matches_reference_including_tails_and_large
 // and a row's values do not depend on where the flattened tail falls (batch invariance).
 TEST(KernelsPointwise, gelu_tanh_mul_known_values_and_rows_independent_of_batch) {
   const float xs[] = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f, 20.0f, -20.0f};
-  const double want[] = {-0.0036373920817729943, -0.1588080093917233, -0.15428599017485606, 0.0,
-                         0.34571400982514394,    0.8411919906082768, 2.996362607918227, 20.0, -0.0};
+  const double want[] = {-0.0036373920817729943,
+                         -0.1588080093917233,
+                         -0.15428599017485606,
+                         0.0,
+                         0.34571400982514394,
+                         0.8411919906082768,
+                         2.996362607918227,
+                         20.0,
+                         -0.0};
   Tensor g = Tensor::from_floats({1, 9}, std::vector<float>(std::begin(xs), std::end(xs)));
-  Tensor u = Tensor::from_floats({1, 9}, std::vector<float>(9, 1.0f)), out = Tensor::empty({1, 9}, DType::f32);
+  Tensor u = Tensor::from_floats({1, 9}, std::vector<float>(9, 1.0f)),
+         out = Tensor::empty({1, 9}, DType::f32);
   ops::gelu_tanh_mul(g, u, out);
-  for (int i = 0; i < 9; ++i) EXPECT_NEAR(out.data<float>()[i], want[i], 2e-6 * (1 + std::fabs(want[i]))) << xs[i];
+  for (int i = 0; i < 9; ++i)
+    EXPECT_NEAR(out.data<float>()[i], want[i], 2e-6 * (1 + std::fabs(want[i]))) << xs[i];
   for_each_isa([] {
     const int64_t F = 172;
     Tensor gg = random_tensor({5, F}, 31, -5, 5), uu = random_tensor({5, F}, 32);
@@ -256,7 +268,8 @@ TEST(KernelsPointwise, add_matches_reference_and_may_alias_its_output) {
       EXPECT_EQ(nmse(a, ref), 0.0) << "D=" << D;
     }
   });
-  Tensor a = random_tensor({3, 4}, 1), b = random_tensor({4, 3}, 2), out = Tensor::empty({3, 4}, DType::f32);
+  Tensor a = random_tensor({3, 4}, 1), b = random_tensor({4, 3}, 2),
+         out = Tensor::empty({3, 4}, DType::f32);
   EXPECT_THROW(ops::add(a, b, out), Error);
 }
 

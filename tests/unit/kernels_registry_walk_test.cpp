@@ -54,7 +54,8 @@ std::string device_missing(DeviceType device) {
 std::vector<Tensor> on_device(const std::vector<Tensor>& args, DeviceType device) {
   if (device == DeviceType::cpu) return args;
   std::vector<Tensor> out;
-  for (const Tensor& t : args) out.push_back(t.defined() ? t.contiguous().to(Device{device, 0}) : Tensor());
+  for (const Tensor& t : args)
+    out.push_back(t.defined() ? t.contiguous().to(Device{device, 0}) : Tensor());
   return out;
 }
 
@@ -81,12 +82,13 @@ void walk(const KernelRegistry& registry, const std::string& which) {
     SCOPED_TRACE(which + ": " + k->name);
     auto found = all_cases().find(k->op);
     if (found == all_cases().end()) {
-      ADD_FAILURE() << "op '" << k->op << "' has no case generator (tests/unit/kernels_walk_cases.cpp)";
+      ADD_FAILURE() << "op '" << k->op
+                    << "' has no case generator (tests/unit/kernels_walk_cases.cpp)";
       continue;
     }
     if (std::string missing = device_missing(k->device); !missing.empty()) {
-      std::cout << "[  SKIPPED ] " << which << ": " << k->name << " (" << device_type_name(k->device)
-                << "): " << missing << "\n";
+      std::cout << "[  SKIPPED ] " << which << ": " << k->name << " ("
+                << device_type_name(k->device) << "): " << missing << "\n";
       continue;
     }
     // The row's own rules and constraint, whether or not dispatch may choose it.
@@ -112,11 +114,13 @@ void walk(const KernelRegistry& registry, const std::string& which) {
       }
     });
     std::cout << "[   WALK   ] " << which << ": " << k->name << ": " << accepted << " case runs\n";
-    EXPECT_GT(accepted, 0) << k->name << " accepts none of the " << found->second.size() << " cases of '" << k->op
-                           << "' (last refusal: " << last_reason << "): add cases at its limits";
+    EXPECT_GT(accepted, 0) << k->name << " accepts none of the " << found->second.size()
+                           << " cases of '" << k->op << "' (last refusal: " << last_reason
+                           << "): add cases at its limits";
     if (k->selectable && k->device == DeviceType::cpu)
-      EXPECT_TRUE(reached.count(k->name)) << k->name << " accepts cases but dispatch never chooses it: a higher row "
-                                          << "takes every input it does (make it a reference row or give it a niche)";
+      EXPECT_TRUE(reached.count(k->name))
+          << k->name << " accepts cases but dispatch never chooses it: a higher row "
+          << "takes every input it does (make it a reference row or give it a niche)";
   }
 }
 
@@ -124,22 +128,27 @@ TEST(KernelRegistryWalk, EveryOpHasCasesAndACpuKernelAndEveryRegisteredOpIsListe
   for (const char* op : op_names::kAllOps) {
     EXPECT_TRUE(generators().count(op)) << "op '" << op << "' has no case generator";
     bool cpu = false;
-    for (const Kernel* k : KernelRegistry::global().kernels(op)) cpu |= k->device == DeviceType::cpu && k->selectable;
+    for (const Kernel* k : KernelRegistry::global().kernels(op))
+      cpu |= k->device == DeviceType::cpu && k->selectable;
     EXPECT_TRUE(cpu) << "op '" << op << "' has no selectable CPU kernel";
   }
   for (const Kernel* k : KernelRegistry::global().kernels())
-    EXPECT_TRUE(known_op(k->op)) << k->name << ": op '" << k->op << "' is not in kernels/op_names.h kAllOps";
-  for (const auto& [op, generate] : generators()) EXPECT_TRUE(known_op(op)) << "generator for unknown op " << op;
+    EXPECT_TRUE(known_op(k->op)) << k->name << ": op '" << k->op
+                                 << "' is not in kernels/op_names.h kAllOps";
+  for (const auto& [op, generate] : generators())
+    EXPECT_TRUE(known_op(op)) << "generator for unknown op " << op;
 }
 
 TEST(KernelRegistryWalk, EveryRowOfTheGlobalTableMatchesTheReference) {
-  walk(KernelRegistry::global(), batch_invariant_f32_matmul() ? "batch-invariant table" : "REFIT_BATCH_INVARIANT=0 table");
+  walk(KernelRegistry::global(),
+       batch_invariant_f32_matmul() ? "batch-invariant table" : "REFIT_BATCH_INVARIANT=0 table");
 }
 
 TEST(KernelRegistryWalk, EveryRowOfTheOtherBatchInvarianceModeMatchesTheReference) {
   KernelRegistry other;
   register_cpu_kernels(other, !batch_invariant_f32_matmul());
-  walk(other, batch_invariant_f32_matmul() ? "REFIT_BATCH_INVARIANT=0 table" : "batch-invariant table");
+  walk(other,
+       batch_invariant_f32_matmul() ? "REFIT_BATCH_INVARIANT=0 table" : "batch-invariant table");
 }
 
 }  // namespace

@@ -24,19 +24,24 @@ TEST(KernelsThreadPool, covers_every_index_exactly_once_with_chunks_at_least_gra
       for (int64_t grain : {1L, 3L, 100L}) {
         std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
         std::vector<std::atomic<int>> busy(static_cast<size_t>(threads));
-        parallel_for(n, [&](int64_t b, int64_t e, int idx) {
-          EXPECT_LT(b, e);
-          ASSERT_GE(idx, 0);
-          ASSERT_LT(idx, threads);
-          // Per-thread scratch indexed by idx is safe only if one call per index runs at a time.
-          EXPECT_EQ(busy[static_cast<size_t>(idx)].fetch_add(1), 0) << "index " << idx << " in two calls at once";
-          if (n >= grain) {
-            EXPECT_GE(e - b, grain);
-          }
-          for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
-          std::this_thread::yield();  // widen the window in which an overlap would show
-          busy[static_cast<size_t>(idx)].fetch_sub(1);
-        }, grain);
+        parallel_for(
+            n,
+            [&](int64_t b, int64_t e, int idx) {
+              EXPECT_LT(b, e);
+              ASSERT_GE(idx, 0);
+              ASSERT_LT(idx, threads);
+              // Per-thread scratch indexed by idx is safe only if one call per index runs at a
+              // time.
+              EXPECT_EQ(busy[static_cast<size_t>(idx)].fetch_add(1), 0)
+                  << "index " << idx << " in two calls at once";
+              if (n >= grain) {
+                EXPECT_GE(e - b, grain);
+              }
+              for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+              std::this_thread::yield();  // widen the window in which an overlap would show
+              busy[static_cast<size_t>(idx)].fetch_sub(1);
+            },
+            grain);
         for (auto& h : hits) EXPECT_EQ(h.load(), 1);
       }
   }
@@ -53,7 +58,8 @@ TEST(KernelsThreadPool, a_stalled_thread_share_is_taken_over_by_the_others) {
   parallel_for(64, [&](int64_t b, int64_t e, int idx) {
     // 1 ms per index, so the worker is surely running before the caller is through its share;
     // the worker's first call stalls for 300 ms more.
-    if (idx == 1 && !stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (idx == 1 && !stalled.exchange(true))
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
     std::this_thread::sleep_for(std::chrono::milliseconds(e - b));
     by[static_cast<size_t>(idx)] += static_cast<int>(e - b);
   });
@@ -83,9 +89,11 @@ TEST(KernelsThreadPool, nested_calls_run_inline_without_deadlock) {
 TEST(KernelsThreadPool, an_exception_in_a_chunk_reaches_the_caller_and_pool_survives) {
   const int saved = num_threads();
   set_num_threads(2);
-  EXPECT_THROW(parallel_for(100, [](int64_t b, int64_t, int) {
-    if (b > 0) throw std::runtime_error("chunk failed");
-  }), std::runtime_error);
+  EXPECT_THROW(parallel_for(100,
+                            [](int64_t b, int64_t, int) {
+                              if (b > 0) throw std::runtime_error("chunk failed");
+                            }),
+               std::runtime_error);
   std::atomic<int64_t> sum{0};
   parallel_for(100, [&](int64_t b, int64_t e, int) { sum += e - b; });
   EXPECT_EQ(sum.load(), 100);

@@ -27,8 +27,12 @@ constexpr double kF32 = 1e-9;
 constexpr double kQuantizedMatmul = 1e-8;  // f32 sums over K up to 1024 of exact products
 constexpr double kExact = 1e-12;
 
-Tensor out_like(Shape shape, const Tensor& on) { return Tensor::empty(std::move(shape), DType::f32, on.device()); }
-Tensor to_cpu(const Tensor& t) { return t.device().type == DeviceType::cpu ? t : t.to(Device::cpu()); }
+Tensor out_like(Shape shape, const Tensor& on) {
+  return Tensor::empty(std::move(shape), DType::f32, on.device());
+}
+Tensor to_cpu(const Tensor& t) {
+  return t.device().type == DeviceType::cpu ? t : t.to(Device::cpu());
+}
 
 Tensor i32(Shape shape, const std::vector<int32_t>& values) {
   Tensor t = Tensor::empty(std::move(shape), DType::i32);
@@ -65,8 +69,9 @@ Tensor decoded_activations(const Tensor& xq, const Tensor& scale) {
     for (int64_t k = 0; k < K; ++k) {
       const uint8_t byte = static_cast<const uint8_t*>(q.raw_data())[m * q.stride(0) + k];
       out.data<float>()[m * K + k] =
-          q.dtype() == DType::i8 ? float(static_cast<int8_t>(byte)) * s.data<const float>()[m * s.stride(0) + k / 32]
-                                 : f8_e4m3fn_to_f32(byte) * s.data<const float>()[m];
+          q.dtype() == DType::i8
+              ? float(static_cast<int8_t>(byte)) * s.data<const float>()[m * s.stride(0) + k / 32]
+              : f8_e4m3fn_to_f32(byte) * s.data<const float>()[m];
     }
   return out;
 }
@@ -110,7 +115,8 @@ std::vector<Case> matmul_cases() {
   };
   // Smallest, decode limit (M 4 / 5), odd tails, the shuffle boundary (N 16, K 32) just met,
   // a larger one.
-  for (Shape3 s : {Shape3{1, 1, 1}, Shape3{4, 16, 32}, Shape3{5, 33, 65}, Shape3{17, 48, 96}, Shape3{3, 1, 7}})
+  for (Shape3 s :
+       {Shape3{1, 1, 1}, Shape3{4, 16, 32}, Shape3{5, 33, 65}, Shape3{17, 48, 96}, Shape3{3, 1, 7}})
     for (DType dt : {DType::f32, DType::f16, DType::bf16})
       for (const char* layout : {"plain", "transposed", "shuffled"}) {
         if (std::string(layout) == "shuffled" && (s.N % 16 != 0 || s.K % 32 != 0)) continue;
@@ -118,8 +124,8 @@ std::vector<Case> matmul_cases() {
         const Tensor x = random_tensor({s.M, s.K}, seed++, -1, 1);
         const bool with_bias = (seed % 2) == 0;
         const Tensor bias = with_bias ? random_tensor({s.N}, seed++) : Tensor();
-        cases.push_back(matmul_case(fmt::format("M{} N{} K{} {} {}{}", s.M, s.N, s.K, dtype_name(dt), layout,
-                                                with_bias ? " bias" : ""),
+        cases.push_back(matmul_case(fmt::format("M{} N{} K{} {} {}{}", s.M, s.N, s.K,
+                                                dtype_name(dt), layout, with_bias ? " bias" : ""),
                                     x, engine_weight(w32, dt, layout), bias));
       }
   // Views: x rows apart (dense rows), and a weight with no unit stride at all (every
@@ -128,17 +134,19 @@ std::vector<Case> matmul_cases() {
     Tensor x = padded_rows(3, 40, 8, seed++);
     Tensor wide = random_tensor({6, 80}, seed++).to(dt);
     Tensor skip = Tensor::from_storage(wide.storage(), dt, {6, 40}, {80, 2});
-    cases.push_back(matmul_case(fmt::format("strided x, every-other-column w {}", dtype_name(dt)), x, skip, Tensor()));
+    cases.push_back(matmul_case(fmt::format("strided x, every-other-column w {}", dtype_name(dt)),
+                                x, skip, Tensor()));
     cases.push_back(matmul_case(fmt::format("strided x, padded-row w {}", dtype_name(dt)), x,
-                                padded_rows(6, 40, 3, seed++).contiguous().to(dt), random_tensor({6}, seed++)));
+                                padded_rows(6, 40, 3, seed++).contiguous().to(dt),
+                                random_tensor({6}, seed++)));
   }
   return cases;
 }
 
 // ---- matmul_quantized and the activation quantizers ----
 
-Case quantized_case(std::string label, Tensor x, Tensor x_scale, Tensor w, Tensor w_scale, int64_t group,
-                    Tensor bias) {
+Case quantized_case(std::string label, Tensor x, Tensor x_scale, Tensor w, Tensor w_scale,
+                    int64_t group, Tensor bias) {
   Case c;
   c.label = std::move(label);
   const int64_t M = x.size(0), N = w.size(0);
@@ -163,10 +171,14 @@ std::vector<Case> matmul_quantized_cases() {
     std::vector<const char*> layouts;
   };
   const Scheme schemes[] = {
-      {"fp8-channel", {"plain", "shuffled"}},       {"fp8-block", {"plain", "shuffled"}},
-      {"fp8-channel-w8a8", {"plain", "shuffled"}},  {"fp8-block-w8a8", {"plain"}},
-      {"mxfp4", {"plain", "shuffled"}},             {"mxfp4-w8a8", {"plain", "shuffled"}},
-      {"q8_0", {"plain", "shuffled"}},              {"q8_0-w8a8", {"plain", "shuffled", "interleaved"}},
+      {"fp8-channel", {"plain", "shuffled"}},
+      {"fp8-block", {"plain", "shuffled"}},
+      {"fp8-channel-w8a8", {"plain", "shuffled"}},
+      {"fp8-block-w8a8", {"plain"}},
+      {"mxfp4", {"plain", "shuffled"}},
+      {"mxfp4-w8a8", {"plain", "shuffled"}},
+      {"q8_0", {"plain", "shuffled"}},
+      {"q8_0-w8a8", {"plain", "shuffled", "interleaved"}},
   };
   struct Shape3 {
     int64_t M, N, K;
@@ -181,9 +193,11 @@ std::vector<Case> matmul_quantized_cases() {
         Parameter p("w", {s.N, s.K}, DType::f32);
         p.set_quantization(scheme);
         if (std::string(layout) != "plain") {
-          const LayoutTransform t =
-              std::string(layout) == "shuffled" ? LayoutTransform::shuffle_16x16 : LayoutTransform::interleave_4x16;
-          if (!p.transform_unsupported_reason(t).empty()) continue;  // e.g. packed f4 rows of 272 bytes
+          const LayoutTransform t = std::string(layout) == "shuffled"
+                                        ? LayoutTransform::shuffle_16x16
+                                        : LayoutTransform::interleave_4x16;
+          if (!p.transform_unsupported_reason(t).empty())
+            continue;  // e.g. packed f4 rows of 272 bytes
           p.apply_transform(t);
         }
         p.load(random_tensor({s.N, s.K}, seed++, -2, 2));
@@ -199,19 +213,24 @@ std::vector<Case> matmul_quantized_cases() {
           ops::quantize_per_token_fp8(x32, x, xs);
         }
         const Tensor bias = s.M == 3 ? random_tensor({s.N}, seed++) : Tensor();
-        cases.push_back(quantized_case(fmt::format("{} {} M{} N{} K{}", sc.name, layout, s.M, s.N, s.K), x, xs,
-                                       p.matmul_view(), p.scale(), p.scale_group(), bias));
+        cases.push_back(
+            quantized_case(fmt::format("{} {} M{} N{} K{}", sc.name, layout, s.M, s.N, s.K), x, xs,
+                           p.matmul_view(), p.scale(), p.scale_group(), bias));
       }
   // Packed f4 whose K is not a multiple of 32 (the SIMD kernels refuse it): codes and e8m0
   // scales made directly, since no weight scheme stores such a row.
   for (int64_t K : {int64_t{2}, int64_t{48}}) {
     const int64_t N = 5, S = (K + 31) / 32;
     std::mt19937 rng(static_cast<uint32_t>(K));
-    Tensor codes = Tensor::empty({N, K}, DType::f4_e2m1), scales = Tensor::empty({N, S}, DType::e8m0);
-    for (int64_t i = 0; i < N * K / 2; ++i) static_cast<uint8_t*>(codes.raw_data())[i] = static_cast<uint8_t>(rng());
-    for (int64_t i = 0; i < N * S; ++i) static_cast<uint8_t*>(scales.raw_data())[i] = static_cast<uint8_t>(120 + rng() % 12);
-    cases.push_back(quantized_case(fmt::format("mxfp4 K{} (not a multiple of 32)", K), random_tensor({2, K}, seed++),
-                                   Tensor(), codes, scales, 32, Tensor()));
+    Tensor codes = Tensor::empty({N, K}, DType::f4_e2m1),
+           scales = Tensor::empty({N, S}, DType::e8m0);
+    for (int64_t i = 0; i < N * K / 2; ++i)
+      static_cast<uint8_t*>(codes.raw_data())[i] = static_cast<uint8_t>(rng());
+    for (int64_t i = 0; i < N * S; ++i)
+      static_cast<uint8_t*>(scales.raw_data())[i] = static_cast<uint8_t>(120 + rng() % 12);
+    cases.push_back(quantized_case(fmt::format("mxfp4 K{} (not a multiple of 32)", K),
+                                   random_tensor({2, K}, seed++), Tensor(), codes, scales, 32,
+                                   Tensor()));
   }
   return cases;
 }
@@ -226,7 +245,8 @@ Case quantizer_case(std::string label, Tensor x, DType code, Shape scale_shape,
   c.expected = decoded_activations(xq, xs);
   c.tolerance = kExact;
   c.run = [code, scale_shape](const void* fn, const std::vector<Tensor>& a) {
-    Tensor q = Tensor::empty(a[0].shape(), code, a[0].device()), s = Tensor::empty(scale_shape, DType::f32, a[0].device());
+    Tensor q = Tensor::empty(a[0].shape(), code, a[0].device()),
+           s = Tensor::empty(scale_shape, DType::f32, a[0].device());
     reinterpret_cast<kernels::QuantizePerTokenFn>(fn)(a[0], q, s);
     return decoded_activations(q, s);
   };
@@ -239,7 +259,8 @@ std::vector<Case> quantize_per_token_fp8_cases() {
   for (int64_t M : {1, 5})
     for (int64_t K : {1, 33, 256}) {
       Tensor x = random_tensor({M, K}, seed++, -50, 50);
-      if (M > 1) for (int64_t k = 0; k < K; ++k) x.set({1, k}, 0.0);  // an all-zero token
+      if (M > 1)
+        for (int64_t k = 0; k < K; ++k) x.set({1, k}, 0.0);  // an all-zero token
       cases.push_back(quantizer_case(fmt::format("M{} K{}", M, K), x, DType::f8_e4m3fn, {M},
                                      &cpu::reference::quantize_per_token_fp8));
     }
@@ -269,7 +290,8 @@ std::vector<Case> rms_norm_cases() {
   for (int64_t T : {1, 3})
     for (int64_t D : kLengths)
       for (float offset : {0.0f, 1.0f}) {
-        const Tensor x = T == 3 ? padded_rows(T, D, 5, seed++) : random_tensor({T, D}, seed++, -3, 3);
+        const Tensor x =
+            T == 3 ? padded_rows(T, D, 5, seed++) : random_tensor({T, D}, seed++, -3, 3);
         const Tensor w = random_tensor({D}, seed++, -1, 1);
         Case c;
         c.label = fmt::format("T{} D{} offset {}{}", T, D, offset, T == 3 ? " rows apart" : "");
@@ -300,7 +322,8 @@ std::vector<Case> rope_cases() {
       const Tensor table = rope_table(max_pos, d.rot);
       const Tensor pos = i32({4}, {0, 7, int32_t(max_pos - 1), 3});  // the table's last row
       Case c;
-      c.label = fmt::format("H{} hd{} rot{} {}", d.H, d.hd, d.rot, style == ops::RopeStyle::neox ? "neox" : "interleaved");
+      c.label = fmt::format("H{} hd{} rot{} {}", d.H, d.hd, d.rot,
+                            style == ops::RopeStyle::neox ? "neox" : "interleaved");
       c.args = {x, pos, table};
       c.expected = x.clone();
       cpu::reference::rope(c.expected, pos, table, style);
@@ -321,7 +344,7 @@ std::vector<Case> softmax_cases() {
   uint32_t seed = 600;
   for (int64_t D : {1, 17, 1000}) {
     Tensor x = random_tensor({3, D}, seed++, -30, 30);
-    x.data<float>()[0] = 80.0f;  // exp overflows without the max shift
+    x.data<float>()[0] = 80.0f;                     // exp overflows without the max shift
     if (D > 2) x.data<float>()[D + 1] = -INFINITY;  // a masked entry
     Case c;
     c.label = fmt::format("D{}", D);
@@ -347,7 +370,8 @@ std::vector<Case> binary_cases(Binary reference, float range, uint32_t seed) {
   std::vector<Case> cases;
   for (int64_t T : {1, 3})
     for (int64_t F : kLengths) {
-      const Tensor a = random_tensor({T, F}, seed++, -range, range), b = random_tensor({T, F}, seed++);
+      const Tensor a = random_tensor({T, F}, seed++, -range, range),
+                   b = random_tensor({T, F}, seed++);
       Case c;
       c.label = fmt::format("T{} F{}", T, F);
       c.args = {a, b, Tensor::empty({T, F}, DType::f32)};
@@ -417,7 +441,7 @@ struct AttentionDims {
 // Decode and prefill, GQA ratios 1, 2, 3, 4 and 8, head_dim 1 .. 256 with odd ones, windows
 // of one position, a few, and exactly the positions seen (no cut).
 const AttentionDims kAttention[] = {
-    {1, 0, 1, 1, 1, 0},    {1, 37, 8, 2, 64, 0},  {5, 3, 4, 1, 17, 2},  {17, 3, 6, 3, 33, 5},
+    {1, 0, 1, 1, 1, 0},       {1, 37, 8, 2, 64, 0}, {5, 3, 4, 1, 17, 2},   {17, 3, 6, 3, 33, 5},
     {3, 100, 2, 2, 128, 103}, {2, 10, 8, 1, 16, 1}, {1, 20, 4, 4, 256, 8}, {6, 0, 8, 2, 80, 0}};
 
 std::vector<Case> attention_cases() {
@@ -426,10 +450,12 @@ std::vector<Case> attention_cases() {
   for (const AttentionDims& d : kAttention) {
     const int64_t S = d.start + d.T + 2;  // rows past the last position are never read
     const Tensor q = random_tensor({d.T, d.H, d.hd}, seed++, -2, 2);
-    const Tensor k = random_tensor({S, d.KVH, d.hd}, seed++, -2, 2), v = random_tensor({S, d.KVH, d.hd}, seed++);
+    const Tensor k = random_tensor({S, d.KVH, d.hd}, seed++, -2, 2),
+                 v = random_tensor({S, d.KVH, d.hd}, seed++);
     const float scale = 1.0f / std::sqrt(float(d.hd));
     Case c;
-    c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}", d.T, d.start, d.H, d.KVH, d.hd, d.window);
+    c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}", d.T, d.start, d.H, d.KVH, d.hd,
+                          d.window);
     c.args = {q, k, v, Tensor::empty(q.shape(), DType::f32)};
     c.expected = Tensor::empty(q.shape(), DType::f32);
     cpu::reference::attention(q, k, v, d.start, scale, c.expected, d.window);
@@ -451,7 +477,8 @@ std::vector<Case> paged_attention_cases() {
   struct Paged {
     int64_t bs, H, KVH, hd, window;
   };
-  for (Paged d : {Paged{1, 2, 1, 8, 0}, Paged{4, 4, 2, 24, 0}, Paged{4, 8, 2, 17, 3}, Paged{16, 4, 4, 64, 5}}) {
+  for (Paged d : {Paged{1, 2, 1, 8, 0}, Paged{4, 4, 2, 24, 0}, Paged{4, 8, 2, 17, 3},
+                  Paged{16, 4, 4, 64, 5}}) {
     // Two sequences: 3 new tokens at 9..11 and one at 13 (decode), blocks scattered in a pool.
     const int64_t need0 = (12 + d.bs - 1) / d.bs, need1 = (14 + d.bs - 1) / d.bs;
     const int64_t n_blocks = need0 + need1 + 1, max_blocks = std::max(need0, need1);
@@ -461,18 +488,21 @@ std::vector<Case> paged_attention_cases() {
     const Tensor k = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++, -2, 2);
     const Tensor v = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++);
     const Tensor q = random_tensor({4, d.H, d.hd}, seed++, -2, 2);
-    const Tensor tables = i32({2, max_blocks}, table), starts = i32({3}, {0, 3, 4}), positions = i32({2}, {9, 13});
+    const Tensor tables = i32({2, max_blocks}, table), starts = i32({3}, {0, 3, 4}),
+                 positions = i32({2}, {9, 13});
     const float scale = 0.25f;
     Case c;
     c.label = fmt::format("block {} H{} KVH{} hd{} window{}", d.bs, d.H, d.KVH, d.hd, d.window);
     c.args = {q, k, v, tables, starts, positions, Tensor::empty(q.shape(), DType::f32)};
     c.expected = Tensor::empty(q.shape(), DType::f32);
-    cpu::reference::paged_attention(q, k, v, tables, starts, positions, scale, c.expected, d.window);
+    cpu::reference::paged_attention(q, k, v, tables, starts, positions, scale, c.expected,
+                                    d.window);
     c.tolerance = kF32;
     const int64_t window = d.window;
     c.run = [scale, window](const void* fn, const std::vector<Tensor>& a) {
       Tensor out = out_like(a[0].shape(), a[0]);
-      reinterpret_cast<kernels::PagedAttentionFn>(fn)(a[0], a[1], a[2], a[3], a[4], a[5], scale, out, window);
+      reinterpret_cast<kernels::PagedAttentionFn>(fn)(a[0], a[1], a[2], a[3], a[4], a[5], scale,
+                                                      out, window);
       return to_cpu(out);
     };
     cases.push_back(std::move(c));
@@ -492,7 +522,8 @@ const std::map<std::string, Generator>& generators() {
       {op_names::rope, rope_cases},
       {op_names::softmax, softmax_cases},
       {op_names::silu_mul, [] { return binary_cases(&cpu::reference::silu_mul, 100.0f, 1100); }},
-      {op_names::gelu_tanh_mul, [] { return binary_cases(&cpu::reference::gelu_tanh_mul, 12.0f, 1200); }},
+      {op_names::gelu_tanh_mul,
+       [] { return binary_cases(&cpu::reference::gelu_tanh_mul, 12.0f, 1200); }},
       {op_names::scale, scale_cases},
       {op_names::embedding, embedding_cases},
       {op_names::add, [] { return binary_cases(&cpu::reference::add, 1.0f, 1300); }},

@@ -32,24 +32,32 @@ KernelRegistry probe_registry(bool* usable) {
 TEST(PreferredWeightLayout, AnsweredFromTheRegisteredKernelAndWhetherItCanRun) {
   bool usable = true;
   const KernelRegistry registry = probe_registry(&usable);
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128}), Layout::shuffled_16x16);
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 32}), Layout::strided)
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128}),
+            Layout::shuffled_16x16);
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 32}),
+            Layout::strided)
       << "narrower than the kernel asks";
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::f16, {32, 128}), Layout::strided)
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::f16, {32, 128}),
+            Layout::strided)
       << "a weight dtype the kernel does not read";
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::i8, DType::bf16, {32, 128}), Layout::strided)
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::i8, DType::bf16, {32, 128}),
+            Layout::strided)
       << "activations the kernel does not read";
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128}, DeviceType::cuda),
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128},
+                                    DeviceType::cuda),
             Layout::strided);
-  EXPECT_EQ(preferred_weight_layout(registry, "other_op", DType::f32, DType::bf16, {32, 128}), Layout::strided);
+  EXPECT_EQ(preferred_weight_layout(registry, "other_op", DType::f32, DType::bf16, {32, 128}),
+            Layout::strided);
   usable = false;
-  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128}), Layout::strided)
+  EXPECT_EQ(preferred_weight_layout(registry, "probe", DType::f32, DType::bf16, {32, 128}),
+            Layout::strided)
       << "the kernel cannot run on this machine";
 }
 
 TEST(PreferredWeightLayout, Q8_0W8A8IsInterleavedWhereTheVnniKernelRuns) {
   const QuantScheme q8_0_w8a8 = parse_quant_scheme("q8_0-w8a8");
-  const Layout expected = cpu::int8dot::avx512_vnni_usable() ? Layout::interleaved_4x16 : Layout::strided;
+  const Layout expected =
+      cpu::int8dot::avx512_vnni_usable() ? Layout::interleaved_4x16 : Layout::strided;
   EXPECT_EQ(preferred_weight_layout(q8_0_w8a8, DType::f32, {64, 1024}), expected);
   EXPECT_EQ(preferred_weight_layout(q8_0_w8a8, DType::f32, {64, 512}), expected);
   EXPECT_EQ(preferred_weight_layout(q8_0_w8a8, DType::f32, {64, 256}), Layout::strided)
@@ -57,10 +65,14 @@ TEST(PreferredWeightLayout, Q8_0W8A8IsInterleavedWhereTheVnniKernelRuns) {
 }
 
 TEST(PreferredWeightLayout, EveryOtherWeightStaysPlain) {
-  for (const char* scheme : {"q8_0", "mxfp4", "mxfp4-w8a8", "fp8-channel", "fp8-channel-w8a8", "fp8-block"})
-    EXPECT_EQ(preferred_weight_layout(parse_quant_scheme(scheme), DType::f32, {256, 1024}), Layout::strided) << scheme;
+  for (const char* scheme :
+       {"q8_0", "mxfp4", "mxfp4-w8a8", "fp8-channel", "fp8-channel-w8a8", "fp8-block"})
+    EXPECT_EQ(preferred_weight_layout(parse_quant_scheme(scheme), DType::f32, {256, 1024}),
+              Layout::strided)
+        << scheme;
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
-    EXPECT_EQ(preferred_weight_layout(QuantScheme{}, dtype, {256, 1024}), Layout::strided) << dtype_name(dtype);
+    EXPECT_EQ(preferred_weight_layout(QuantScheme{}, dtype, {256, 1024}), Layout::strided)
+        << dtype_name(dtype);
 }
 
 }  // namespace

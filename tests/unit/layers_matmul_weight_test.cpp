@@ -6,10 +6,10 @@
 #include <cstring>
 
 #include "kernels/matmul_quantized.h"
+#include "kernels/quant/quant_scheme.h"
 #include "kernels_test_util.h"
 #include "layers/embedding.h"
 #include "layers/linear.h"
-#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {
@@ -23,13 +23,14 @@ TEST(MatmulWeight, lm_head_and_linear_with_the_same_quantized_weight_give_the_sa
   const Tensor w = testing::random_tensor({kVocab, kDim}, 1);
   const Tensor x = testing::random_tensor({kTokens, kDim}, 2);
   const TensorParallel tp;
-  for (const char* name : {"q8_0-w8a8", "mxfp4-w8a8", "fp8-channel-w8a8", "fp8-block-w8a8", "q8_0", "mxfp4",
-                           "fp8-channel", "none"}) {
+  for (const char* name : {"q8_0-w8a8", "mxfp4-w8a8", "fp8-channel-w8a8", "fp8-block-w8a8", "q8_0",
+                           "mxfp4", "fp8-channel", "none"}) {
     SCOPED_TRACE(name);
     const QuantScheme scheme = parse_quant_scheme(name);
     ParameterSet head_params, linear_params;
     ParallelLmHead head(head_params, "lm_head.weight", kVocab, kDim, DType::f32, tp);
-    Linear linear = Linear::column(linear_params, "proj", {{"proj", kVocab}}, kDim, false, DType::f32, tp);
+    Linear linear =
+        Linear::column(linear_params, "proj", {{"proj", kVocab}}, kDim, false, DType::f32, tp);
     for (Parameter* p : {&head_params.get("lm_head.weight"), &linear.weight()}) {
       if (scheme.enabled()) p->set_quantization(scheme);
       p->load(w);
@@ -41,7 +42,8 @@ TEST(MatmulWeight, lm_head_and_linear_with_the_same_quantized_weight_give_the_sa
     // quantize its activations.
     const Parameter& p = head_params.get("lm_head.weight");
     Tensor float_activations = Tensor::empty({kTokens, kVocab}, DType::f32);
-    ops::matmul_quantized(x, Tensor(), p.data(), p.scale(), p.scale_group(), Tensor(), float_activations);
+    ops::matmul_quantized(x, Tensor(), p.data(), p.scale(), p.scale_group(), Tensor(),
+                          float_activations);
     EXPECT_FALSE(same_bits(from_head, float_activations));
   }
 }

@@ -46,7 +46,8 @@ std::vector<float> read_floats(const std::string& path) {
   EXPECT_TRUE(in) << path;
   std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
   in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
   return v;
 }
 
@@ -84,7 +85,8 @@ TEST_P(MicroLlamaCpp, GreedyIdsAndLogitsMatchLlamaCpp) {
     SCOPED_TRACE(run.name);
     auto model = load(dir + "/" + c.folder + ".gguf", run.context);
     auto ref = read_key_values(dir + "/" + run.name + ".tokens.txt");
-    const std::vector<int32_t> prompt = ids_of(ref["prompt_ids"]), generated = ids_of(ref["generated_ids"]);
+    const std::vector<int32_t> prompt = ids_of(ref["prompt_ids"]),
+                               generated = ids_of(ref["generated_ids"]);
     ASSERT_FALSE(generated.empty());
     GenerateRequest req;
     req.prompt = prompt;
@@ -122,11 +124,13 @@ TEST_P(MicroLlamaCpp, HuggingFaceFolderMatchesTheGguf) {
     EXPECT_EQ(a.window, b.window) << "layer " << l;
     EXPECT_EQ(a.rope.theta, b.rope.theta) << "layer " << l;
     EXPECT_EQ(a.rope.dim, b.rope.dim) << "layer " << l;
-    EXPECT_EQ(static_cast<int>(a.rope.scaling.kind), static_cast<int>(b.rope.scaling.kind)) << "layer " << l;
+    EXPECT_EQ(static_cast<int>(a.rope.scaling.kind), static_cast<int>(b.rope.scaling.kind))
+        << "layer " << l;
     EXPECT_EQ(a.rope.scaling.factor, b.rope.scaling.factor) << "layer " << l;
     EXPECT_EQ(a.rope.scaling.short_factors, b.rope.scaling.short_factors) << "layer " << l;
     EXPECT_EQ(a.rope.scaling.long_factors, b.rope.scaling.long_factors) << "layer " << l;
-    EXPECT_NEAR(a.rope.scaling.attention_factor, b.rope.scaling.attention_factor, 1e-6) << "layer " << l;
+    EXPECT_NEAR(a.rope.scaling.attention_factor, b.rope.scaling.attention_factor, 1e-6)
+        << "layer " << l;
     EXPECT_EQ(static_cast<int>(a.norms), static_cast<int>(b.norms)) << "layer " << l;
     EXPECT_EQ(a.qk_norm, b.qk_norm) << "layer " << l;
     EXPECT_EQ(static_cast<int>(a.activation), static_cast<int>(b.activation)) << "layer " << l;
@@ -138,7 +142,8 @@ TEST_P(MicroLlamaCpp, HuggingFaceFolderMatchesTheGguf) {
   const std::vector<float> a = teacher_forced(*gguf, sequence), b = teacher_forced(*hf, sequence);
   ASSERT_EQ(a.size(), b.size());
   double max_abs = 0;
-  for (size_t i = 0; i < a.size(); ++i) max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i]) - b[i]));
   // (1 + w) - 1 in f32 rounds Gemma's norm weights by an ulp; Phi-3's are the same bytes.
   EXPECT_LT(max_abs, c.folder.rfind("phi3", 0) == 0 ? 1e-30 : 1e-3);
 }
@@ -150,7 +155,8 @@ TEST_P(MicroLlamaCpp, RefitIsBitwiseAFreshLoad) {
   const std::string hf_dir = kData + "/" + c.folder + "/hf";
   auto model = load(hf_dir, 0);
   const auto before = testing::addresses(*model);
-  const testing::TensorMap sent = testing::perturbed(testing::base_weights(hf_dir, *model), 7, DType::f32);
+  const testing::TensorMap sent =
+      testing::perturbed(testing::base_weights(hf_dir, *model), 7, DType::f32);
   WeightUpdate update(model->parameters(), {});
   for (const auto& [name, t] : sent) update.update(name, t);
   update.apply();
@@ -178,12 +184,13 @@ TEST_P(MicroLlamaCpp, PagedBatchedForwardIsBitwiseTheContiguousOne) {
   std::vector<float> got;
   for (int64_t start = 0; start < static_cast<int64_t>(sequence.size()); start += 5) {
     BatchSequence s;
-    s.tokens = std::span<const int32_t>(sequence).subspan(static_cast<size_t>(start),
-                                                          std::min<size_t>(5, sequence.size() - start));
+    s.tokens = std::span<const int32_t>(sequence).subspan(
+        static_cast<size_t>(start), std::min<size_t>(5, sequence.size() - start));
     s.start_pos = start;
     s.block_table = table;
     s.logits = LogitsWanted::all;
-    const std::vector<float> rows = batched_forward(*model, std::span<const BatchSequence>(&s, 1), cache).logits.to_floats();
+    const std::vector<float> rows =
+        batched_forward(*model, std::span<const BatchSequence>(&s, 1), cache).logits.to_floats();
     got.insert(got.end(), rows.begin(), rows.end());
   }
   EXPECT_EQ(got, want);
@@ -203,7 +210,8 @@ TEST_P(MicroLlamaCpp, Q8_0QuantizesEveryBlockMatmulFromTheTable) {
   load_weights(*model, *ck);
   std::vector<int32_t> sequence;
   for (int32_t i = 0; i < 12; ++i) sequence.push_back((i * 29 + 3) % 300 + 4);
-  const std::vector<float> a = teacher_forced(*model, sequence), b = teacher_forced(*load_model(gguf), sequence);
+  const std::vector<float> a = teacher_forced(*model, sequence),
+                           b = teacher_forced(*load_model(gguf), sequence);
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) sum += std::fabs(static_cast<double>(a[i]) - b[i]);
   EXPECT_LT(sum / static_cast<double>(a.size()), 0.5);  // llama-q8_0's tolerance in the oracle test
@@ -228,7 +236,8 @@ TEST(Gemma3TensorParallel, TwoRanksMatchOne) {
   for (const auto& g : got) {
     ASSERT_EQ(g.size(), want.size());
     double max_abs = 0;
-    for (size_t i = 0; i < g.size(); ++i) max_abs = std::max(max_abs, std::fabs(static_cast<double>(g[i]) - want[i]));
+    for (size_t i = 0; i < g.size(); ++i)
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(g[i]) - want[i]));
     EXPECT_LT(max_abs, 1e-3);
   }
   EXPECT_EQ(got[0], got[1]);
@@ -236,15 +245,27 @@ TEST(Gemma3TensorParallel, TwoRanksMatchOne) {
 
 INSTANTIATE_TEST_SUITE_P(
     Architectures, MicroLlamaCpp,
-    ::testing::Values(
-        MicroCase{"gemma3-micro", {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}}, 0.05, 0.005},
-        MicroCase{"gemma3-linear-micro", {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}}, 0.05,
-                  0.005},
-        MicroCase{"phi3-micro", {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}}, 1e-3, 1e-4},
-        MicroCase{"phi3-orig256-micro",
-                  {{"p05_ctx256", 256}, {"p12_ctx256", 256}, {"p20_ctx256", 256}, {"p05_ctx512", 512},
-                   {"p12_ctx512", 512}, {"p20_ctx512", 512}},
-                  1e-3, 1e-4}),
+    ::testing::Values(MicroCase{"gemma3-micro",
+                                {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}},
+                                0.05,
+                                0.005},
+                      MicroCase{"gemma3-linear-micro",
+                                {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}},
+                                0.05,
+                                0.005},
+                      MicroCase{"phi3-micro",
+                                {{"p05_ctx128", 128}, {"p12_ctx128", 128}, {"p20_ctx128", 128}},
+                                1e-3,
+                                1e-4},
+                      MicroCase{"phi3-orig256-micro",
+                                {{"p05_ctx256", 256},
+                                 {"p12_ctx256", 256},
+                                 {"p20_ctx256", 256},
+                                 {"p05_ctx512", 512},
+                                 {"p12_ctx512", 512},
+                                 {"p20_ctx512", 512}},
+                                1e-3,
+                                1e-4}),
     [](const auto& info) {
       std::string n = info.param.folder;
       for (char& ch : n)

@@ -47,7 +47,8 @@ std::vector<float> read_floats(const std::string& path) {
   EXPECT_TRUE(in) << path;
   std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
   in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
   return v;
 }
 
@@ -55,8 +56,8 @@ struct LogitError {
   double max_abs = 0, mean_abs = 0;
 };
 
-LogitError compare_logits(const std::vector<float>& got, const std::vector<float>& want, size_t rows,
-                          size_t vocab) {
+LogitError compare_logits(const std::vector<float>& got, const std::vector<float>& want,
+                          size_t rows, size_t vocab) {
   LogitError e;
   EXPECT_GE(got.size(), rows * vocab);
   EXPECT_GE(want.size(), rows * vocab);
@@ -81,8 +82,9 @@ class Stories260K : public ::testing::TestWithParam<std::tuple<std::string, std:
 TEST_P(Stories260K, GreedyTokensAndLogitsMatchLlama2c) {
   const auto& [source, prompt] = GetParam();
   const std::string dir = kOracle + "/stories260K";
-  const std::string path = source == "bin" ? dir + "/stories260K.bin"
-                           : source == "gguf" ? dir + "/stories260K.gguf" : dir + "/hf";
+  const std::string path = source == "bin"    ? dir + "/stories260K.bin"
+                           : source == "gguf" ? dir + "/stories260K.gguf"
+                                              : dir + "/hf";
   auto model = load_model(path);
   auto ref = read_key_values(dir + "/llama2c/llama2c_" + prompt + ".tokens.txt");
   const std::vector<int32_t> prompt_ids = ids_of(ref["prompt_tokens"]);
@@ -90,9 +92,11 @@ TEST_P(Stories260K, GreedyTokensAndLogitsMatchLlama2c) {
   ASSERT_GT(sequence.size(), prompt_ids.size());
 
   if (source != "hf") {  // the HF folder has no tokenizer: it is fed the reference ids
-    auto tokenizer = source == "bin" ? load_tokenizer(path, dir + "/tok512.bin") : load_tokenizer(path);
+    auto tokenizer =
+        source == "bin" ? load_tokenizer(path, dir + "/tok512.bin") : load_tokenizer(path);
     EXPECT_EQ(tokenizer->encode(prompt == "once_upon_a_time" ? "Once upon a time"
-                                : prompt == "the_little_dog" ? "The little dog" : "Café ☕ über 123!",
+                                : prompt == "the_little_dog" ? "The little dog"
+                                                             : "Café ☕ über 123!",
                                 true, false),
               prompt_ids);
   }
@@ -121,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct LlamaCppCase {
   std::string folder;
-  bool exact_tokens;     // F32: every generated id must match
+  bool exact_tokens;         // F32: every generated id must match
   double max_abs, mean_abs;  // teacher-forced tolerance from llamacpp/README.md
 };
 // How gtest shows a case (instead of its bytes).
@@ -133,8 +137,9 @@ TEST_P(LlamaCppOracle, MatchesLlamaCppReference) {
   const LlamaCppCase& c = GetParam();
   const std::string dir = kOracle + "/llamacpp/" + c.folder;
   std::string gguf;
-  for (const char* name : {"micro-llama-f32-s1.gguf", "micro-llama-q8_0-s1.gguf", "micro-llama-mxfp4-s1.gguf",
-                           "micro-qwen2-f32-s1.gguf", "micro-qwen3-f32-s1.gguf"})
+  for (const char* name :
+       {"micro-llama-f32-s1.gguf", "micro-llama-q8_0-s1.gguf", "micro-llama-mxfp4-s1.gguf",
+        "micro-qwen2-f32-s1.gguf", "micro-qwen3-f32-s1.gguf"})
     if (std::ifstream(dir + "/" + name)) gguf = dir + "/" + name;
   ASSERT_FALSE(gguf.empty()) << dir;
   auto checkpoint = Checkpoint::open(gguf);
@@ -163,7 +168,8 @@ TEST_P(LlamaCppOracle, MatchesLlamaCppReference) {
     const std::vector<float> want = read_floats(logits_path);
     const size_t vocab = static_cast<size_t>(model->config().vocab_size);
     ASSERT_EQ(want.size(), sequence.size() * vocab);
-    LogitError e = compare_logits(teacher_forced_logits(*model, sequence), want, sequence.size(), vocab);
+    LogitError e =
+        compare_logits(teacher_forced_logits(*model, sequence), want, sequence.size(), vocab);
     EXPECT_LT(e.max_abs, c.max_abs);
     EXPECT_LT(e.mean_abs, c.mean_abs);
     RecordProperty(std::string(prompt) + "_max_abs", std::to_string(e.max_abs));

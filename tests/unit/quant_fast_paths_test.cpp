@@ -20,11 +20,11 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
-#include "kernels_test_util.h"
-#include "weights/layout_transform.h"
 #include "kernels/quant/quant_reference.h"
 #include "kernels/quant/quant_scheme.h"
 #include "kernels/quant/quantize.h"
+#include "kernels_test_util.h"
+#include "weights/layout_transform.h"
 
 namespace refit {
 namespace {
@@ -44,7 +44,8 @@ Quantized allocate(const QuantScheme& s, int64_t n, int64_t k) {
   Quantized q;
   // Filled with a pattern so that a byte the fast path forgets to write shows up.
   q.codes.assign(static_cast<size_t>(n * code_row_bytes(s, k)), 0xA5);
-  q.scales.assign(static_cast<size_t>(n * s.scale_cols(k)) * dtype_nbytes(s.scale_dtype(), 1), 0x5A);
+  q.scales.assign(static_cast<size_t>(n * s.scale_cols(k)) * dtype_nbytes(s.scale_dtype(), 1),
+                  0x5A);
   return q;
 }
 
@@ -62,29 +63,30 @@ Quantized fast(const QuantScheme& s, const std::vector<float>& x, int64_t n, int
 
 // Byte equality, naming the first differing code with its input (a whole-buffer EXPECT_EQ
 // would print megabytes).
-void expect_same(const QuantScheme& s, const std::vector<float>& x, int64_t k, const Quantized& want,
-                 const Quantized& got, const std::string& what) {
+void expect_same(const QuantScheme& s, const std::vector<float>& x, int64_t k,
+                 const Quantized& want, const Quantized& got, const std::string& what) {
   ASSERT_EQ(want.codes.size(), got.codes.size());
   for (size_t i = 0; i < want.codes.size(); ++i)
     if (want.codes[i] != got.codes[i]) {
       const size_t elem = s.method == QuantMethod::mxfp4 ? 2 * i : i;
-      ADD_FAILURE() << s.name() << " " << what << ": code byte " << i << " (row " << elem / k << ", col "
-                    << elem % k << ", input " << x[elem] << " bits 0x" << std::hex
-                    << std::bit_cast<uint32_t>(x[elem]) << ") reference 0x" << int(want.codes[i]) << " fast 0x"
-                    << int(got.codes[i]);
+      ADD_FAILURE() << s.name() << " " << what << ": code byte " << i << " (row " << elem / k
+                    << ", col " << elem % k << ", input " << x[elem] << " bits 0x" << std::hex
+                    << std::bit_cast<uint32_t>(x[elem]) << ") reference 0x" << int(want.codes[i])
+                    << " fast 0x" << int(got.codes[i]);
       return;
     }
   ASSERT_EQ(want.scales.size(), got.scales.size());
   for (size_t i = 0; i < want.scales.size(); ++i)
     if (want.scales[i] != got.scales[i]) {
-      ADD_FAILURE() << s.name() << " " << what << ": scale byte " << i << " reference 0x" << std::hex
-                    << int(want.scales[i]) << " fast 0x" << int(got.scales[i]);
+      ADD_FAILURE() << s.name() << " " << what << ": scale byte " << i << " reference 0x"
+                    << std::hex << int(want.scales[i]) << " fast 0x" << int(got.scales[i]);
       return;
     }
 }
 
 // The check every test makes: reference once, fast path under every ISA.
-void check_all_isas(const QuantScheme& s, const std::vector<float>& x, int64_t n, int64_t k, const std::string& what) {
+void check_all_isas(const QuantScheme& s, const std::vector<float>& x, int64_t n, int64_t k,
+                    const std::string& what) {
   ASSERT_EQ(x.size(), static_cast<size_t>(n * k));
   const Quantized want = reference(s, x, n, k);
   for_each_isa([&] { expect_same(s, x, k, want, fast(s, x, n, k), what); });
@@ -129,7 +131,8 @@ TEST(QuantFastPaths, fp8_every_e4m3_midpoint_and_code_rounds_as_the_reference) {
   for (float amax : {kInf, 448.0f}) {
     std::vector<float> v = {amax};
     for (uint32_t c = 0; c < 0x7E; ++c) {
-      const float lo = f8_e4m3fn_to_f32(static_cast<uint8_t>(c)), hi = f8_e4m3fn_to_f32(static_cast<uint8_t>(c + 1));
+      const float lo = f8_e4m3fn_to_f32(static_cast<uint8_t>(c)),
+                  hi = f8_e4m3fn_to_f32(static_cast<uint8_t>(c + 1));
       push_with_neighbours(v, lo);
       push_with_neighbours(v, (lo + hi) / 2);  // exact in f32: the tie
     }
@@ -153,7 +156,8 @@ TEST(QuantFastPaths, fp8_every_e4m3_midpoint_and_code_rounds_as_the_reference) {
         while (x.size() % 13 != 0) x.push_back(0.0f);
       }
       const int64_t n = static_cast<int64_t>(x.size()) / k;
-      check_all_isas(parse_quant_scheme("fp8-channel"), x, n, k, "ties, amax " + std::to_string(amax));
+      check_all_isas(parse_quant_scheme("fp8-channel"), x, n, k,
+                     "ties, amax " + std::to_string(amax));
     }
   }
 }
@@ -176,7 +180,8 @@ TEST(QuantFastPaths, mxfp4_every_e2m1_midpoint_at_several_shared_exponents) {
   // A block's first value sets amax in [4, 8), so e = 0, times 2^p: e = p. The other 31
   // are the e2m1 ties (0.25 ... 5), codes, values past 6 and their neighbours, times 2^p.
   std::vector<float> pattern;
-  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 7.0f, 0.0f})
+  for (float t : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f,
+                  6.0f, 7.0f, 0.0f})
     push_with_neighbours(pattern, t);
   for (int p : {-127, -126, -100, -10, -1, 0, 1, 5, 60, 120, 125}) {
     std::vector<float> x;
@@ -184,7 +189,8 @@ TEST(QuantFastPaths, mxfp4_every_e2m1_midpoint_at_several_shared_exponents) {
       size_t i = 0;
       while (i < pattern.size()) {
         x.push_back(std::ldexp(lead, p));
-        for (int j = 1; j < 32; ++j, ++i) x.push_back(i < pattern.size() ? std::ldexp(pattern[i], p) : 0.0f);
+        for (int j = 1; j < 32; ++j, ++i)
+          x.push_back(i < pattern.size() ? std::ldexp(pattern[i], p) : 0.0f);
       }
     }
     const int64_t k = 64, n = pad_rows(x, k);
@@ -201,12 +207,14 @@ TEST(QuantFastPaths, mxfp4_shared_exponent_clamps_and_random_bit_patterns) {
       const float amax = std::ldexp(m, p);
       if (!std::isfinite(amax) || amax == 0.0f) continue;
       x.push_back(amax);
-      for (int j = 1; j < 32; ++j) x.push_back(amax * std::ldexp(static_cast<float>(j % 13) - 6.0f, -(j % 9)) / 8.0f);
+      for (int j = 1; j < 32; ++j)
+        x.push_back(amax * std::ldexp(static_cast<float>(j % 13) - 6.0f, -(j % 9)) / 8.0f);
     }
   // Whole blocks of random f32 bit patterns: NaNs (skipped by amax, sign-only codes),
   // infinities (amax inf: e = -127), subnormal products.
   std::mt19937 rng(11);
-  for (int i = 0; i < 32 * 4096; ++i) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (int i = 0; i < 32 * 4096; ++i)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
   // All-zero, all -0, all NaN, and all-subnormal blocks.
   for (float fill : {0.0f, -0.0f, kNaN, -kNaN, 1e-45f, -3e-39f, kInf, -kInf})
     for (int j = 0; j < 32; ++j) x.push_back(j % 3 == 0 ? fill : (fill == fill ? fill / 2 : fill));
@@ -242,7 +250,8 @@ TEST(QuantFastPaths, subnormals_zeros_and_signed_zero_in_every_scheme) {
   // mixed zeros and tiny normals.
   const float sub[] = {1e-45f, -1e-45f, 3e-39f, -5.9e-39f, 1.1754942e-38f, 0x1p-140f, -0x1p-127f};
   for (float amax : {1.0f, 1e-36f, 1e-38f, 0x1p-120f})
-    for (int j = 0; j < 32; ++j) x.push_back(j == 0 ? amax : sub[j % 7] * static_cast<float>(1 + j % 3));
+    for (int j = 0; j < 32; ++j)
+      x.push_back(j == 0 ? amax : sub[j % 7] * static_cast<float>(1 + j % 3));
   for (int j = 0; j < 32; ++j) x.push_back(0.0f);
   for (int j = 0; j < 32; ++j) x.push_back(-0.0f);
   for (int j = 0; j < 32; ++j) x.push_back(j % 2 ? 0.0f : -1e-37f);
@@ -256,7 +265,8 @@ TEST(QuantFastPaths, subnormals_zeros_and_signed_zero_in_every_scheme) {
       for (int64_t r = 0; r < n; ++r) {
         float amax = 0.0f;
         for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(x[r * k + c]));
-        if (amax == 0.0f || amax > 4e-37f) q8.insert(q8.end(), x.begin() + r * k, x.begin() + (r + 1) * k);
+        if (amax == 0.0f || amax > 4e-37f)
+          q8.insert(q8.end(), x.begin() + r * k, x.begin() + (r + 1) * k);
       }
       check_all_isas(s, q8, static_cast<int64_t>(q8.size()) / k, k, "subnormals");
       continue;
@@ -377,16 +387,22 @@ TEST(QuantFastPaths, interleaved_output_is_the_reference_then_interleave) {
       expect_same(s, x, k, expected, got, "interleaved");
     });
     // And back.
-    EXPECT_EQ(std::memcmp(deinterleave_4x16(mixed).raw_data(), want.codes.data(), want.codes.size()), 0);
+    EXPECT_EQ(
+        std::memcmp(deinterleave_4x16(mixed).raw_data(), want.codes.data(), want.codes.size()), 0);
   }
 }
 
 TEST(QuantFastPaths, refuses_what_the_scheme_refuses) {
   std::vector<float> x(3 * 40, 1.0f);
   Quantized q = allocate(parse_quant_scheme("q8_0"), 3, 64);
-  EXPECT_THROW(quantize_rows(parse_quant_scheme("q8_0"), x.data(), 3, 40, q.codes.data(), q.scales.data()), Error);
-  EXPECT_THROW(quantize_rows(parse_quant_scheme("mxfp4"), x.data(), 3, 40, q.codes.data(), q.scales.data()), Error);
-  EXPECT_THROW(quantize_rows(QuantScheme{}, x.data(), 3, 40, q.codes.data(), q.scales.data()), Error);
+  EXPECT_THROW(
+      quantize_rows(parse_quant_scheme("q8_0"), x.data(), 3, 40, q.codes.data(), q.scales.data()),
+      Error);
+  EXPECT_THROW(
+      quantize_rows(parse_quant_scheme("mxfp4"), x.data(), 3, 40, q.codes.data(), q.scales.data()),
+      Error);
+  EXPECT_THROW(quantize_rows(QuantScheme{}, x.data(), 3, 40, q.codes.data(), q.scales.data()),
+               Error);
 }
 
 }  // namespace

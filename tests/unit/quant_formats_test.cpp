@@ -49,7 +49,10 @@ TEST(QuantErrorBounds, test_quantize_fns_thresholds_on_its_synthetic_data) {
   const struct {
     const char* scheme;
     float max_error;  // MAX_QUANTIZATION_TOTAL_ERROR (0.002) / _FP4 (0.003)
-  } cases[] = {{"fp8-tensor", 0.002f}, {"fp8-channel", 0.002f}, {"fp8-block", 0.002f}, {"q8_0", 0.002f},
+  } cases[] = {{"fp8-tensor", 0.002f},
+               {"fp8-channel", 0.002f},
+               {"fp8-block", 0.002f},
+               {"q8_0", 0.002f},
                {"mxfp4", 0.003f}};
   for (const auto& c : cases)
     for (float offset : {0.0f, 1.0f}) {
@@ -58,7 +61,8 @@ TEST(QuantErrorBounds, test_quantize_fns_thresholds_on_its_synthetic_data) {
       // One row of 4096 (as test-quantize-fns), and 32 rows of 128 (so fp8-block's
       // 128 x 128 block and fp8-tensor's per-sub-shard scale span rows too).
       for (int64_t rows : {int64_t{1}, int64_t{32}}) {
-        const float err = array_rmse(x, round_trip(s, x, rows, static_cast<int64_t>(kSize) / rows).values);
+        const float err =
+            array_rmse(x, round_trip(s, x, rows, static_cast<int64_t>(kSize) / rows).values);
         EXPECT_LT(err, c.max_error) << c.scheme << " offset " << offset << " rows " << rows;
         RecordProperty(std::string(c.scheme) + "_rmse", std::to_string(err));
       }
@@ -118,7 +122,8 @@ TEST(QuantRounding, fp8_codes_are_nearest_even_exhaustively) {
     std::memcpy(&stored, r.scales.data(), 4);
     ASSERT_EQ(stored, scale);
     for (size_t i = 0; i < row.size(); ++i)
-      ASSERT_EQ(r.codes[i], nearest_even_reference(row[i] / scale, 8, decode)) << "value " << row[i] / scale;
+      ASSERT_EQ(r.codes[i], nearest_even_reference(row[i] / scale, 8, decode))
+          << "value " << row[i] / scale;
   }
   // Saturation through the converter the quantizer uses (satfinite: 0x7E = 448).
   EXPECT_EQ(f32_to_f8_e4m3fn(460.0f), 0x7E);
@@ -128,21 +133,23 @@ TEST(QuantRounding, fp8_codes_are_nearest_even_exhaustively) {
 TEST(QuantRounding, mxfp4_codes_and_shared_exponent_exhaustively) {
   auto decode = [](uint32_t c) { return f4_e2m1_to_f32(static_cast<uint8_t>(c)); };
   std::vector<float> probes = probe_values(4, decode);
-  probes.push_back(7.5f);   // above 6 but below the next power of two: saturates to 6
+  probes.push_back(7.5f);  // above 6 but below the next power of two: saturates to 6
   probes.push_back(-7.9f);
   // Blocks of 32 led by 6.0 (exponent 0, X = 1) or 6 * 2^j (exponent j).
   for (int j : {-3, 0, 5}) {
     std::vector<float> row;
     for (size_t i = 0; i < probes.size(); i += 31) {
       row.push_back(std::ldexp(6.0f, j));
-      for (size_t t = i; t < i + 31; ++t) row.push_back(t < probes.size() ? std::ldexp(probes[t], j) : 0.0f);
+      for (size_t t = i; t < i + 31; ++t)
+        row.push_back(t < probes.size() ? std::ldexp(probes[t], j) : 0.0f);
     }
     const int64_t k = static_cast<int64_t>(row.size());
     Round r = round_trip(parse_quant_scheme("mxfp4"), row, 1, k);
     for (int64_t b = 0; b < k / 32; ++b) ASSERT_EQ(r.scales[b], 127 + j);
     for (int64_t i = 0; i < k; ++i) {
       const uint8_t code = (r.codes[i / 2] >> (4 * (i & 1))) & 0xF;
-      ASSERT_EQ(code, nearest_even_reference(std::ldexp(row[i], -j), 4, decode)) << "value " << row[i];
+      ASSERT_EQ(code, nearest_even_reference(std::ldexp(row[i], -j), 4, decode))
+          << "value " << row[i];
     }
   }
   // The shared exponent is floor(log2(amax)) - 2 for every binade, exactly at its edges.
@@ -174,7 +181,8 @@ TEST(QuantGgufParity, q8_0_equals_llama_quantize_byte_for_byte) {
       uint16_t d;
       std::memcpy(&d, r.scales.data() + 2 * b, 2);
       ASSERT_EQ(d, blocks[b].d) << info.name << " block " << b;
-      ASSERT_EQ(std::memcmp(r.codes.data() + 32 * b, blocks[b].qs, 32), 0) << info.name << " block " << b;
+      ASSERT_EQ(std::memcmp(r.codes.data() + 32 * b, blocks[b].qs, 32), 0)
+          << info.name << " block " << b;
     }
     ++checked;
   }
@@ -205,7 +213,8 @@ TEST(QuantGgufParity, mxfp4_values_match_llama_quantize_except_ties) {
     }
   }
   EXPECT_GT(total, 1000000);
-  EXPECT_EQ(differ, ties) << differ << " of " << total << " values differ, " << ties << " of them at ties";
+  EXPECT_EQ(differ, ties) << differ << " of " << total << " values differ, " << ties
+                          << " of them at ties";
 }
 
 }  // namespace

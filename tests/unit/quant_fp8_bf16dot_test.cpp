@@ -15,13 +15,14 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/matmul_quantized.h"
-#include "quant_test_util.h"
 #include "kernels/quant/quant_scheme.h"
+#include "quant_test_util.h"
 
 namespace refit {
 namespace {
 
-const Kernel& selected(const Tensor& x, const Tensor& xs, const Tensor& w, const Tensor& ws, const Tensor& out) {
+const Kernel& selected(const Tensor& x, const Tensor& xs, const Tensor& w, const Tensor& ws,
+                       const Tensor& out) {
   const Tensor bias;
   const Tensor* args[] = {&x, &xs, &w, &ws, &bias, &out};
   return KernelRegistry::global().select("matmul_quantized", args);
@@ -53,7 +54,8 @@ TEST(Fp8Bf16Dot, every_weight_code_reads_back_exactly) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const uint8_t c = bytes[n * K + m];
-      const float want = f8_e4m3fn_to_f32(c) * ws.data<float>()[n] * 2.0f, got = out.data<float>()[m * N + n];
+      const float want = f8_e4m3fn_to_f32(c) * ws.data<float>()[n] * 2.0f,
+                  got = out.data<float>()[m * N + n];
       if (n == 0) {
         EXPECT_TRUE(std::isnan(got)) << "row 0 holds a NaN code";
       } else {
@@ -67,8 +69,9 @@ TEST(Fp8Bf16Dot, every_weight_code_reads_back_exactly) {
 TEST(Fp8Bf16Dot, per_token_activation_codes_equal_the_scalar_definition) {
   const int64_t M = 5, K = 301;
   Tensor x = Tensor::empty({M, K}, DType::f32);
-  for (int64_t i = 0; i < M * K; ++i) x.data<float>()[i] = std::sin(0.37f * float(i)) * float(1 + i % 11) * 0.01f;
-  x.data<float>()[K + 3] = NAN;          // row 1: skipped by amax, its code NaN
+  for (int64_t i = 0; i < M * K; ++i)
+    x.data<float>()[i] = std::sin(0.37f * float(i)) * float(1 + i % 11) * 0.01f;
+  x.data<float>()[K + 3] = NAN;           // row 1: skipped by amax, its code NaN
   x.data<float>()[2 * K + 5] = INFINITY;  // row 2: scale 1 (non-finite amax)
   for (int64_t k = 0; k < K; ++k) x.data<float>()[3 * K + k] = 0.0f;  // row 3: zeros, scale 1
   Tensor xq = Tensor::empty({M, K}, DType::f8_e4m3fn), xs = Tensor::empty({M}, DType::f32);
@@ -80,7 +83,8 @@ TEST(Fp8Bf16Dot, per_token_activation_codes_equal_the_scalar_definition) {
     if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;
     EXPECT_EQ(xs.data<float>()[m], scale) << "row " << m;
     for (int64_t k = 0; k < K; ++k)
-      ASSERT_EQ(static_cast<uint8_t*>(xq.raw_data())[m * K + k], f32_to_f8_e4m3fn(x.data<float>()[m * K + k] / scale))
+      ASSERT_EQ(static_cast<uint8_t*>(xq.raw_data())[m * K + k],
+                f32_to_f8_e4m3fn(x.data<float>()[m * K + k] / scale))
           << "row " << m << " col " << k;
   }
 }
@@ -99,7 +103,8 @@ TEST(Fp8Bf16Dot, scale_groups_splitting_a_vector_still_give_the_right_result) {
   Tensor ws = Tensor::empty({N, 2}, DType::f32);
   for (int64_t i = 0; i < 2 * N; ++i) ws.data<float>()[i] = 0.01f * float(1 + i % 5);
   Tensor x = Tensor::empty({M, K}, DType::f8_e4m3fn), xs = Tensor::empty({M}, DType::f32);
-  for (int64_t i = 0; i < M * K; ++i) static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>((i * 13 + 5) % 0x7E);
+  for (int64_t i = 0; i < M * K; ++i)
+    static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>((i * 13 + 5) % 0x7E);
   xs.data<float>()[0] = 0.5f, xs.data<float>()[1] = 2.0f;
   Tensor out = Tensor::empty({M, N}, DType::f32);
   ops::matmul_quantized(x, xs, w, ws, group, Tensor(), out);
@@ -107,8 +112,10 @@ TEST(Fp8Bf16Dot, scale_groups_splitting_a_vector_still_give_the_right_result) {
     for (int64_t n = 0; n < N; ++n) {
       double ref = 0, mag = 0;
       for (int64_t k = 0; k < K; ++k) {
-        const double v = double(f8_e4m3fn_to_f32(static_cast<uint8_t*>(x.raw_data())[m * K + k])) * xs.data<float>()[m] *
-                         f8_e4m3fn_to_f32(static_cast<uint8_t*>(codes.raw_data())[n * K + k]) * ws.data<float>()[n * 2 + k / group];
+        const double v = double(f8_e4m3fn_to_f32(static_cast<uint8_t*>(x.raw_data())[m * K + k])) *
+                         xs.data<float>()[m] *
+                         f8_e4m3fn_to_f32(static_cast<uint8_t*>(codes.raw_data())[n * K + k]) *
+                         ws.data<float>()[n * 2 + k / group];
         ref += v;
         mag += std::fabs(v);
       }
@@ -121,7 +128,8 @@ TEST(Fp8Bf16Dot, below_avx3_the_highway_kernel_takes_fp8_w8a8) {
   Tensor w = Tensor::zeros({16, 64}, DType::f8_e4m3fn), ws = Tensor::zeros({16, 1}, DType::f32);
   Tensor out = Tensor::empty({1, 16}, DType::f32);
   cpu::set_cpu_isa("avx2");
-  EXPECT_NE(selected(x, xs, w, ws, out).name.find(".hwy_f8"), std::string::npos) << selected(x, xs, w, ws, out).name;
+  EXPECT_NE(selected(x, xs, w, ws, out).name.find(".hwy_f8"), std::string::npos)
+      << selected(x, xs, w, ws, out).name;
   const char* env = std::getenv("REFIT_CPU_ISA");
   cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
   if (cpu::fp8dot::usable()) {
@@ -145,14 +153,17 @@ TEST(Fp8Bf16Dot, shuffled_weights_give_the_plain_layouts_bits) {
     const testing::QuantWeight shuffled = testing::make_quant_weight(s, c.n, c.k, true, 5);
     for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{17}}) {
       Tensor x = Tensor::empty({m, c.k}, DType::f32);
-      for (int64_t i = 0; i < m * c.k; ++i) x.data<float>()[i] = std::sin(0.71f * float(i)) * float(1 + i % 13);
+      for (int64_t i = 0; i < m * c.k; ++i)
+        x.data<float>()[i] = std::sin(0.71f * float(i)) * float(1 + i % 13);
       Tensor xq = Tensor::empty({m, c.k}, DType::f8_e4m3fn), xs = Tensor::empty({m}, DType::f32);
       ops::quantize_per_token_fp8(x, xq, xs);
       Tensor a = Tensor::empty({m, c.n}, DType::f32), b = Tensor::empty({m, c.n}, DType::f32);
-      ASSERT_NE(selected(xq, xs, shuffled.codes, shuffled.scales, b).name.find("avx512bf16"), std::string::npos);
+      ASSERT_NE(selected(xq, xs, shuffled.codes, shuffled.scales, b).name.find("avx512bf16"),
+                std::string::npos);
       ops::matmul_quantized(xq, xs, plain.codes, plain.scales, s.group(c.k), Tensor(), a);
       ops::matmul_quantized(xq, xs, shuffled.codes, shuffled.scales, s.group(c.k), Tensor(), b);
-      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes())) << c.scheme << " N " << c.n << " K " << c.k << " M " << m;
+      EXPECT_EQ(0, std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()))
+          << c.scheme << " N " << c.n << " K " << c.k << " M " << m;
       float mag = 0;
       for (float v : a.to_floats()) mag = std::max(mag, std::fabs(v));
       EXPECT_GT(mag, 0.0f) << "an all-zero output would prove nothing";

@@ -2,20 +2,19 @@
 // 128 x 128 blocks and quantization_config in config.json, as DeepSeek-V3 / Qwen FP8
 // ship them) are served quantized with the checkpoint's scheme and its values.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.h"
 #include "formats/hf_folder.h"
 #include "formats/safetensors_writer.h"
+#include "kernels/quant/quant_scheme.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
-#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {
@@ -30,8 +29,10 @@ std::string write_fp8_checkpoint() {
   const fs::path dir = fs::temp_directory_path() / fmt::format("refit_quant_fp8_{}", ::getpid());
   fs::create_directories(dir);
   nlohmann::json config = nlohmann::json::parse(std::ifstream(kStoriesHf + "/config.json"));
-  config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}},
-                                   {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}};
+  config["quantization_config"] = {{"quant_method", "fp8"},
+                                   {"weight_block_size", {128, 128}},
+                                   {"activation_scheme", "dynamic"},
+                                   {"fmt", "e4m3"}};
   std::ofstream(dir / "config.json") << config.dump(2);
   auto src = Checkpoint::open(kStoriesHf);
   const HfFolder& hf = *src->hf();
@@ -49,7 +50,8 @@ std::string write_fp8_checkpoint() {
     quantize_rows(block, t.data<float>(), n, k, codes.raw_data(), row_scales.raw_data());
     Tensor scale_inv = Tensor::empty({bn, bk}, DType::f32);
     for (int64_t b = 0; b < bn; ++b)
-      for (int64_t j = 0; j < bk; ++j) scale_inv.data<float>()[b * bk + j] = row_scales.data<float>()[b * 128 * bk + j];
+      for (int64_t j = 0; j < bk; ++j)
+        scale_inv.data<float>()[b * bk + j] = row_scales.data<float>()[b * 128 * bk + j];
     tensors.emplace_back(name, codes);
     tensors.emplace_back(name + "_scale_inv", scale_inv);
   }
@@ -75,7 +77,8 @@ TEST(QuantHfFp8, block_fp8_checkpoint_is_served_quantized_with_its_values) {
     EXPECT_EQ(p->quantization().name(), "fp8-block-w8a8");
     const int64_t n = p->local_shape()[0], k = p->local_shape()[1];
     std::vector<float> got(static_cast<size_t>(n * k));
-    dequantize_rows(p->quantization(), p->data().raw_data(), p->scale().raw_data(), n, k, got.data());
+    dequantize_rows(p->quantization(), p->data().raw_data(), p->scale().raw_data(), n, k,
+                    got.data());
     std::vector<float> want;
     for (const SubShard& s : p->sub_shards()) {
       auto v = file.find(s.checkpoint_name).to_floats();  // code * scale_inv
@@ -83,7 +86,8 @@ TEST(QuantHfFp8, block_fp8_checkpoint_is_served_quantized_with_its_values) {
     }
     ASSERT_EQ(got.size(), want.size());
     // Re-quantizing code * s gives the codes back; the scale may move by one f32 ulp.
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << p->name() << " " << i;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << p->name() << " " << i;
     ++checked;
   }
   EXPECT_EQ(checked, 20);  // 5 layers x (qkv, o, gate_up, down)
@@ -101,10 +105,19 @@ TEST(QuantHfFp8, block_fp8_checkpoint_is_served_quantized_with_its_values) {
     return out;
   };
   before = snapshot();
-  const void* qkv = engine.model().parameters().get("model.layers.0.self_attn.qkv_proj.weight").scale().raw_data();
+  const void* qkv = engine.model()
+                        .parameters()
+                        .get("model.layers.0.self_attn.qkv_proj.weight")
+                        .scale()
+                        .raw_data();
   engine.update_weights_from_disk(dir);
   EXPECT_EQ(snapshot(), before);
-  EXPECT_EQ(engine.model().parameters().get("model.layers.0.self_attn.qkv_proj.weight").scale().raw_data(), qkv);
+  EXPECT_EQ(engine.model()
+                .parameters()
+                .get("model.layers.0.self_attn.qkv_proj.weight")
+                .scale()
+                .raw_data(),
+            qkv);
   fs::remove_all(dir);
 }
 

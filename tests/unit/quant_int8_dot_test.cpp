@@ -1,18 +1,17 @@
 // The integer-dot W8A8 kernels (q8_0-w8a8, mxfp4-w8a8; kernels/cpu/matmul_int8_dot.h):
-// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit (plain, shuffled and interleaved
-// weights, odd shapes, every code incl. Q8_0's -128, every e8m0 scale incl. NaN); both
-// agree with a dequantize-then-matmul of the quantized activations in double to 1e-4; each
-// output row is bitwise the same whatever M is, and whatever the layout; the activation
-// quantizer rounds ties to even and marks non-finite blocks; REFIT_CPU_ISA below avx3
+// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit
+// (plain, shuffled and interleaved weights, odd shapes, every code incl. Q8_0's -128, every e8m0
+// scale incl. NaN); both agree with a dequantize-then-matmul of the quantized activations in double
+// to 1e-4; each output row is bitwise the same whatever M is, and whatever the layout; the
+// activation quantizer rounds ties to even and marks non-finite blocks; REFIT_CPU_ISA below avx3
 // dispatches to the definition.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
-#include <array>
 #include <random>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/float_formats.h"
@@ -37,14 +36,16 @@ Activations make_activations(int64_t m, int64_t k, uint32_t seed) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   Activations a;
   a.x = Tensor::empty({m, k}, DType::f32);
-  for (int64_t i = 0; i < m * k; ++i) a.x.data<float>()[i] = dist(rng) * (1.0f + static_cast<float>(i % 3));
+  for (int64_t i = 0; i < m * k; ++i)
+    a.x.data<float>()[i] = dist(rng) * (1.0f + static_cast<float>(i % 3));
   a.xq = Tensor::empty({m, k}, DType::i8);
   a.xd = Tensor::empty({m, k / 32}, DType::f32);
   ops::quantize_per_block_q8(a.x, a.xq, a.xd);
   return a;
 }
 
-const Kernel& selected(const Tensor& xq, const Tensor& xd, const QuantWeight& w, const Tensor& bias, const Tensor& out) {
+const Kernel& selected(const Tensor& xq, const Tensor& xd, const QuantWeight& w, const Tensor& bias,
+                       const Tensor& out) {
   const Tensor* args[] = {&xq, &xd, &w.codes, &w.scales, &bias, &out};
   return KernelRegistry::global().select("matmul_quantized", args);
 }
@@ -95,76 +96,96 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
   const bool simd = cpu::int8dot::avx512_vnni_usable();
   if (!simd) std::printf("note: no AVX-512 VNNI here; only the definition kernel runs\n");
   const Case cases[] = {
-      {"q8_0-w8a8", false, 48, 512},  {"q8_0-w8a8", true, 48, 512},    // 16 blocks
-      {"q8_0-w8a8", false, 37, 544},  {"q8_0-w8a8", true, 32, 544},    // 17: one tail block
-      {"q8_0-w8a8", false, 19, 96},   {"q8_0-w8a8", false, 1, 32},     // tail only
-      {"q8_0-w8a8", false, 20, 1056}, {"mxfp4-w8a8", false, 48, 512},  // 33 blocks
-      {"mxfp4-w8a8", true, 48, 512},  {"mxfp4-w8a8", false, 37, 608},  // 19: three tail blocks
-      {"mxfp4-w8a8", true, 32, 576},  {"mxfp4-w8a8", false, 5, 64},
+      {"q8_0-w8a8", false, 48, 512},
+      {"q8_0-w8a8", true, 48, 512},  // 16 blocks
+      {"q8_0-w8a8", false, 37, 544},
+      {"q8_0-w8a8", true, 32, 544},  // 17: one tail block
+      {"q8_0-w8a8", false, 19, 96},
+      {"q8_0-w8a8", false, 1, 32},  // tail only
+      {"q8_0-w8a8", false, 20, 1056},
+      {"mxfp4-w8a8", false, 48, 512},  // 33 blocks
+      {"mxfp4-w8a8", true, 48, 512},
+      {"mxfp4-w8a8", false, 37, 608},  // 19: three tail blocks
+      {"mxfp4-w8a8", true, 32, 576},
+      {"mxfp4-w8a8", false, 5, 64},
       {"mxfp4-w8a8", false, 17, 1024},
       // Rows of 1 or 2 KiB: four rows from four 4 KiB pages per pass, then the rows after
       // them (16-row tiles; N 40 ends in an 8-row tile, by page for Q8_0 at K 2048 and row
       // by row for MXFP4).
-      {"q8_0-w8a8", false, 40, 2048},  {"q8_0-w8a8", false, 48, 1024},
-      {"mxfp4-w8a8", false, 40, 2048}, {"mxfp4-w8a8", false, 32, 4096},
+      {"q8_0-w8a8", false, 40, 2048},
+      {"q8_0-w8a8", false, 48, 1024},
+      {"mxfp4-w8a8", false, 40, 2048},
+      {"mxfp4-w8a8", false, 32, 4096},
       // Shuffled tiles read in place, several tiles (with bytes requested ahead): 64 blocks,
       // and 66 (two past a group of 16, and two past a group of 4 for MXFP4's re-ordered
       // activations).
-      {"q8_0-w8a8", true, 64, 2048},   {"q8_0-w8a8", true, 48, 2112},
-      {"mxfp4-w8a8", true, 64, 2048},  {"mxfp4-w8a8", true, 48, 2112},
+      {"q8_0-w8a8", true, 64, 2048},
+      {"q8_0-w8a8", true, 48, 2112},
+      {"mxfp4-w8a8", true, 64, 2048},
+      {"mxfp4-w8a8", true, 48, 2112},
   };
   // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
   const bool vbmi = cpu::int8dot::vbmi_in_use();
   for (const bool use_vbmi : {true, false})
-  for (const Case& c : cases)
-  // Every plain Q8_0 case once more with the codes interleaved (runs of 16 blocks read in
-  // place, the tail blocks plain).
-  for (const bool il : {false, true}) {
-    if (!use_vbmi && (!vbmi || std::string(c.scheme) != "mxfp4-w8a8")) continue;
-    if (il && (c.shuffled || std::string(c.scheme) != "q8_0-w8a8")) continue;
-    cpu::int8dot::set_vbmi_allowed(use_vbmi);
-    SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme, il ? "interleaved" : c.shuffled ? "shuffled" : "plain",
-                             c.n, c.k, use_vbmi ? "" : " (vpshufb path)"));
-    const QuantScheme s = parse_quant_scheme(c.scheme);
-    const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
-    const QuantWeight w = il ? interleaved(plain) : make_quant_weight(s, c.n, c.k, c.shuffled, 11);
-    Tensor bias = Tensor::empty({c.n}, DType::f32);
-    for (int64_t i = 0; i < c.n; ++i) bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-    // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
-    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{17}, int64_t{33}}) {
-      const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
-      Tensor out = Tensor::empty({m, c.n}, DType::f32);
-      const Kernel& k = selected(a.xq, a.xd, w, bias, out);
-      EXPECT_EQ(k.name.find("avx512vnni_") != std::string::npos, simd) << k.name;
-      EXPECT_EQ(k.name.find("interleaved_4x16") != std::string::npos, il) << k.name;
-      out = run(a.xq, a.xd, w, bias);
-      // The definition, bit for bit.
-      Tensor def = Tensor::empty({m, c.n}, DType::f32);
-      definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
-      EXPECT_EQ(bits(out), bits(def));
-      // The plain layout's bits.
-      if (c.shuffled || il) {
-        EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
-      }
-      // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t n = 0; n < c.n; ++n) {
-          double ref = bias.data<float>()[n], mag = std::fabs(ref);
-          for (int64_t kk = 0; kk < c.k; ++kk) {
-            const double xv = double(a.xq.data<int8_t>()[r * c.k + kk]) * a.xd.data<float>()[r * (c.k / 32) + kk / 32];
-            ref += xv * w.dequantized[n * c.k + kk];
-            mag += std::fabs(xv * w.dequantized[n * c.k + kk]);
+    for (const Case& c : cases)
+      // Every plain Q8_0 case once more with the codes interleaved (runs of 16 blocks read in
+      // place, the tail blocks plain).
+      for (const bool il : {false, true}) {
+        if (!use_vbmi && (!vbmi || std::string(c.scheme) != "mxfp4-w8a8")) continue;
+        if (il && (c.shuffled || std::string(c.scheme) != "q8_0-w8a8")) continue;
+        cpu::int8dot::set_vbmi_allowed(use_vbmi);
+        SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme,
+                                 il           ? "interleaved"
+                                 : c.shuffled ? "shuffled"
+                                              : "plain",
+                                 c.n, c.k, use_vbmi ? "" : " (vpshufb path)"));
+        const QuantScheme s = parse_quant_scheme(c.scheme);
+        const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
+        const QuantWeight w =
+            il ? interleaved(plain) : make_quant_weight(s, c.n, c.k, c.shuffled, 11);
+        Tensor bias = Tensor::empty({c.n}, DType::f32);
+        for (int64_t i = 0; i < c.n; ++i)
+          bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+        // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
+        for (int64_t m :
+             {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{17}, int64_t{33}}) {
+          const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
+          Tensor out = Tensor::empty({m, c.n}, DType::f32);
+          const Kernel& k = selected(a.xq, a.xd, w, bias, out);
+          EXPECT_EQ(k.name.find("avx512vnni_") != std::string::npos, simd) << k.name;
+          EXPECT_EQ(k.name.find("interleaved_4x16") != std::string::npos, il) << k.name;
+          out = run(a.xq, a.xd, w, bias);
+          // The definition, bit for bit.
+          Tensor def = Tensor::empty({m, c.n}, DType::f32);
+          definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
+          EXPECT_EQ(bits(out), bits(def));
+          // The plain layout's bits.
+          if (c.shuffled || il) {
+            EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
           }
-          ASSERT_LE(std::fabs(out.data<float>()[r * c.n + n] - ref), 1e-4 * mag) << "row " << r << " col " << n;
+          // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t n = 0; n < c.n; ++n) {
+              double ref = bias.data<float>()[n], mag = std::fabs(ref);
+              for (int64_t kk = 0; kk < c.k; ++kk) {
+                const double xv = double(a.xq.data<int8_t>()[r * c.k + kk]) *
+                                  a.xd.data<float>()[r * (c.k / 32) + kk / 32];
+                ref += xv * w.dequantized[n * c.k + kk];
+                mag += std::fabs(xv * w.dequantized[n * c.k + kk]);
+              }
+              ASSERT_LE(std::fabs(out.data<float>()[r * c.n + n] - ref), 1e-4 * mag)
+                  << "row " << r << " col " << n;
+            }
+          // Each row alone: the same bits (batch invariance).
+          for (int64_t r = 0; r < m; ++r) {
+            const Tensor one = run(a.xq.narrow(0, r, 1), a.xd.narrow(0, r, 1), w, bias);
+            std::vector<uint32_t> all = bits(out);
+            EXPECT_EQ(bits(one),
+                      std::vector<uint32_t>(all.begin() + r * c.n, all.begin() + (r + 1) * c.n))
+                << "row " << r;
+          }
         }
-      // Each row alone: the same bits (batch invariance).
-      for (int64_t r = 0; r < m; ++r) {
-        const Tensor one = run(a.xq.narrow(0, r, 1), a.xd.narrow(0, r, 1), w, bias);
-        std::vector<uint32_t> all = bits(out);
-        EXPECT_EQ(bits(one), std::vector<uint32_t>(all.begin() + r * c.n, all.begin() + (r + 1) * c.n)) << "row " << r;
       }
-    }
-  }
   cpu::int8dot::set_vbmi_allowed(true);
 }
 
@@ -173,13 +194,18 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
 TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
   const int64_t n = 16, k = 512;
   QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), n, k, false, 5);
-  for (int64_t i = 0; i < n * k; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 7 + i / 256);
+  for (int64_t i = 0; i < n * k; ++i)
+    static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 7 + i / 256);
   Tensor xq = Tensor::empty({2, k}, DType::i8), xd = Tensor::empty({2, k / 32}, DType::f32);
-  for (int64_t i = 0; i < 2 * k; ++i) xq.data<int8_t>()[i] = static_cast<int8_t>(i % 3 == 0 ? 127 : i % 3 == 1 ? -127 : i % 255 - 127);
+  for (int64_t i = 0; i < 2 * k; ++i)
+    xq.data<int8_t>()[i] = static_cast<int8_t>(i % 3 == 0   ? 127
+                                               : i % 3 == 1 ? -127
+                                                            : i % 255 - 127);
   for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f / static_cast<float>(1 + i);
   const Tensor out = run(xq, xd, w, Tensor());
   Tensor def = Tensor::empty({2, n}, DType::f32);
-  definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32, Tensor(), def);
+  definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32,
+                                                             Tensor(), def);
   EXPECT_EQ(bits(out), bits(def));
   EXPECT_EQ(bits(run(xq, xd, interleaved(w), Tensor())), bits(def));  // the same codes, interleaved
   // An exact integer check on one block: scale 1 everywhere.
@@ -190,7 +216,8 @@ TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
     for (int64_t j = 0; j < n; ++j) {
       int64_t sum = 0;
       for (int64_t kk = 0; kk < k; ++kk)
-        sum += int64_t{xq.data<int8_t>()[r * k + kk]} * static_cast<int8_t>(static_cast<uint8_t*>(w.codes.raw_data())[j * k + kk]);
+        sum += int64_t{xq.data<int8_t>()[r * k + kk]} *
+               static_cast<int8_t>(static_cast<uint8_t*>(w.codes.raw_data())[j * k + kk]);
       EXPECT_EQ(exact.data<float>()[r * n + j], static_cast<float>(sum)) << r << " " << j;
     }
 }
@@ -200,25 +227,28 @@ TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
 TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
   const int64_t n = 32, k = 512;
   for (const bool shuffled : {false, true}) {
-  SCOPED_TRACE(shuffled ? "shuffled" : "plain");
-  QuantWeight w = make_quant_weight(parse_quant_scheme("mxfp4"), n, k, shuffled, 9);
-  for (int64_t i = 0; i < n * k / 2; ++i) static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 37);
-  // The 256 scale bytes in storage order, twice (plain: rows 15 and 31 hold 255).
-  for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);
-  for (const bool use_vbmi : {true, false})  // both nibble decoders (see above)
-  for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
-    cpu::int8dot::set_vbmi_allowed(use_vbmi);
-    SCOPED_TRACE(use_vbmi ? "vpermb where the CPU has VBMI" : "vpshufb");
-    const Activations a = make_activations(m, k, 4);
-    const Tensor out = run(a.xq, a.xd, w, Tensor());
-    Tensor def = Tensor::empty({m, n}, DType::f32);
-    definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes, w.scales, 32, Tensor(), def);
-    EXPECT_EQ(bits(out), bits(def)) << "M " << m;
-    if (shuffled) continue;  // there the largest scales share rows with small ones: inf - inf
-    int nan = 0;
-    for (float v : out.to_floats()) nan += std::isnan(v);
-    EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
-  }
+    SCOPED_TRACE(shuffled ? "shuffled" : "plain");
+    QuantWeight w = make_quant_weight(parse_quant_scheme("mxfp4"), n, k, shuffled, 9);
+    for (int64_t i = 0; i < n * k / 2; ++i)
+      static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 37);
+    // The 256 scale bytes in storage order, twice (plain: rows 15 and 31 hold 255).
+    for (int64_t i = 0; i < n * (k / 32); ++i)
+      w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);
+    for (const bool use_vbmi : {true, false})        // both nibble decoders (see above)
+      for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
+        cpu::int8dot::set_vbmi_allowed(use_vbmi);
+        SCOPED_TRACE(use_vbmi ? "vpermb where the CPU has VBMI" : "vpshufb");
+        const Activations a = make_activations(m, k, 4);
+        const Tensor out = run(a.xq, a.xd, w, Tensor());
+        Tensor def = Tensor::empty({m, n}, DType::f32);
+        definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes,
+                                                                       w.scales, 32, Tensor(), def);
+        EXPECT_EQ(bits(out), bits(def)) << "M " << m;
+        if (shuffled) continue;  // there the largest scales share rows with small ones: inf - inf
+        int nan = 0;
+        for (float v : out.to_floats()) nan += std::isnan(v);
+        EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
+      }
   }
   cpu::int8dot::set_vbmi_allowed(true);
 }
@@ -269,7 +299,8 @@ TEST(Int8DotKernels, cpu_isa_below_avx3_dispatches_to_the_definition) {
   cpu::set_cpu_isa("avx2");
   EXPECT_EQ(selected(a.xq, a.xd, w, Tensor(), out).name, "matmul_quantized.cpu.int8_q8_0_plain");
   EXPECT_EQ(bits(run(a.xq, a.xd, w, Tensor())), bits(simd_out));
-  EXPECT_EQ(selected(b.xq, b.xd, mixed, Tensor(), out2).name, "matmul_quantized.cpu.int8_q8_0_interleaved_4x16");
+  EXPECT_EQ(selected(b.xq, b.xd, mixed, Tensor(), out2).name,
+            "matmul_quantized.cpu.int8_q8_0_interleaved_4x16");
   EXPECT_EQ(bits(run(b.xq, b.xd, mixed, Tensor())), bits(simd_out2));
   EXPECT_EQ(bits(run(b.xq, b.xd, wide, Tensor())), bits(simd_out2));
   const char* env = std::getenv("REFIT_CPU_ISA");
@@ -320,12 +351,13 @@ TEST(Int8DotKernels, avx512_activation_quantizer_matches_the_definition_bit_for_
   std::normal_distribution<float> normal(0.0f, 3.0f);
   float* v = x.data<float>();
   for (int64_t i = 0; i < M * K; ++i) v[i] = normal(rng);
-  for (int64_t k = 0; k < 32; ++k) v[k] = k == 0 ? 127.0f : (k % 2 ? 0.5f : -1.5f) + float(k);  // block 0: ties
-  for (int64_t k = 32; k < 64; ++k) v[k] = 0.0f;                                                // block 1: zeros
-  v[64 + 3] = INFINITY;                                                                            // block 2
-  v[96 + 7] = NAN;                                                                                 // block 3
-  for (int64_t k = 128; k < 160; ++k) v[k] *= 1e-38f;                                              // block 4: denormals
-  for (int64_t k = 160; k < 192; ++k) v[k] *= 1e37f;                                               // block 5: huge
+  for (int64_t k = 0; k < 32; ++k)
+    v[k] = k == 0 ? 127.0f : (k % 2 ? 0.5f : -1.5f) + float(k);  // block 0: ties
+  for (int64_t k = 32; k < 64; ++k) v[k] = 0.0f;                 // block 1: zeros
+  v[64 + 3] = INFINITY;                                          // block 2
+  v[96 + 7] = NAN;                                               // block 3
+  for (int64_t k = 128; k < 160; ++k) v[k] *= 1e-38f;            // block 4: denormals
+  for (int64_t k = 160; k < 192; ++k) v[k] *= 1e37f;             // block 5: huge
   auto quantize = [&](const char* expect_kernel) {
     Tensor xq = Tensor::empty({M, K}, DType::i8), xd = Tensor::empty({M, K / 32}, DType::f32);
     const std::array<const Tensor*, 3> args{&x, &xq, &xd};

@@ -13,10 +13,10 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 #include "kernels/matmul_quantized.h"
-#include "quant_test_util.h"
-#include "kernels_test_util.h"
-#include "weights/layout_transform.h"
 #include "kernels/quant/quant_scheme.h"
+#include "kernels_test_util.h"
+#include "quant_test_util.h"
+#include "weights/layout_transform.h"
 
 namespace refit {
 namespace {
@@ -50,12 +50,14 @@ Activations make_activations(const QuantScheme& s, int64_t m, int64_t k, uint32_
     ops::quantize_per_token_fp8(x, a.x, a.x_scale);
     for (int64_t r = 0; r < m; ++r)
       for (int64_t i = 0; i < k; ++i)
-        a.xr[r * k + i] = f8_e4m3fn_to_f32(static_cast<uint8_t*>(a.x.raw_data())[r * k + i]) * a.x_scale.data<float>()[r];
+        a.xr[r * k + i] = f8_e4m3fn_to_f32(static_cast<uint8_t*>(a.x.raw_data())[r * k + i]) *
+                          a.x_scale.data<float>()[r];
   }
   return a;
 }
 
-const Kernel& selected(const Activations& a, const QuantWeight& w, const Tensor& bias, const Tensor& out) {
+const Kernel& selected(const Activations& a, const QuantWeight& w, const Tensor& bias,
+                       const Tensor& out) {
   const Tensor* args[] = {&a.x, &a.x_scale, &w.codes, &w.scales, &bias, &out};
   return KernelRegistry::global().select("matmul_quantized", args);
 }
@@ -65,7 +67,8 @@ const Kernel& selected(const Activations& a, const QuantWeight& w, const Tensor&
 kernels::MatmulQuantizedFn scalar_kernel(const std::string& simd_name) {
   std::string name = simd_name;
   if (const size_t at = name.find("hwy_"); at != std::string::npos) name.erase(at, 4);
-  if (const size_t at = name.find("avx512bf16_f8_w8a8_"); at != std::string::npos) name.replace(at, 19, "f8_");
+  if (const size_t at = name.find("avx512bf16_f8_w8a8_"); at != std::string::npos)
+    name.replace(at, 19, "f8_");
   for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
     if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
   ADD_FAILURE() << "no scalar kernel " << name;
@@ -76,7 +79,8 @@ using testing::KernelCase;
 
 std::vector<KernelCase> cases() {
   std::vector<KernelCase> out;
-  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8", "fp8-block-w8a8", "mxfp4", "q8_0"})
+  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8",
+                             "fp8-block-w8a8", "mxfp4", "q8_0"})
     for (bool shuffled : {false, true}) {
       out.push_back({scheme, shuffled, 48, 256});
       // fp8-block: a partial 96-column block (MXFP4 bytes must fill 32-byte tiles to shuffle).
@@ -120,7 +124,8 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
       Activations a;
       a.x = all.x.narrow(0, 0, m).contiguous();
       if (all.x_scale.defined()) a.x_scale = all.x_scale.narrow(0, 0, m).contiguous();
-      Tensor out = Tensor::empty({m, c.n}, DType::f32), out_scalar = Tensor::empty({m, c.n}, DType::f32);
+      Tensor out = Tensor::empty({m, c.n}, DType::f32),
+             out_scalar = Tensor::empty({m, c.n}, DType::f32);
       ops::matmul_quantized(a.x, a.x_scale, w.codes, w.scales, group, bias, out);
       EXPECT_EQ(selected(a, w, bias, out).name, name);
       scalar_kernel(name)(a.x, a.x_scale, w.codes, w.scales, group, bias, out_scalar);
@@ -133,14 +138,18 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
           const float got = out.data<float>()[r * c.n + j];
           max_ref = std::max(max_ref, std::fabs(ref));
           max_diff_ref = std::max(max_diff_ref, std::fabs(ref - got));
-          max_diff_scalar = std::max(max_diff_scalar, std::fabs(double(out_scalar.data<float>()[r * c.n + j]) - got));
+          max_diff_scalar = std::max(
+              max_diff_scalar, std::fabs(double(out_scalar.data<float>()[r * c.n + j]) - got));
           // Batch invariance: bitwise the row of the 17-row call.
           const float in_batch = out_all.data<float>()[r * c.n + j];
           ASSERT_EQ(std::memcmp(&got, &in_batch, sizeof(float)), 0)
-              << "row " << r << " col " << j << ": " << got << " alone vs " << in_batch << " in a batch of " << big_m;
+              << "row " << r << " col " << j << ": " << got << " alone vs " << in_batch
+              << " in a batch of " << big_m;
         }
-      EXPECT_LE(max_diff_ref, 1e-4 * max_ref) << "vs dequantize-then-matmul: " << max_diff_ref << " of " << max_ref;
-      EXPECT_LE(max_diff_scalar, 1e-4 * max_ref) << "vs scalar kernel: " << max_diff_scalar << " of " << max_ref;
+      EXPECT_LE(max_diff_ref, 1e-4 * max_ref)
+          << "vs dequantize-then-matmul: " << max_diff_ref << " of " << max_ref;
+      EXPECT_LE(max_diff_scalar, 1e-4 * max_ref)
+          << "vs scalar kernel: " << max_diff_scalar << " of " << max_ref;
     }
   });
 }
@@ -165,14 +174,18 @@ TEST(QuantKernelHwyDecode, every_code_is_decoded_exactly_under_every_isa) {
     Tensor codes = Tensor::empty({N, f4 ? K / 2 : K}, DType::u8);
     auto* bytes = static_cast<uint8_t*>(codes.raw_data());
     for (int64_t i = 0; i < codes.numel(); ++i) bytes[i] = static_cast<uint8_t>((i * 7 + 3) & 0xFF);
-    for (int64_t i = 0; i < 256 && !f4; ++i) bytes[i] = static_cast<uint8_t>(i);  // every byte once, in order
+    for (int64_t i = 0; i < 256 && !f4; ++i)
+      bytes[i] = static_cast<uint8_t>(i);  // every byte once, in order
     for (int64_t i = 0; i < codes.numel() && !f4; ++i)
       if ((bytes[i] & 0x7F) == 0x7F) bytes[i] = static_cast<uint8_t>(0x80);  // NaN: checked below
-    Tensor w = Tensor::from_storage(codes.storage(), f4 ? DType::f4_e2m1 : DType::f8_e4m3fn, {N, K});
+    Tensor w =
+        Tensor::from_storage(codes.storage(), f4 ? DType::f4_e2m1 : DType::f8_e4m3fn, {N, K});
     Tensor scales = Tensor::empty({N, 1}, f4 ? DType::e8m0 : DType::f32);
     for (int64_t n = 0; n < N; ++n) {
-      if (f4) static_cast<uint8_t*>(scales.raw_data())[n] = static_cast<uint8_t>(120 + n);  // 2^-7 .. 2^8
-      else scales.data<float>()[n] = (0.75f + 0.5f * float(n)) * (plane == 2 ? 1e3f : 1.0f);
+      if (f4)
+        static_cast<uint8_t*>(scales.raw_data())[n] = static_cast<uint8_t>(120 + n);  // 2^-7 .. 2^8
+      else
+        scales.data<float>()[n] = (0.75f + 0.5f * float(n)) * (plane == 2 ? 1e3f : 1.0f);
     }
     Tensor x = Tensor::empty({K, K}, DType::f32);  // identity: row m picks column m
     for (int64_t m = 0; m < K; ++m) x.data<float>()[m * K + m] = 1.0f;
@@ -183,10 +196,13 @@ TEST(QuantKernelHwyDecode, every_code_is_decoded_exactly_under_every_isa) {
         for (int64_t m = 0; m < rows; ++m)
           for (int64_t n = 0; n < N; ++n) {
             const uint8_t byte = bytes[n * (f4 ? K / 2 : K) + (f4 ? m / 2 : m)];
-            const float code = f4 ? f4_e2m1_to_f32(static_cast<uint8_t>(byte >> (4 * (m & 1)))) : f8_e4m3fn_to_f32(byte);
-            const float scale = f4 ? e8m0_to_f32(static_cast<uint8_t*>(scales.raw_data())[n]) : scales.data<float>()[n];
+            const float code = f4 ? f4_e2m1_to_f32(static_cast<uint8_t>(byte >> (4 * (m & 1))))
+                                  : f8_e4m3fn_to_f32(byte);
+            const float scale = f4 ? e8m0_to_f32(static_cast<uint8_t*>(scales.raw_data())[n])
+                                   : scales.data<float>()[n];
             const float want = code * scale, got = out.data<float>()[m * N + n];
-            EXPECT_EQ(got, want) << (f4 ? "f4" : "f8") << " byte " << int(byte) << " row " << m << " col " << n;
+            EXPECT_EQ(got, want) << (f4 ? "f4" : "f8") << " byte " << int(byte) << " row " << m
+                                 << " col " << n;
           }
       }
       if (!f4) {
@@ -216,14 +232,16 @@ TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) 
   auto* sb = static_cast<uint8_t*>(scales.raw_data());
   for (int64_t n = 0; n < N; ++n) sb[n * 2] = sb[n * 2 + 1] = static_cast<uint8_t>(n);
   Tensor x = Tensor::empty({5, K}, DType::f32);
-  for (int64_t m = 0; m < 5; ++m) x.data<float>()[m * K + 3 + 32 * (m & 1)] = 1.0f;  // one value of one group
+  for (int64_t m = 0; m < 5; ++m)
+    x.data<float>()[m * K + 3 + 32 * (m & 1)] = 1.0f;  // one value of one group
   for_each_isa([&] {
     for (int64_t rows : {int64_t{1}, int64_t{5}}) {  // decode and prefill paths
       Tensor out = Tensor::empty({rows, N}, DType::f32);
       ops::matmul_quantized(x.narrow(0, 0, rows), Tensor(), w, scales, 32, Tensor(), out);
       for (int64_t m = 0; m < rows; ++m)
         for (int64_t n = 0; n < N; ++n) {
-          const float want = e8m0_to_f32(static_cast<uint8_t>(n)), got = out.data<float>()[m * N + n];
+          const float want = e8m0_to_f32(static_cast<uint8_t>(n)),
+                      got = out.data<float>()[m * N + n];
           if (n == 255) {
             EXPECT_TRUE(std::isnan(got)) << "row " << m;
           } else {
@@ -243,7 +261,8 @@ TEST(QuantKernelHwyDecode, scale_groups_not_a_multiple_of_16_take_the_float_path
   std::uniform_int_distribution<int> code(0, 0x7E);
   Tensor codes = Tensor::empty({N, K}, DType::u8);
   auto* bytes = static_cast<uint8_t*>(codes.raw_data());
-  for (int64_t i = 0; i < N * K; ++i) bytes[i] = static_cast<uint8_t>(code(rng) | (i % 3 == 0 ? 0x80 : 0));
+  for (int64_t i = 0; i < N * K; ++i)
+    bytes[i] = static_cast<uint8_t>(code(rng) | (i % 3 == 0 ? 0x80 : 0));
   Tensor w = Tensor::from_storage(codes.storage(), DType::f8_e4m3fn, {N, K});
   Tensor scales = Tensor::empty({N, S}, DType::f32);
   for (int64_t i = 0; i < N * S; ++i) scales.data<float>()[i] = 0.01f * float(i + 1);
@@ -258,7 +277,8 @@ TEST(QuantKernelHwyDecode, scale_groups_not_a_multiple_of_16_take_the_float_path
       for (int64_t m = 0; m < 6; ++m) {
         double ref = 0;
         for (int64_t k = 0; k < K; ++k)
-          ref += double(x.data<float>()[m * K + k]) * f8_e4m3fn_to_f32(bytes[n * K + k]) * scales.data<float>()[n * S + k / group];
+          ref += double(x.data<float>()[m * K + k]) * f8_e4m3fn_to_f32(bytes[n * K + k]) *
+                 scales.data<float>()[n * S + k / group];
         EXPECT_NEAR(out6.data<float>()[m * N + n], ref, 1e-4 * (std::fabs(ref) + 1.0));
       }
     }

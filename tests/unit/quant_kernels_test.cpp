@@ -11,9 +11,9 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "kernels/matmul_quantized.h"
+#include "kernels/quant/quant_scheme.h"
 #include "quant_test_util.h"
 #include "weights/layout_transform.h"
-#include "kernels/quant/quant_scheme.h"
 
 namespace refit {
 namespace {
@@ -57,18 +57,20 @@ TEST_P(QuantKernel, matches_dequantize_then_matmul_reference) {
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < c.n; ++j) {
         double ref = bias.data<float>()[j];
-        for (int64_t i = 0; i < c.k; ++i) ref += double(xr[r * c.k + i]) * double(w.dequantized[j * c.k + i]);
+        for (int64_t i = 0; i < c.k; ++i)
+          ref += double(xr[r * c.k + i]) * double(w.dequantized[j * c.k + i]);
         max_ref = std::max(max_ref, std::fabs(ref));
         max_diff = std::max(max_diff, std::fabs(ref - out.data<float>()[r * c.n + j]));
       }
-    EXPECT_LE(max_diff, 1e-4 * max_ref) << c.scheme << " M " << m << ": max |diff| " << max_diff << " of " << max_ref;
+    EXPECT_LE(max_diff, 1e-4 * max_ref)
+        << c.scheme << " M " << m << ": max |diff| " << max_diff << " of " << max_ref;
   }
 }
 
 std::vector<KernelCase> kernel_cases() {
   std::vector<KernelCase> cases;
-  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8", "fp8-block-w8a8", "mxfp4",
-                             "q8_0"})
+  for (const char* scheme : {"fp8-tensor", "fp8-channel", "fp8-block", "fp8-channel-w8a8",
+                             "fp8-block-w8a8", "mxfp4", "q8_0"})
     for (bool shuffled : {false, true}) {
       cases.push_back({scheme, shuffled, 48, 256});
       cases.push_back({scheme, shuffled, 32, 320});  // fp8-block: a partial 64-column block
@@ -83,17 +85,21 @@ std::vector<KernelCase> kernel_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Quant, QuantKernel, ::testing::ValuesIn(kernel_cases()), [](const auto& info) {
-  std::string name = info.param.scheme + (info.param.shuffled ? "_shuffled" : "_plain") + "_" +
-                     std::to_string(info.param.n) + "x" + std::to_string(info.param.k);
-  for (char& ch : name)
-    if (ch == '-') ch = '_';
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Quant, QuantKernel, ::testing::ValuesIn(kernel_cases()),
+                         [](const auto& info) {
+                           std::string name = info.param.scheme +
+                                              (info.param.shuffled ? "_shuffled" : "_plain") + "_" +
+                                              std::to_string(info.param.n) + "x" +
+                                              std::to_string(info.param.k);
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
 
 TEST(QuantKernelDispatch, kernels_are_chosen_by_code_dtype_and_layout) {
   const QuantScheme s = parse_quant_scheme("mxfp4");
-  QuantWeight plain = make_weight(s, 32, 128, false, 1), shuffled = make_weight(s, 32, 128, true, 1);
+  QuantWeight plain = make_weight(s, 32, 128, false, 1),
+              shuffled = make_weight(s, 32, 128, true, 1);
   Tensor x = Tensor::empty({2, 128}, DType::f32), out = Tensor::empty({2, 32}, DType::f32);
   auto pick = [&](const QuantWeight& w) {
     const Tensor* args[] = {&x, nullptr, &w.codes, &w.scales, nullptr, &out};
@@ -102,7 +108,8 @@ TEST(QuantKernelDispatch, kernels_are_chosen_by_code_dtype_and_layout) {
     args[4] = &none;
     return KernelRegistry::global().select("matmul_quantized", args).name;
   };
-  EXPECT_EQ(pick(plain), "matmul_quantized.cpu.hwy_mxfp4_plain");  // SIMD kernels rank above the scalar ones
+  EXPECT_EQ(pick(plain),
+            "matmul_quantized.cpu.hwy_mxfp4_plain");  // SIMD kernels rank above the scalar ones
   EXPECT_EQ(pick(shuffled), "matmul_quantized.cpu.hwy_mxfp4_shuffled_16x16");
   // Same values, either layout.
   Tensor out2 = Tensor::empty({2, 32}, DType::f32);
@@ -120,11 +127,13 @@ TEST(QuantKernelDispatch, kernels_are_chosen_by_code_dtype_and_layout) {
   }
   // Q8_0 codes with e8m0 scales: refused by dtype.
   QuantWeight q8 = make_weight(parse_quant_scheme("q8_0"), 32, 128, false, 2);
-  EXPECT_THROW(ops::matmul_quantized(x, Tensor(), q8.codes, plain.scales, 32, Tensor(), out), DispatchError);
+  EXPECT_THROW(ops::matmul_quantized(x, Tensor(), q8.codes, plain.scales, 32, Tensor(), out),
+               DispatchError);
   // W8A8 needs the per-token scale.
   QuantWeight f8 = make_weight(parse_quant_scheme("fp8-channel"), 32, 128, false, 3);
   Tensor xq = Tensor::empty({2, 128}, DType::f8_e4m3fn);
-  EXPECT_THROW(ops::matmul_quantized(xq, Tensor(), f8.codes, f8.scales, 128, Tensor(), out), DispatchError);
+  EXPECT_THROW(ops::matmul_quantized(xq, Tensor(), f8.codes, f8.scales, 128, Tensor(), out),
+               DispatchError);
   // Shape errors name the argument.
   EXPECT_THROW(ops::matmul_quantized(x, Tensor(), f8.codes, f8.scales, 32, Tensor(), out), Error);
 }

@@ -1,13 +1,12 @@
 // Quantized models generate sensibly: stories260K (llama2.c) under every scheme scores
 // llama2.c's own greedy continuations nearly as well as f32 (per-token log-likelihood,
 // reported in bench/RESULTS.md), and its greedy tokens stay close to f32's.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "runtime/engine.h"
 
@@ -67,19 +66,29 @@ Engine stories_engine(const std::string& quant, const std::string& layout = "") 
 }
 
 TEST(QuantStories260K, log_likelihood_of_llama2c_continuations_stays_close_to_f32) {
-  const char* prompts[] = {"llama2c_once_upon_a_time", "llama2c_the_little_dog", "llama2c_caf_ber_123"};
+  const char* prompts[] = {"llama2c_once_upon_a_time", "llama2c_the_little_dog",
+                           "llama2c_caf_ber_123"};
   struct Row {
     const char* quant;
     double max_drop;  // nats per token below f32
-  } rows[] = {{"", 0}, {"fp8-tensor", 0.05}, {"fp8-channel", 0.05}, {"fp8-block", 0.05}, {"fp8-channel-w8a8", 0.05},
-              {"q8_0", 0.02}, {"mxfp4", 0.35}, {"q8_0-w8a8", 0.02}, {"mxfp4-w8a8", 0.35}};
+  } rows[] = {{"", 0},
+              {"fp8-tensor", 0.05},
+              {"fp8-channel", 0.05},
+              {"fp8-block", 0.05},
+              {"fp8-channel-w8a8", 0.05},
+              {"q8_0", 0.02},
+              {"mxfp4", 0.35},
+              {"q8_0-w8a8", 0.02},
+              {"mxfp4-w8a8", 0.35}};
   double f32_ll = 0;
-  std::string table = "| scheme | mean log-likelihood / token | vs f32 | greedy tokens equal to f32 (of 64) |\n";
+  std::string table =
+      "| scheme | mean log-likelihood / token | vs f32 | greedy tokens equal to f32 (of 64) |\n";
   std::vector<int32_t> f32_greedy;
   for (const auto& row : rows) {
     Engine engine = stories_engine(row.quant);
     double ll = 0;
-    for (const char* p : prompts) ll += continuation_log_likelihood(engine, read_reference(p)) / 3.0;
+    for (const char* p : prompts)
+      ll += continuation_log_likelihood(engine, read_reference(p)) / 3.0;
     GenerateRequest request;
     request.prompt = read_reference(prompts[0]).prompt;
     request.max_tokens = 64;
@@ -89,8 +98,10 @@ TEST(QuantStories260K, log_likelihood_of_llama2c_continuations_stays_close_to_f3
       f32_greedy = greedy;
     }
     size_t same = 0;
-    while (same < greedy.size() && same < f32_greedy.size() && greedy[same] == f32_greedy[same]) ++same;
-    table += fmt::format("| {} | {:.4f} | {:+.4f} | {} |\n", *row.quant ? row.quant : "f32", ll, ll - f32_ll, same);
+    while (same < greedy.size() && same < f32_greedy.size() && greedy[same] == f32_greedy[same])
+      ++same;
+    table += fmt::format("| {} | {:.4f} | {:+.4f} | {} |\n", *row.quant ? row.quant : "f32", ll,
+                         ll - f32_ll, same);
     EXPECT_GE(ll, f32_ll - row.max_drop) << row.quant;
     EXPECT_GE(same, 8u) << row.quant << ": greedy output diverges from f32 at once";
   }
@@ -103,7 +114,8 @@ TEST(QuantStories260K, shuffled_layout_gives_the_same_logits_as_plain) {
   for (const char* quant : {"fp8-channel", "q8_0", "mxfp4", "q8_0-w8a8", "mxfp4-w8a8"}) {
     Engine plain = stories_engine(quant), shuffled = stories_engine(quant, "shuffle");
     const std::vector<int32_t> tokens = read_reference("llama2c_the_little_dog").sequence;
-    const std::vector<float> a = plain.logits(tokens).to_floats(), b = shuffled.logits(tokens).to_floats();
+    const std::vector<float> a = plain.logits(tokens).to_floats(),
+                             b = shuffled.logits(tokens).to_floats();
     EXPECT_EQ(a, b) << quant;
   }
 }

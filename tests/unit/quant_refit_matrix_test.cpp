@@ -16,14 +16,14 @@
 
 #include "core/error.h"
 #include "dist/local_group.h"
+#include "formats_test_util.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
-#include "formats_test_util.h"
-#include "synthetic/synthetic_model.h"
-#include "synthetic/synthetic_checkpoint.h"
+#include "parallel/weight_readback.h"
 #include "refit_test_support.h"
 #include "runtime/engine.h"
-#include "parallel/weight_readback.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
 #include "weights/layout_transform.h"
 
 namespace refit {
@@ -52,7 +52,8 @@ const std::string& wide_model() {
   static const std::string path = [] {
     ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
     config.dim = 576, config.n_heads = 8, config.n_kv_heads = 4, config.head_dim = 72;
-    config.ffn_dim = 1088, config.n_layers = 2, config.vocab_size = 9216;  // logits_of reads id 9038
+    config.ffn_dim = 1088, config.n_layers = 2,
+    config.vocab_size = 9216;  // logits_of reads id 9038
     const std::string file = dir.file("wide-f32.gguf");
     SyntheticCheckpointOptions synth;
     synth.seed = 3;
@@ -137,20 +138,23 @@ TEST_P(QuantRefitMatrix, refit_from_bf16_equals_fresh_quantized_load_bitwise_wit
 
 std::vector<QuantCase> quant_matrix() {
   std::vector<QuantCase> cases;
-  for (const char* quant : {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0", "mxfp4-w8a8", "q8_0-w8a8"})
+  for (const char* quant :
+       {"fp8-tensor", "fp8-channel-w8a8", "fp8-block", "mxfp4", "q8_0", "mxfp4-w8a8", "q8_0-w8a8"})
     for (const char* layout : {"plain", "shuffle"})
       for (int tp : {1, 2}) cases.push_back({quant, layout, tp});
   for (int tp : {1, 2}) cases.push_back({"q8_0-w8a8", "interleave", tp, true});
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(L2, QuantRefitMatrix, ::testing::ValuesIn(quant_matrix()), [](const auto& info) {
-  std::string name = info.param.quant + "_" + info.param.layout + "_tp" + std::to_string(info.param.tp) +
-                     (info.param.wide ? "_wide" : "");
-  for (char& ch : name)
-    if (ch == '-') ch = '_';
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(L2, QuantRefitMatrix, ::testing::ValuesIn(quant_matrix()),
+                         [](const auto& info) {
+                           std::string name = info.param.quant + "_" + info.param.layout + "_tp" +
+                                              std::to_string(info.param.tp) +
+                                              (info.param.wide ? "_wide" : "");
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
 
 // Each stored byte derives from one checkpoint tensor: reloading q_proj alone rewrites
 // q's rows (codes and scales) and leaves k's and v's bytes exactly as they were.
@@ -161,7 +165,8 @@ TEST(QuantSubShards, reloading_q_proj_alone_cannot_change_k_or_v) {
     options.quant = quant;
     options.layout = "shuffle";
     Engine engine(options);
-    const Parameter& qkv = engine.model().parameters().get("model.layers.1.self_attn.qkv_proj.weight");
+    const Parameter& qkv =
+        engine.model().parameters().get("model.layers.1.self_attn.qkv_proj.weight");
     const int64_t rows = qkv.local_shape()[0];
     const int64_t code_row = static_cast<int64_t>(qkv.data().nbytes()) / rows;
     const int64_t scale_row = static_cast<int64_t>(qkv.scale().nbytes()) / rows;
@@ -186,9 +191,13 @@ TEST(QuantSubShards, reloading_q_proj_alone_cannot_change_k_or_v) {
               true)
         << quant << ": q's bytes did not change";
     EXPECT_EQ(std::memcmp(codes0.data() + q_rows * code_row, codes1.data() + q_rows * code_row,
-                          (rows - q_rows) * code_row), 0) << quant << ": k/v codes changed";
+                          (rows - q_rows) * code_row),
+              0)
+        << quant << ": k/v codes changed";
     EXPECT_EQ(std::memcmp(scales0.data() + q_rows * scale_row, scales1.data() + q_rows * scale_row,
-                          (rows - q_rows) * scale_row), 0) << quant << ": k/v scales changed";
+                          (rows - q_rows) * scale_row),
+              0)
+        << quant << ": k/v scales changed";
   }
 }
 
@@ -280,7 +289,8 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
         ASSERT_FALSE(reference->parameters().get(head_name).quantized());
         const std::vector<float> got = logits_of(model), want = logits_of(*reference);
         ASSERT_EQ(got.size(), want.size());
-        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "rank " << rank;
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << "rank " << rank;
         if (world > 1) return;
         // Refit of the head from bf16: the bytes a fresh quantization of the same tensor
         // gives, in the same storage.
@@ -293,8 +303,10 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
         fresh.load(sent);
         EXPECT_EQ(head.data().raw_data(), codes);
         EXPECT_EQ(head.scale().raw_data(), scales);
-        EXPECT_EQ(0, std::memcmp(head.data().raw_data(), fresh.data().raw_data(), fresh.data().nbytes()));
-        EXPECT_EQ(0, std::memcmp(head.scale().raw_data(), fresh.scale().raw_data(), fresh.scale().nbytes()));
+        EXPECT_EQ(
+            0, std::memcmp(head.data().raw_data(), fresh.data().raw_data(), fresh.data().nbytes()));
+        EXPECT_EQ(0, std::memcmp(head.scale().raw_data(), fresh.scale().raw_data(),
+                                 fresh.scale().nbytes()));
       });
     }
     // Asking for the file's own method by name (here to add int8 activations) keeps the
@@ -316,8 +328,10 @@ TEST(QuantNativeGguf, a_q8_0_output_tied_or_not_is_served_quantized_with_the_flo
       // with AVX-512 VNNI): the same codes in another order within each row.
       Tensor codes = q.data();
       if (codes.layout() == Layout::interleaved_4x16) codes = deinterleave_4x16(codes);
-      EXPECT_EQ(0, std::memcmp(codes.raw_data(), p->data().raw_data(), p->data().nbytes())) << p->name();
-      EXPECT_EQ(0, std::memcmp(q.scale().raw_data(), p->scale().raw_data(), p->scale().nbytes())) << p->name();
+      EXPECT_EQ(0, std::memcmp(codes.raw_data(), p->data().raw_data(), p->data().nbytes()))
+          << p->name();
+      EXPECT_EQ(0, std::memcmp(q.scale().raw_data(), p->scale().raw_data(), p->scale().nbytes()))
+          << p->name();
     }
     EngineOptions other;
     other.model_path = path;
@@ -339,11 +353,13 @@ TEST(QuantParameter, dequantized_is_the_decoded_reference_in_every_layout) {
   for (const char* name : {"q8_0", "q8_0-w8a8", "mxfp4", "fp8", "fp8-channel", "fp8-block"}) {
     const QuantScheme s = parse_quant_scheme(name);
     std::vector<uint8_t> codes(static_cast<size_t>(n * code_row_bytes(s, k)));
-    std::vector<uint8_t> scales(static_cast<size_t>(n * s.scale_cols(k)) * dtype_nbytes(s.scale_dtype(), 1));
+    std::vector<uint8_t> scales(static_cast<size_t>(n * s.scale_cols(k)) *
+                                dtype_nbytes(s.scale_dtype(), 1));
     quantize_rows(s, w.data(), n, k, codes.data(), scales.data());
     std::vector<float> want(w.size());
     dequantize_rows(s, codes.data(), scales.data(), n, k, want.data());
-    std::vector<std::optional<LayoutTransform>> layouts = {std::nullopt, LayoutTransform::shuffle_16x16};
+    std::vector<std::optional<LayoutTransform>> layouts = {std::nullopt,
+                                                           LayoutTransform::shuffle_16x16};
     if (s.w8a8) layouts.push_back(LayoutTransform::interleave_4x16);
     for (const auto& layout : layouts) {
       SCOPED_TRACE(std::string(name) + " " + (layout ? layout_transform_name(*layout) : "plain"));
@@ -370,21 +386,26 @@ TEST(QuantEngine, weights_read_back_by_name_are_the_decoded_values) {
     options.quant = std::string(layout) == "interleave" ? "q8_0-w8a8" : "mxfp4";
     options.layout = layout;
     Engine engine(options);
-    const Parameter& qkv = engine.model().parameters().get("model.layers.0.self_attn.qkv_proj.weight");
+    const Parameter& qkv =
+        engine.model().parameters().get("model.layers.0.self_attn.qkv_proj.weight");
     const Parameter& down = engine.model().parameters().get("model.layers.0.mlp.down_proj.weight");
     EXPECT_NE(down.data().layout(), Layout::strided);
-    const CheckpointTarget k = engine.model().parameters().target("model.layers.0.self_attn.k_proj.weight");
-    const WeightPiece kp = local_weight_piece(engine, "model.layers.0.self_attn.k_proj.weight", 1 << 30);
+    const CheckpointTarget k =
+        engine.model().parameters().target("model.layers.0.self_attn.k_proj.weight");
+    const WeightPiece kp =
+        local_weight_piece(engine, "model.layers.0.self_attn.k_proj.weight", 1 << 30);
     ASSERT_EQ(kp.status, 200) << kp.error;
     EXPECT_EQ(kp.dtype, "f32");
-    const Tensor want = qkv.dequantized().narrow(0, k.sub_shard->local_row_offset, k.sub_shard->local_rows);
+    const Tensor want =
+        qkv.dequantized().narrow(0, k.sub_shard->local_row_offset, k.sub_shard->local_rows);
     EXPECT_EQ(kp.values.to_floats(), want.contiguous().to_floats());
     const WeightPiece dp = local_weight_piece(engine, "model.layers.0.mlp.down_proj.weight", 100);
     ASSERT_EQ(dp.status, 200) << dp.error;
     ASSERT_EQ(dp.values.size(0), 1);  // the leading row holds the first 100 values
     EXPECT_EQ(dp.values.to_floats(), down.dequantized(0, 1).to_floats());
     // Rows read on their own equal the same rows of the whole (tiles cut at any row).
-    EXPECT_EQ(down.dequantized(5, 20).to_floats(), down.dequantized().narrow(0, 5, 20).contiguous().to_floats());
+    EXPECT_EQ(down.dequantized(5, 20).to_floats(),
+              down.dequantized().narrow(0, 5, 20).contiguous().to_floats());
   }
 }
 
@@ -423,7 +444,8 @@ TEST(QuantParameter, quantization_is_chosen_at_creation_and_refused_after) {
     il.load(Tensor::zeros({32, 1024}, DType::i8));
     ADD_FAILURE() << "int8 codes were taken as a weight";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("stored q8_0-w8a8 and re-quantizes what it is sent"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("stored q8_0-w8a8 and re-quantizes what it is sent"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(parse_quant_scheme("int3"), Error);
@@ -463,7 +485,8 @@ TEST(QuantEngine, named_parameters_export_scales_as_their_own_tensors) {
     if (info.name == "model.layers.0.mlp.down_proj.weight") {
       ++seen;
       EXPECT_EQ(info.tensor.layout(), Layout::interleaved_4x16);
-      EXPECT_EQ(info.transforms, (std::vector<std::string>{"quantize:q8_0-w8a8", "interleave_4x16"}));
+      EXPECT_EQ(info.transforms,
+                (std::vector<std::string>{"quantize:q8_0-w8a8", "interleave_4x16"}));
     } else if (info.name == "model.layers.0.mlp.down_proj.weight_scale") {
       ++seen;
       EXPECT_EQ(info.tensor.layout(), Layout::strided);

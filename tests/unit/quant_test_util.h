@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "weights/layout_transform.h"
 #include "kernels/quant/quant_scheme.h"
+#include "weights/layout_transform.h"
 
 namespace refit::testing {
 
@@ -31,8 +31,8 @@ struct QuantWeight {
 };
 
 // Normal values, row magnitudes varying with (i % uneven) so that scales differ.
-inline QuantWeight make_quant_weight(const QuantScheme& s, int64_t n, int64_t k, bool shuffled, uint32_t seed,
-                                     int uneven = 5) {
+inline QuantWeight make_quant_weight(const QuantScheme& s, int64_t n, int64_t k, bool shuffled,
+                                     uint32_t seed, int uneven = 5) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> w(static_cast<size_t>(n * k));
@@ -47,7 +47,8 @@ inline QuantWeight make_quant_weight(const QuantScheme& s, int64_t n, int64_t k,
   if (shuffled) {
     bytes = shuffle_16x16(bytes);
     if (scales_follow_tiles(s)) {
-      shuffle_scales_16(q.scales.raw_data(), n, sc, scale_groups_per_tile(s), dtype_nbytes(s.scale_dtype(), 1));
+      shuffle_scales_16(q.scales.raw_data(), n, sc, scale_groups_per_tile(s),
+                        dtype_nbytes(s.scale_dtype(), 1));
       q.scales.set_layout(Layout::shuffled_16x16);
     }
   }

@@ -34,7 +34,9 @@ struct MatrixCase {
   int tp;
 };
 // How gtest shows a case (instead of its bytes).
-void PrintTo(const MatrixCase& c, std::ostream* os) { *os << c.family << ", " << c.layout << ", TP " << c.tp; }
+void PrintTo(const MatrixCase& c, std::ostream* os) {
+  *os << c.family << ", " << c.layout << ", TP " << c.tp;
+}
 
 class RefitMatrix : public ::testing::TestWithParam<MatrixCase> {};
 
@@ -122,7 +124,8 @@ TEST(RefitFailures, refused_updates_change_nothing) {
   options.layout = "shuffle";
   Engine engine(options);
   const Model& model = engine.model();
-  auto snapshot = fresh_model(model.config(), {}, base_weights(options.model_path, model), "", "shuffle");
+  auto snapshot =
+      fresh_model(model.config(), {}, base_weights(options.model_path, model), "", "shuffle");
   const uint64_t version = engine.weight_version();
   const TensorMap good = perturbed(base_weights(options.model_path, model), 9, DType::f32);
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
@@ -144,7 +147,8 @@ TEST(RefitFailures, refused_updates_change_nothing) {
     batch.emplace_back(std::move(name), std::move(t));
     return batch;
   };
-  expect_refused(with(q, Tensor::zeros({7, 128}, DType::f32)), "expected shape [128, 128], got [7, 128]");
+  expect_refused(with(q, Tensor::zeros({7, 128}, DType::f32)),
+                 "expected shape [128, 128], got [7, 128]");
   expect_refused(with("model.layers.1.self_attn.qq_proj.weight", good.at(q)), "unknown tensor");
   expect_refused(with(q, Tensor::zeros({128, 128}, DType::i32)), "dtype i32");
   Tensor nan = good.at(q).clone();
@@ -157,7 +161,8 @@ TEST(RefitFailures, refused_updates_change_nothing) {
     engine.update_weights_from_disk("/nonexistent/refit/checkpoint.gguf");
     ADD_FAILURE() << "a missing checkpoint must be refused";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/refit/checkpoint.gguf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/refit/checkpoint.gguf"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(engine.weight_version(), version);
   expect_same_bytes(model, *snapshot, "vanished file");
@@ -185,8 +190,10 @@ TEST(RefitSeed001, second_full_and_third_partial_load_after_shuffle_are_exact) {
   expect_same_bytes(model, *fresh, "second full load");
   // Third load: only k_proj of layer 2 (one sub-shard of the fused, shuffled qkv).
   TensorMap target = base;
-  target["model.layers.2.self_attn.k_proj.weight"] = perturbed(base, 5, DType::f32).at("model.layers.2.self_attn.k_proj.weight");
-  engine.update_weights_from_tensors({{"model.layers.2.self_attn.k_proj.weight", target.at("model.layers.2.self_attn.k_proj.weight")}});
+  target["model.layers.2.self_attn.k_proj.weight"] =
+      perturbed(base, 5, DType::f32).at("model.layers.2.self_attn.k_proj.weight");
+  engine.update_weights_from_tensors({{"model.layers.2.self_attn.k_proj.weight",
+                                       target.at("model.layers.2.self_attn.k_proj.weight")}});
   auto fresh3 = fresh_model(model.config(), {}, target, "", "shuffle");
   expect_same_bytes(model, *fresh3, "third partial load");
   EXPECT_EQ(logits_of(model), logits_of(*fresh3));

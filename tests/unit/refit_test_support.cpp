@@ -36,8 +36,8 @@ TensorMap perturbed(const TensorMap& base, uint32_t seed, DType dtype) {
 }
 
 std::unique_ptr<Model> fresh_model(const ModelConfig& config, const TensorParallel& tp,
-                                        const TensorMap& weights, const std::string& quant,
-                                        const std::string& layout) {
+                                   const TensorMap& weights, const std::string& quant,
+                                   const std::string& layout) {
   auto m = create_model(config, DType::f32, tp);
   if (!quant.empty()) quantize_linear_weights(*m, parse_quant_scheme(quant));
   for (const std::string& name : m->parameters().checkpoint_names()) {

@@ -23,8 +23,8 @@ TensorMap perturbed(const TensorMap& base, uint32_t seed, DType dtype);
 // A fresh model loaded from `weights`: quantized with `quant` ("" for none) before
 // loading and `layout` applied after, as the engine does.
 std::unique_ptr<Model> fresh_model(const ModelConfig& config, const TensorParallel& tp,
-                                        const TensorMap& weights, const std::string& quant,
-                                        const std::string& layout);
+                                   const TensorMap& weights, const std::string& quant,
+                                   const std::string& layout);
 // Storage address of every parameter (and of its scales when quantized).
 std::map<std::string, const void*> addresses(const Model& model);
 // Every stored byte (codes and scales) of every parameter equal.

@@ -10,19 +10,19 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
-#include "core/thread_pool.h"
-#include "formats_test_util.h"
-#include "kernels/cpu/stream_read.h"
-#include "synthetic/demo_model.h"
-#include "models/decoder_model.h"
-#include "models/quantize_model.h"
-#include "synthetic/synthetic_checkpoint.h"
-#include "synthetic/synthetic_model.h"
 #include "benchmarks/bench_report.h"
 #include "benchmarks/memory_bandwidth.h"
 #include "benchmarks/refit_bench.h"
 #include "benchmarks/token_bench.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "formats_test_util.h"
+#include "kernels/cpu/stream_read.h"
+#include "models/decoder_model.h"
+#include "models/quantize_model.h"
+#include "synthetic/demo_model.h"
+#include "synthetic/synthetic_checkpoint.h"
+#include "synthetic/synthetic_model.h"
 
 namespace refit {
 namespace {
@@ -123,9 +123,11 @@ TEST(TokenBench, quantized_model_counts_scales_and_names_the_scheme) {
 
 TEST(BenchReport, markdown_header_is_llama_benchs) {
   EXPECT_EQ(token_bench_markdown_header(),
-            "| model                          |       size |     params | backend    | threads |          test |"
+            "| model                          |       size |     params | backend    | threads |   "
+            "       test |"
             "                  t/s |\n"
-            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | ------------: |"
+            "| ------------------------------ | ---------: | ---------: | ---------- | ------: | "
+            "------------: |"
             " -------------------: |\n");
 }
 
@@ -143,17 +145,21 @@ TEST(BenchReport, markdown_row_and_json_fields) {
   r.samples_ns = {16'000'000'000, 16'000'000'000};
   const std::string row = token_bench_markdown_row(r, info);
   EXPECT_EQ(row,
-            "| llama 1B F16                   |   2.05 GiB |     1.10 B | CPU        |       2 |         tg128 |"
+            "| llama 1B F16                   |   2.05 GiB |     1.10 B | CPU        |       2 |   "
+            "      tg128 |"
             "          8.00 ± 0.00 |\n");
 
   StreamResult s;
   s.copy_gbs = 20.0;
   s.read_gbs = 25.0;
   const nlohmann::ordered_json j = token_bench_json(r, info, s);
-  for (const char* key : {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
-                          "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads",
-                          "type_k", "type_v", "n_gpu_layers", "use_mmap", "embeddings", "n_prompt", "n_gen",
-                          "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns", "samples_ts"})
+  for (const char* key :
+       {"build_commit",   "build_number", "cpu_info",   "gpu_info",       "backends",
+        "model_filename", "model_type",   "model_size", "model_n_params", "n_batch",
+        "n_ubatch",       "n_threads",    "type_k",     "type_v",         "n_gpu_layers",
+        "use_mmap",       "embeddings",   "n_prompt",   "n_gen",          "test_time",
+        "avg_ns",         "stddev_ns",    "avg_ts",     "stddev_ts",      "samples_ns",
+        "samples_ts"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["n_gen"], 128);
   EXPECT_EQ(j["model_size"], 2200000000ull);
@@ -169,12 +175,14 @@ TEST(BenchReport, markdown_row_and_json_fields) {
   s.weights_read_gbs = 32.0;
   const nlohmann::ordered_json own = token_bench_json(r, info, s);
   EXPECT_DOUBLE_EQ(own["refit_weights_read_gbs"].get<double>(), 32.0);
-  EXPECT_DOUBLE_EQ(own["refit_decode_limit_weights_read_ts"].get<double>(), 16.0);  // 32 GB/s / 2 GB
+  EXPECT_DOUBLE_EQ(own["refit_decode_limit_weights_read_ts"].get<double>(),
+                   16.0);  // 32 GB/s / 2 GB
   EXPECT_DOUBLE_EQ(own["refit_decode_fraction_weights_read"].get<double>(), 0.5);
   const std::string own_lines = bandwidth_markdown(s, info, {r});
   EXPECT_NE(own_lines.find("16.00 t/s (weights read)"), std::string::npos) << own_lines;
-  EXPECT_NE(own_lines.find("80% of the copy limit, 64% of the read limit, 50% of the weights-read limit"),
-            std::string::npos)
+  EXPECT_NE(
+      own_lines.find("80% of the copy limit, 64% of the read limit, 50% of the weights-read limit"),
+      std::string::npos)
       << own_lines;
 }
 
@@ -222,7 +230,8 @@ TEST(MemoryBandwidth, decode_read_regions_are_the_decode_bytes_read_in_full) {
   const Parameter& q = model.parameters().get("model.layers.0.self_attn.o_proj.weight");
   ASSERT_TRUE(q.quantized());
   int found = 0;
-  for (const ByteRegion& r : regions) found += (r.data == q.data().raw_data()) + (r.data == q.scale().raw_data());
+  for (const ByteRegion& r : regions)
+    found += (r.data == q.data().raw_data()) + (r.data == q.scale().raw_data());
   EXPECT_EQ(found, 2);  // read in place: its codes and its scales
 
   EXPECT_GT(measure_read_gbs(regions, 1), 0.0);
@@ -293,7 +302,8 @@ TEST(RefitBench, measures_both_sources_and_leaves_the_target_weights) {
   const auto got = engine.named_parameters(), want = fresh.named_parameters();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_EQ(std::memcmp(got[i].tensor.raw_data(), want[i].tensor.raw_data(), got[i].tensor.nbytes()), 0)
+    ASSERT_EQ(
+        std::memcmp(got[i].tensor.raw_data(), want[i].tensor.raw_data(), got[i].tensor.nbytes()), 0)
         << got[i].name;
 
   const std::string md = refit_bench_markdown(r);
@@ -307,7 +317,8 @@ TEST(BenchCli, json_rows_use_llama_bench_field_names) {
   const std::string model = dir.file("tiny.gguf");
   auto [rc, text] = run_cli("synth --preset tiny --dtype f16 --format gguf -q -o '" + model + "'");
   ASSERT_EQ(rc, 0) << text;
-  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 8 -n 4 -r 2 -t 1 -o json --no-bandwidth");
+  std::tie(rc, text) =
+      run_cli("bench -m '" + model + "' -p 8 -n 4 -r 2 -t 1 -o json --no-bandwidth");
   ASSERT_EQ(rc, 0) << text;
   const auto rows = nlohmann::json::parse(text);
   ASSERT_EQ(rows.size(), 2u);

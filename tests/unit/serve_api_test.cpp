@@ -23,8 +23,13 @@ HttpError parse_error(const json& body, bool chat) {
 }
 
 TEST(ServeApi, completion_fields_are_parsed_with_openai_defaults) {
-  GenerationParams p = parse_generation_request(
-      json{{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 5}, {"stop", "\n"}, {"seed", 3}, {"logprobs", 2}}, false);
+  GenerationParams p = parse_generation_request(json{{"model", "m"},
+                                                     {"prompt", "hi"},
+                                                     {"max_tokens", 5},
+                                                     {"stop", "\n"},
+                                                     {"seed", 3},
+                                                     {"logprobs", 2}},
+                                                false);
   EXPECT_EQ(p.prompt_texts, std::vector<std::string>{"hi"});
   EXPECT_EQ(*p.max_tokens, 5);
   EXPECT_EQ(p.stop, std::vector<std::string>{"\n"});
@@ -40,12 +45,17 @@ TEST(ServeApi, completion_fields_are_parsed_with_openai_defaults) {
 
 TEST(ServeApi, unknown_fields_are_ignored_as_vllm_and_sglang_do) {
   // Real clients send fields of newer servers (cache_salt, return_tokens_as_token_ids...).
-  GenerationParams p = parse_generation_request(json{{"prompt", "x"}, {"bogus", 1}, {"cache_salt", "s"}}, false);
+  GenerationParams p =
+      parse_generation_request(json{{"prompt", "x"}, {"bogus", 1}, {"cache_salt", "s"}}, false);
   EXPECT_EQ(p.prompt_texts, std::vector<std::string>{"x"});
   // Known fields of vLLM's are parsed, not ignored.
-  GenerationParams v = parse_generation_request(
-      json{{"prompt", "x"}, {"min_tokens", 3}, {"stop_token_ids", {7, 9}}, {"presence_penalty", 0.5},
-           {"prompt_logprobs", 2}, {"return_tokens_as_token_ids", true}}, false);
+  GenerationParams v = parse_generation_request(json{{"prompt", "x"},
+                                                     {"min_tokens", 3},
+                                                     {"stop_token_ids", {7, 9}},
+                                                     {"presence_penalty", 0.5},
+                                                     {"prompt_logprobs", 2},
+                                                     {"return_tokens_as_token_ids", true}},
+                                                false);
   EXPECT_EQ(v.min_tokens, 3);
   EXPECT_EQ(v.stop_token_ids, (std::vector<int32_t>{7, 9}));
   EXPECT_FLOAT_EQ(v.sampling.presence_penalty, 0.5f);
@@ -55,7 +65,8 @@ TEST(ServeApi, unknown_fields_are_ignored_as_vllm_and_sglang_do) {
 
 TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"min_tokens", -1}}, false).param, "min_tokens");
-  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"stop_token_ids", {-3}}}, false).param, "stop_token_ids");
+  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"stop_token_ids", {-3}}}, false).param,
+            "stop_token_ids");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"max_tokens", -1}}, false).param, "max_tokens");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"max_tokens", "ten"}}, false).param, "max_tokens");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"temperature", -0.5}}, false).param, "temperature");
@@ -63,19 +74,29 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"n", 0}}, false).param, "n");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"stop", {1}}}, false).param, "stop");
   EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"logprobs", 21}}, false).param, "logprobs");
-  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"presence_penalty", 2.5}}, false).param, "presence_penalty");
+  EXPECT_EQ(parse_error(json{{"prompt", "x"}, {"presence_penalty", 2.5}}, false).param,
+            "presence_penalty");
   EXPECT_EQ(parse_error(json{{"prompt", {-1}}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"max_tokens", 3}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"messages", json::array()}}, true).param, "messages");
-  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "tool"}, {"content", "x"}}}}}, true).param, "messages[0].role");
-  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}}}}}, true).param, "messages[0].content");
-  EXPECT_EQ(parse_generation_request(json{{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}}}}}, true)
-                .messages.size(),
-            2u);  // an assistant turn may omit its content
-  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}, true).param,
-            "top_logprobs");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "tool"}, {"content", "x"}}}}}, true).param,
+            "messages[0].role");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}}}}}, true).param,
+            "messages[0].content");
+  EXPECT_EQ(
+      parse_generation_request(
+          json{{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}}}}}, true)
+          .messages.size(),
+      2u);  // an assistant turn may omit its content
+  EXPECT_EQ(
+      parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}},
+                  true)
+          .param,
+      "top_logprobs");
   // A chat-only field on /v1/completions is a field that route does not know: ignored.
-  EXPECT_EQ(parse_generation_request(json{{"prompt", "x"}, {"messages", 1}}, false).prompt_texts.size(), 1u);
+  EXPECT_EQ(
+      parse_generation_request(json{{"prompt", "x"}, {"messages", 1}}, false).prompt_texts.size(),
+      1u);
   EXPECT_EQ(parse_error(json::array(), false).status, 400);
   try {
     parse_json_body("{\"prompt\": ");
@@ -101,24 +122,33 @@ TEST(ServeApi, chat_messages_accept_text_parts) {
 }
 
 TEST(ServeChatTemplate, families_are_detected_and_rendered) {
-  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] }}"), ChatTemplateKind::llama3);
-  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"), ChatTemplateKind::chatml);
-  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"), ChatTemplateKind::llama2);
-  EXPECT_EQ(detect_chat_template("{{ '<|user|>\n' + content + eos_token }}"), ChatTemplateKind::zephyr);
+  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] }}"),
+            ChatTemplateKind::llama3);
+  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"),
+            ChatTemplateKind::chatml);
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
+            ChatTemplateKind::llama2);
+  EXPECT_EQ(detect_chat_template("{{ '<|user|>\n' + content + eos_token }}"),
+            ChatTemplateKind::zephyr);
   EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplateKind::fallback);
-  const std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+  const std::vector<ChatMessage> msgs{
+      {"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
   ChatTemplate t;
   t.bos_text = "<s>";
   t.eos_text = "</s>";
   t.kind = ChatTemplateKind::chatml;
-  EXPECT_EQ(t.render(msgs), "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
-                            "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(t.render(msgs),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>"
+            "assistant\nA<|im_end|>\n"
+            "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n");
   t.kind = ChatTemplateKind::llama2;
-  EXPECT_EQ(t.render(msgs), "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+  EXPECT_EQ(t.render(msgs),
+            "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
   t.kind = ChatTemplateKind::llama3;
   t.bos_text = "<|begin_of_text|>";
   EXPECT_EQ(t.render({{"user", "U"}}),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_"
+            "header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(t.end_of_turn_texts(), std::vector<std::string>{"<|eot_id|>"});
   // No template file: the documented fallback.
   ChatTemplate none = load_chat_template("", "<s>", "</s>");
@@ -148,7 +178,7 @@ TEST(ServeChoiceStream, stop_strings_cut_the_text_hold_back_partial_matches_and_
   // The last len("13 14") - 1 = 4 characters are held back: they may begin a stop string.
   EXPECT_EQ(c.take_text(), "");
   EXPECT_FALSE(c.apply(token(13)));
-  EXPECT_EQ(c.take_text(), "12");  // of "12 13 "
+  EXPECT_EQ(c.take_text(), "12");   // of "12 13 "
   EXPECT_TRUE(c.apply(token(14)));  // "12 13 14 ": stop string found across two tokens
   EXPECT_TRUE(c.done());
   EXPECT_EQ(c.finish_reason(), "stop");

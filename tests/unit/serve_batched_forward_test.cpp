@@ -7,9 +7,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "gtest_printers.h"
 #include "kernels/ops.h"
 #include "models/model.h"
-#include "gtest_printers.h"
 #include "serve_test_model.h"
 
 namespace refit {
@@ -51,7 +51,8 @@ TEST_P(BatchedForwardTest, logits_are_bitwise_independent_of_batch_and_chunking)
       Seq& s = *seqs[i];
       EXPECT_TRUE(cache.reserve(s.table, s.cached + n[i]));
       BatchSequence b;
-      b.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.cached), static_cast<size_t>(n[i]));
+      b.tokens = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.cached),
+                                                            static_cast<size_t>(n[i]));
       b.start_pos = s.cached;
       b.block_table = s.table;
       b.logits = i == 0 ? wanted : LogitsWanted::last;
@@ -79,7 +80,8 @@ TEST_P(BatchedForwardTest, logits_are_bitwise_independent_of_batch_and_chunking)
   {
     KvCache kv = model->make_cache(64);
     Tensor full = model->forward(prompt, 0, kv, /*all_logits=*/true);
-    for (int64_t t = 0; t < 37; ++t) EXPECT_EQ(row(full, t), expected[static_cast<size_t>(t)]) << "row " << t;
+    for (int64_t t = 0; t < 37; ++t)
+      EXPECT_EQ(row(full, t), expected[static_cast<size_t>(t)]) << "row " << t;
   }
 
   for (int others : {1, 7, 32}) {
@@ -137,10 +139,11 @@ TEST_P(BatchedForwardTest, logits_are_bitwise_independent_of_batch_and_chunking)
   EXPECT_EQ(cache.free_blocks(), 512);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Serve, BatchedForwardTest,
-    ::testing::Values(std::tuple{Architecture::llama, DType::f32}, std::tuple{Architecture::llama, DType::bf16},
-                      std::tuple{Architecture::qwen2, DType::f32}, std::tuple{Architecture::qwen3, DType::f16}));
+INSTANTIATE_TEST_SUITE_P(Serve, BatchedForwardTest,
+                         ::testing::Values(std::tuple{Architecture::llama, DType::f32},
+                                           std::tuple{Architecture::llama, DType::bf16},
+                                           std::tuple{Architecture::qwen2, DType::f32},
+                                           std::tuple{Architecture::qwen3, DType::f16}));
 
 // Element-wise kernels must give an element the same value wherever it sits in the flat
 // array: the number of rows moves the row/vector boundary (ffn 172 = 10 * 16 + 12), and
@@ -188,7 +191,8 @@ TEST(ServeBatchedForward, odd_shapes_give_the_same_logits_in_one_chunk_and_token
     std::vector<std::vector<float>> rows;
     int64_t pos = 0;
     for (int64_t k : chunks) {
-      BatchSequence b{std::span<const int32_t>(prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(k)),
+      BatchSequence b{std::span<const int32_t>(prompt).subspan(static_cast<size_t>(pos),
+                                                               static_cast<size_t>(k)),
                       pos, table, LogitsWanted::all};
       BatchForwardResult r = batched_forward(*model, std::span<const BatchSequence>(&b, 1), cache);
       for (int64_t j = 0; j < k; ++j) rows.push_back(row(r.logits, j));
@@ -203,7 +207,8 @@ TEST(ServeBatchedForward, odd_shapes_give_the_same_logits_in_one_chunk_and_token
   ASSERT_EQ(got.size(), expected.size());
   for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t], expected[t]) << "position " << t;
   const auto chunked = run({12, 5, 1, 11});
-  for (size_t t = 0; t < chunked.size(); ++t) EXPECT_EQ(chunked[t], expected[t]) << "position " << t;
+  for (size_t t = 0; t < chunked.size(); ++t)
+    EXPECT_EQ(chunked[t], expected[t]) << "position " << t;
 }
 
 TEST(ServeBatchedForward, refuses_a_block_table_that_does_not_cover_the_tokens) {

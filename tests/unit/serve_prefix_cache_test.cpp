@@ -55,7 +55,8 @@ TEST(ServePrefixCache, published_blocks_are_found_by_content_chain_shared_parked
   EXPECT_EQ(cache.ref_count(a[0]), 2);
   EXPECT_FALSE(cache.acquire_cached(PagedKvCache::kRootKey, t1));  // right tokens, wrong parent
   EXPECT_FALSE(cache.acquire_cached(k0, t2));
-  EXPECT_FALSE(cache.acquire_cached(PagedKvCache::kRootKey, std::vector<int32_t>{1, 2, 3}));  // not a full block
+  EXPECT_FALSE(cache.acquire_cached(PagedKvCache::kRootKey,
+                                    std::vector<int32_t>{1, 2, 3}));  // not a full block
   // Released to zero: parked (still findable), counted as free for allocation.
   cache.release(a);
   cache.release(std::span<const int32_t>(&a[0], 1));
@@ -72,7 +73,7 @@ TEST(ServePrefixCache, published_blocks_are_found_by_content_chain_shared_parked
   std::vector<int32_t> evicted = *cache.allocate(1);
   EXPECT_EQ(evicted[0], a[1]);
   EXPECT_EQ(cache.stats().evictions, 1u);
-  EXPECT_FALSE(cache.acquire_cached(k0, t1));  // its key went with it
+  EXPECT_FALSE(cache.acquire_cached(k0, t1));                         // its key went with it
   EXPECT_EQ(cache.acquire_cached(PagedKvCache::kRootKey, t0), a[0]);  // the other survives
   EXPECT_FALSE(cache.allocate(1));  // a[0] is referenced again: nothing left
   // Dropping the cache forgets every key; referenced blocks are freed normally later.
@@ -95,7 +96,8 @@ TEST(ServePrefixCache, logits_after_a_shared_prefix_are_bitwise_those_of_a_cold_
   const std::vector<int32_t> prefix = random_tokens(32, 11, c.vocab_size);
   const std::vector<int32_t> a = concat(prefix, random_tokens(9, 12, c.vocab_size));
   const std::vector<int32_t> b = concat(prefix, random_tokens(13, 13, c.vocab_size));
-  auto run = [&](PagedKvCache& cache, std::span<const int32_t> tokens, int64_t start, std::vector<int32_t>& table) {
+  auto run = [&](PagedKvCache& cache, std::span<const int32_t> tokens, int64_t start,
+                 std::vector<int32_t>& table) {
     EXPECT_TRUE(cache.reserve(table, start + static_cast<int64_t>(tokens.size())));
     BatchSequence s{tokens, start, table, LogitsWanted::all};
     return batched_forward(*model, std::span<const BatchSequence>(&s, 1), cache).logits;
@@ -155,7 +157,8 @@ void expect_bitwise(const Outcome& got, const Outcome& want) {
   EXPECT_EQ(got.finish_reason, want.finish_reason);
   EXPECT_EQ(got.tokens, want.tokens);
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
-  EXPECT_EQ(0, std::memcmp(got.logprobs.data(), want.logprobs.data(), want.logprobs.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(got.logprobs.data(), want.logprobs.data(),
+                           want.logprobs.size() * sizeof(float)));
   ASSERT_EQ(got.top.size(), want.top.size());
   for (size_t i = 0; i < want.top.size(); ++i) {
     ASSERT_EQ(got.top[i].size(), want.top[i].size());
@@ -170,8 +173,10 @@ void load_seed(Model& model, uint64_t seed) {
   for (auto& [name, tensor] : synthetic_weights(model.config(), model.weight_dtype(), seed)) {
     CheckpointTarget target = model.parameters().target(name);
     if (!target.parameter) continue;
-    if (target.sub_shard) target.parameter->load(*target.sub_shard, tensor);
-    else target.parameter->load(tensor);
+    if (target.sub_shard)
+      target.parameter->load(*target.sub_shard, tensor);
+    else
+      target.parameter->load(tensor);
   }
 }
 
@@ -185,7 +190,8 @@ class ServePrefixScheduler : public ::testing::Test {
     SchedulerOptions o;
     o.prefix_cache = prefix_cache;
     o.kv_blocks = kv_blocks;
-    return std::make_unique<Scheduler>(*model_, mutex_, [this] { return version_.load(); }, o);
+    return std::make_unique<Scheduler>(
+        *model_, mutex_, [this] { return version_.load(); }, o);
   }
   RequestSpec greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
     RequestSpec s;
@@ -203,10 +209,13 @@ class ServePrefixScheduler : public ::testing::Test {
   std::atomic<uint64_t> version_{1};
 };
 
-TEST_F(ServePrefixScheduler, requests_with_a_common_prefix_share_blocks_and_match_cold_runs_bitwise) {
-  const std::vector<int32_t> prefix = random_tokens(32, 21, config_.vocab_size);  // two blocks of 16
+TEST_F(ServePrefixScheduler,
+       requests_with_a_common_prefix_share_blocks_and_match_cold_runs_bitwise) {
+  const std::vector<int32_t> prefix =
+      random_tokens(32, 21, config_.vocab_size);  // two blocks of 16
   std::vector<std::vector<int32_t>> prompts;
-  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(concat(prefix, random_tokens(3 + 5 * i, 30 + i, config_.vocab_size)));
+  for (uint32_t i = 0; i < 6; ++i)
+    prompts.push_back(concat(prefix, random_tokens(3 + 5 * i, 30 + i, config_.vocab_size)));
   std::vector<Outcome> want;
   for (const auto& p : prompts) want.push_back(cold(p, 12));
 
@@ -240,8 +249,11 @@ TEST_F(ServePrefixScheduler, requests_with_a_common_prefix_share_blocks_and_matc
   EXPECT_EQ(s.prefix_hit_tokens, 64u);  // 32 each
   // After a step a request with ctx tokens holds blocks for its ctx-1 cached positions;
   // two of those blocks are shared.
-  auto held = [](size_t prompt, size_t generated) { return static_cast<int64_t>((prompt + generated - 1 + 15) / 16); };
-  EXPECT_EQ(s.kv.used_blocks, held(p1.size(), o1.tokens.size()) + held(p2.size(), o2.tokens.size()) - 2);
+  auto held = [](size_t prompt, size_t generated) {
+    return static_cast<int64_t>((prompt + generated - 1 + 15) / 16);
+  };
+  EXPECT_EQ(s.kv.used_blocks,
+            held(p1.size(), o1.tokens.size()) + held(p2.size(), o2.tokens.size()) - 2);
   sched->resume();
   read_events(*h1, o1, 30s);
   read_events(*h2, o2, 30s);
@@ -257,7 +269,8 @@ TEST_F(ServePrefixScheduler, requests_with_a_common_prefix_share_blocks_and_matc
   expect_bitwise(collect(*sched->submit(greedy(prefix, 5))), cold(prefix, 5));
 }
 
-TEST_F(ServePrefixScheduler, a_weight_update_by_any_path_drops_stale_blocks_and_requests_match_fresh_runs) {
+TEST_F(ServePrefixScheduler,
+       a_weight_update_by_any_path_drops_stale_blocks_and_requests_match_fresh_runs) {
   const std::vector<int32_t> prompt = random_tokens(50, 41, config_.vocab_size);
   const Outcome v1 = cold(prompt, 10);
   auto sched = make(true);
@@ -279,7 +292,7 @@ TEST_F(ServePrefixScheduler, a_weight_update_by_any_path_drops_stale_blocks_and_
   Outcome got = collect(*sched->submit(greedy(prompt, 10)));
   expect_bitwise(got, v2);
   EXPECT_EQ(got.versions, std::vector<uint64_t>(10, 2));
-  EXPECT_EQ(sched->stats().prefix_hit_tokens, 48u);  // recomputed, no hit
+  EXPECT_EQ(sched->stats().prefix_hit_tokens, 48u);                 // recomputed, no hit
   expect_bitwise(collect(*sched->submit(greedy(prompt, 10))), v2);  // v2 blocks hit
   EXPECT_EQ(sched->stats().prefix_hit_tokens, 96u);
 
@@ -324,7 +337,8 @@ TEST_F(ServePrefixScheduler, cached_blocks_are_evicted_under_pressure_and_result
   expect_bitwise(collect(*sched->submit(greedy(a, 8))), want_a);
   // Many different prompts through a small pool: the pool never leaks blocks.
   std::vector<std::shared_ptr<RequestHandle>> hs;
-  for (uint32_t i = 0; i < 10; ++i) hs.push_back(sched->submit(greedy(random_tokens(20 + i, 60 + i, config_.vocab_size), 6)));
+  for (uint32_t i = 0; i < 10; ++i)
+    hs.push_back(sched->submit(greedy(random_tokens(20 + i, 60 + i, config_.vocab_size), 6)));
   for (auto& h : hs) EXPECT_EQ(collect(*h).finish_reason, "length");
   EXPECT_EQ(sched->stats().kv.used_blocks, 0);
   EXPECT_LE(sched->stats().kv.cached_blocks, 8);

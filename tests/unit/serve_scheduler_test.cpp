@@ -62,8 +62,10 @@ void load_seed(Model& model, uint64_t seed) {
   for (auto& [name, tensor] : synthetic_weights(model.config(), model.weight_dtype(), seed)) {
     CheckpointTarget target = model.parameters().target(name);
     if (!target.parameter) continue;
-    if (target.sub_shard) target.parameter->load(*target.sub_shard, tensor);
-    else target.parameter->load(tensor);
+    if (target.sub_shard)
+      target.parameter->load(*target.sub_shard, tensor);
+    else
+      target.parameter->load(tensor);
   }
 }
 
@@ -74,7 +76,8 @@ class SchedulerTest : public ::testing::Test {
     model_ = testing::serve_test_model(config_, DType::f32);
   }
   std::unique_ptr<Scheduler> make(SchedulerOptions o = {}) {
-    return std::make_unique<Scheduler>(*model_, mutex_, [this] { return version_.load(); }, o);
+    return std::make_unique<Scheduler>(
+        *model_, mutex_, [this] { return version_.load(); }, o);
   }
   RequestSpec greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
     RequestSpec s;
@@ -105,18 +108,21 @@ TEST_F(SchedulerTest, greedy_tokens_and_logprobs_are_bitwise_equal_alone_in_batc
     std::vector<std::shared_ptr<RequestHandle>> hs;
     // Half start before the target (it joins a running batch), half after.
     for (int i = 0; i < others / 2; ++i)
-      hs.push_back(sched->submit(greedy(random_tokens(5 + i * 3 % 40, 100 + i, config_.vocab_size), 10 + i % 20)));
+      hs.push_back(sched->submit(
+          greedy(random_tokens(5 + i * 3 % 40, 100 + i, config_.vocab_size), 10 + i % 20)));
     std::this_thread::sleep_for(5ms);
     auto target = sched->submit(greedy(prompt, 24));
     for (int i = others / 2; i < others; ++i) {
-      RequestSpec s = greedy(random_tokens(5 + i * 3 % 40, 100 + i, config_.vocab_size), 10 + i % 20);
+      RequestSpec s =
+          greedy(random_tokens(5 + i * 3 % 40, 100 + i, config_.vocab_size), 10 + i % 20);
       s.sampling.temperature = 0.8f;
       s.sampling.seed = static_cast<uint64_t>(i);
       hs.push_back(sched->submit(s));
     }
     Outcome got = collect(*target);
     EXPECT_EQ(got.tokens, alone.tokens);
-    EXPECT_EQ(0, std::memcmp(got.logprobs.data(), alone.logprobs.data(), alone.logprobs.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(got.logprobs.data(), alone.logprobs.data(),
+                             alone.logprobs.size() * sizeof(float)));
     for (auto& h : hs) EXPECT_EQ(collect(*h).finish_reason, "length");
     EXPECT_EQ(sched->stats().kv.used_blocks, 0);
   }
@@ -129,7 +135,8 @@ TEST_F(SchedulerTest, greedy_tokens_and_logprobs_are_bitwise_equal_alone_in_batc
     auto target = sched->submit(greedy(prompt, 24));
     Outcome got = collect(*target);
     EXPECT_EQ(got.tokens, alone.tokens);
-    EXPECT_EQ(0, std::memcmp(got.logprobs.data(), alone.logprobs.data(), alone.logprobs.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(got.logprobs.data(), alone.logprobs.data(),
+                             alone.logprobs.size() * sizeof(float)));
     collect(*other);
   }
 }
@@ -148,8 +155,8 @@ TEST_F(SchedulerTest, logprobs_are_raw_log_softmax_and_not_affected_by_temperatu
   for (float lp : g.logprobs) EXPECT_LE(lp, 0.0f);
   if (t1.tokens[0] == g.tokens[0]) {
     EXPECT_EQ(t1.logprobs[0], g.logprobs[0]);
-  }
-  else EXPECT_LT(t1.logprobs[0], g.logprobs[0]);  // greedy took the most likely token
+  } else
+    EXPECT_LT(t1.logprobs[0], g.logprobs[0]);  // greedy took the most likely token
 }
 
 TEST_F(SchedulerTest, a_full_queue_and_an_oversized_request_get_server_busy) {
@@ -158,7 +165,8 @@ TEST_F(SchedulerTest, a_full_queue_and_an_oversized_request_get_server_busy) {
   o.max_waiting = 2;
   o.max_running = 1;
   auto sched = make(o);
-  EXPECT_THROW(sched->submit(greedy(random_tokens(60, 1, config_.vocab_size), 20)), CapacityExceeded);
+  EXPECT_THROW(sched->submit(greedy(random_tokens(60, 1, config_.vocab_size), 20)),
+               CapacityExceeded);
   sched->pause(PauseMode::in_place);  // nothing is admitted: the queue fills
   auto a = sched->submit(greedy(random_tokens(5, 1, config_.vocab_size), 4));
   auto b = sched->submit(greedy(random_tokens(5, 2, config_.vocab_size), 4));
@@ -175,7 +183,8 @@ TEST_F(SchedulerTest, a_full_queue_and_an_oversized_request_get_server_busy) {
   EXPECT_THROW(sched->submit(greedy({}, 4)), Error);
   EXPECT_THROW(sched->submit(greedy({1, 2}, -1)), Error);
   EXPECT_THROW(sched->submit(greedy({1, 9999}, 4)), Error);
-  EXPECT_THROW(sched->submit(greedy(random_tokens(250, 1, config_.vocab_size), 10)), Error);  // context 256
+  EXPECT_THROW(sched->submit(greedy(random_tokens(250, 1, config_.vocab_size), 10)),
+               Error);  // context 256
 }
 
 TEST_F(SchedulerTest, requests_queue_when_the_cache_is_full_and_preemption_keeps_results_exact) {
@@ -237,7 +246,8 @@ TEST_F(SchedulerTest, cancelled_requests_free_their_blocks) {
   o.max_step_tokens = 1;  // a 200-token prompt takes 200 steps: time to cancel it mid-way
   auto sched = make(o);
   auto h = sched->submit(greedy(random_tokens(200, 1, config_.vocab_size), 20));
-  for (int i = 0; i < 2000 && sched->stats().kv.used_blocks == 0; ++i) std::this_thread::sleep_for(1ms);
+  for (int i = 0; i < 2000 && sched->stats().kv.used_blocks == 0; ++i)
+    std::this_thread::sleep_for(1ms);
   sched->pause(PauseMode::in_place);
   EXPECT_EQ(sched->stats().running, 1);
   EXPECT_GT(sched->stats().kv.used_blocks, 0);

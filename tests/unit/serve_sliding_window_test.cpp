@@ -35,13 +35,15 @@ struct ServedRun {
   bool busy = false;
 };
 
-ServedRun serve(const Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens, int64_t blocks) {
+ServedRun serve(const Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                int64_t blocks) {
   std::shared_mutex mutex;
   SchedulerOptions o;
   o.kv_blocks = blocks;
   o.block_size = 4;
   o.max_step_tokens = 5;  // chunked prefill too
-  Scheduler sched(model, mutex, [] { return uint64_t{1}; }, o);
+  Scheduler sched(
+      model, mutex, [] { return uint64_t{1}; }, o);
   RequestSpec spec;
   spec.prompt = prompt;
   spec.max_tokens = max_tokens;
@@ -98,7 +100,8 @@ TEST(SlidingWindowServing, ModelsWithAFullAttentionLayerKeepEveryBlock) {
   // The same request as above cannot fit 8 blocks: it is refused up front.
   const ServedRun refused = serve(*model, prompt_of(10), 90, 8);
   EXPECT_EQ(refused.finish, "refused");
-  EXPECT_NE(refused.error.find("the KV cache holds 32 tokens; this request needs 100"), std::string::npos)
+  EXPECT_NE(refused.error.find("the KV cache holds 32 tokens; this request needs 100"),
+            std::string::npos)
       << refused.error;
   // With room for all 100 positions it runs as the contiguous path does.
   GenerateRequest req;

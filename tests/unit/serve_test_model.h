@@ -26,7 +26,8 @@ inline ModelConfig serve_test_config(Architecture arch = Architecture::llama) {
   return c;
 }
 
-inline std::unique_ptr<Model> serve_test_model(const ModelConfig& c, DType dtype, uint64_t seed = 1) {
+inline std::unique_ptr<Model> serve_test_model(const ModelConfig& c, DType dtype,
+                                               uint64_t seed = 1) {
   auto model = create_model(c, dtype);
   for (auto& [name, tensor] : synthetic_weights(c, dtype, seed)) {
     CheckpointTarget target = model->parameters().target(name);

@@ -13,9 +13,9 @@
 #include "formats/hf_folder.h"
 #include "formats_test_util.h"
 #include "gtest_printers.h"
+#include "models/tensor_table.h"
 #include "synthetic/synthetic_checkpoint.h"
 #include "synthetic/synthetic_model.h"
-#include "models/tensor_table.h"
 
 namespace refit {
 namespace {
@@ -100,8 +100,10 @@ TEST_P(SynthCheckpoint, gguf_holds_the_synthetic_tensors_with_llama_qk_permuted)
     if (s.gguf_rope_permute_heads > 0) {
       ++permuted;
       EXPECT_FALSE(same_bytes(got, want)) << s.gguf_name << " was not permuted";
-      EXPECT_TRUE(same_bytes(got, permute_rows_for_gguf_rope(want, s.gguf_rope_permute_heads))) << s.gguf_name;
-      EXPECT_TRUE(same_bytes(permute_rows_for_gguf_rope(got, s.gguf_rope_permute_heads, true), want))
+      EXPECT_TRUE(same_bytes(got, permute_rows_for_gguf_rope(want, s.gguf_rope_permute_heads)))
+          << s.gguf_name;
+      EXPECT_TRUE(
+          same_bytes(permute_rows_for_gguf_rope(got, s.gguf_rope_permute_heads, true), want))
           << s.gguf_name;
     } else {
       EXPECT_TRUE(same_bytes(got, want)) << s.gguf_name;
@@ -134,18 +136,20 @@ TEST_P(SynthCheckpoint, hf_folder_holds_the_synthetic_tensors_and_config) {
   const auto specs = model_tensor_specs(c);
   EXPECT_EQ(folder->tensor_names().size(), specs.size());
   for (const TensorSpec& s : specs)
-    EXPECT_TRUE(same_bytes(folder->tensor(s.hf_name), synthetic_tensor(c, s, dtype, 42))) << s.hf_name;
+    EXPECT_TRUE(same_bytes(folder->tensor(s.hf_name), synthetic_tensor(c, s, dtype, 42)))
+        << s.hf_name;
   EXPECT_EQ(folder->has_tensor("lm_head.weight"), !c.tied_embeddings);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ArchAndDtype, SynthCheckpoint,
-    ::testing::Combine(::testing::Values(Architecture::llama, Architecture::qwen2, Architecture::qwen3),
-                       ::testing::Values(DType::f32, DType::f16, DType::bf16)),
-    [](const auto& info) {
-      return std::string(architecture_name(std::get<0>(info.param))) + "_" +
-             std::string(dtype_name(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(ArchAndDtype, SynthCheckpoint,
+                         ::testing::Combine(::testing::Values(Architecture::llama,
+                                                              Architecture::qwen2,
+                                                              Architecture::qwen3),
+                                            ::testing::Values(DType::f32, DType::f16, DType::bf16)),
+                         [](const auto& info) {
+                           return std::string(architecture_name(std::get<0>(info.param))) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param)));
+                         });
 
 TEST(SynthCheckpointFiles, qwen2_has_biases_and_qwen3_has_qk_norms_in_both_formats) {
   TempDir dir;
@@ -172,7 +176,8 @@ TEST(SynthCheckpointFiles, writing_twice_gives_identical_files_and_another_seed_
   write_synthetic_hf(dir.file("a"), c, o);
   write_synthetic_hf(dir.file("b"), c, o);
   EXPECT_EQ(slurp(dir.file("a.gguf")), slurp(dir.file("b.gguf")));
-  for (const char* f : {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"})
+  for (const char* f :
+       {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"})
     EXPECT_EQ(slurp(dir.file("a") + "/" + f), slurp(dir.file("b") + "/" + f)) << f;
   o.seed = 10;
   o.name = "synthetic-llama-64d-s9";  // same name: only the weights may differ
@@ -200,12 +205,13 @@ TEST(SynthCheckpointFiles, hf_weights_are_sharded_with_an_index_when_large) {
   auto index = read_json_file(out + "/model.safetensors.index.json");
   uint64_t total = 0;
   for (const TensorSpec& s : model_tensor_specs(c)) {
-    EXPECT_TRUE(same_bytes(folder->tensor(s.hf_name), synthetic_tensor(c, s, DType::f32, 0))) << s.hf_name;
+    EXPECT_TRUE(same_bytes(folder->tensor(s.hf_name), synthetic_tensor(c, s, DType::f32, 0)))
+        << s.hf_name;
     total += synthetic_tensor(c, s, DType::f32, 0).nbytes();
   }
   EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), total);
-  EXPECT_EQ(index["weight_map"]["model.embed_tokens.weight"], "model-00001-of-" +
-            fmt::format("{:05d}", folder->shards().size()) + ".safetensors");
+  EXPECT_EQ(index["weight_map"]["model.embed_tokens.weight"],
+            "model-00001-of-" + fmt::format("{:05d}", folder->shards().size()) + ".safetensors");
 
   // Writing the same folder again unsharded removes the stale index.
   o.max_shard_bytes = 1ull << 40;
@@ -218,7 +224,8 @@ TEST(SynthCheckpointFiles, unsupported_weight_dtype_is_refused) {
   TempDir dir;
   SyntheticCheckpointOptions o;
   o.weight_dtype = DType::f8_e4m3fn;
-  EXPECT_THROW(write_synthetic_gguf(dir.file("x.gguf"), small_config(Architecture::llama), o), Error);
+  EXPECT_THROW(write_synthetic_gguf(dir.file("x.gguf"), small_config(Architecture::llama), o),
+               Error);
   EXPECT_FALSE(std::filesystem::exists(dir.file("x.gguf")));
 }
 
@@ -245,14 +252,16 @@ TEST(SynthCheckpointFiles, q8_0_gguf_quantizes_2d_weights_and_keeps_norms_f32) {
     if (!is_2d) continue;
     // Dequantized values are within half a quantization step of the (permuted) f32 values.
     Tensor want = synthetic_tensor(c, s, DType::f32, 4);
-    if (s.gguf_rope_permute_heads > 0) want = permute_rows_for_gguf_rope(want, s.gguf_rope_permute_heads);
+    if (s.gguf_rope_permute_heads > 0)
+      want = permute_rows_for_gguf_rope(want, s.gguf_rope_permute_heads);
     std::vector<float> w = want.to_floats(), got = f->dequantize(s.gguf_name).to_floats();
     ASSERT_EQ(w.size(), got.size());
     for (size_t b = 0; b < w.size(); b += 32) {
       float amax = 0;
       for (size_t j = b; j < b + 32; ++j) amax = std::max(amax, std::abs(w[j]));
       for (size_t j = b; j < b + 32; ++j)
-        ASSERT_LE(std::abs(got[j] - w[j]), amax / 127 * 0.51f + 1e-3f * amax) << s.gguf_name << " " << j;
+        ASSERT_LE(std::abs(got[j] - w[j]), amax / 127 * 0.51f + 1e-3f * amax)
+            << s.gguf_name << " " << j;
     }
   }
   EXPECT_THROW(write_synthetic_hf(dir.file("hf"), c, o), Error);

@@ -32,7 +32,8 @@ std::pair<int, std::string> run_cli(const std::string& args) {
 std::vector<float> read_floats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<float> v(std::filesystem::file_size(path) / sizeof(float));
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+  in.read(reinterpret_cast<char*>(v.data()),
+          static_cast<std::streamsize>(v.size() * sizeof(float)));
   return v;
 }
 
@@ -48,8 +49,9 @@ TEST_P(SynthCli, gguf_and_hf_give_the_same_tokens_and_logits) {
   TempDir dir;
   const std::string gguf = dir.file("m.gguf"), hf = dir.file("hf");
   for (const auto& [format, out] : {std::pair{"gguf", gguf}, std::pair{"hf", hf}}) {
-    auto [rc, text] = run_cli("synth --arch " + arch + " --preset tiny --dtype f32 --seed 3 --format " +
-                              format + " -o '" + out + "'");
+    auto [rc, text] =
+        run_cli("synth --arch " + arch + " --preset tiny --dtype f32 --seed 3 --format " + format +
+                " -o '" + out + "'");
     ASSERT_EQ(rc, 0) << text;
     EXPECT_NE(text.find(arch + " tiny ("), std::string::npos) << text;
   }
@@ -58,7 +60,9 @@ TEST_P(SynthCli, gguf_and_hf_give_the_same_tokens_and_logits) {
   int i = 0;
   for (const std::string& model : {gguf, hf}) {
     const std::string lf = dir.file("logits" + std::to_string(i));
-    auto [rc, text] = run_cli("generate -m '" + model + "' -p 'Once upon a time, there was a dog.' -n 8 -t 2 --json --logits '" + lf + "'");
+    auto [rc, text] =
+        run_cli("generate -m '" + model +
+                "' -p 'Once upon a time, there was a dog.' -n 8 -t 2 --json --logits '" + lf + "'");
     ASSERT_EQ(rc, 0) << text;
     results[i] = last_json_line(text);
     logits[i] = read_floats(lf);

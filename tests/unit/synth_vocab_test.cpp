@@ -69,7 +69,8 @@ std::vector<int32_t> spm_encode(const SyntheticVocab& v, const std::string& text
     for (size_t i = 0; i + 1 < sym.size(); ++i) {
       auto it = id.find(sym[i] + sym[i + 1]);
       if (it == id.end()) continue;
-      if (best < 0 || v.scores[it->second] > best_score) best = static_cast<int>(i), best_score = v.scores[it->second];
+      if (best < 0 || v.scores[it->second] > best_score)
+        best = static_cast<int>(i), best_score = v.scores[it->second];
     }
     if (best < 0) break;
     sym[best] += sym[best + 1];
@@ -144,7 +145,8 @@ TEST(SynthVocab, layout_specials_bytes_and_all_printable_ascii) {
 }
 
 TEST(SynthVocab, every_merged_piece_is_reachable_by_merges_at_any_size) {
-  for (int64_t size : {kSyntheticVocabMinSize, int64_t{400}, int64_t{5000}, int64_t{32000}, int64_t{40000}}) {
+  for (int64_t size :
+       {kSyntheticVocabMinSize, int64_t{400}, int64_t{5000}, int64_t{32000}, int64_t{40000}}) {
     SyntheticVocab v = synthetic_vocab(size);
     ASSERT_EQ(static_cast<int64_t>(v.size()), size);
     std::unordered_set<std::string> all(v.tokens.begin(), v.tokens.end());
@@ -188,7 +190,8 @@ TEST(SynthVocab, spm_scores_and_bpe_merges_tokenise_alike) {
   const SyntheticVocab& v = vocab32k();
   std::unordered_map<std::string, int32_t> id;
   for (size_t i = 0; i < v.size(); ++i)
-    if (v.types[i] == static_cast<int32_t>(SyntheticTokenType::normal)) id[v.tokens[i]] = static_cast<int32_t>(i);
+    if (v.types[i] == static_cast<int32_t>(SyntheticTokenType::normal))
+      id[v.tokens[i]] = static_cast<int32_t>(i);
   std::unordered_map<std::string, size_t> rank;
   auto merges = synthetic_vocab_merges(v);
   for (size_t i = 0; i < merges.size(); ++i) rank.emplace(merges[i], i);
@@ -215,7 +218,8 @@ TEST(SynthVocab, gguf_and_hf_files_give_the_same_tokens_in_refit_tokenizer) {
   const SyntheticVocab& v = vocab32k();
   std::unordered_map<std::string, int32_t> id;
   for (size_t i = 0; i < v.size(); ++i)
-    if (v.types[i] == static_cast<int32_t>(SyntheticTokenType::normal)) id[v.tokens[i]] = static_cast<int32_t>(i);
+    if (v.types[i] == static_cast<int32_t>(SyntheticTokenType::normal))
+      id[v.tokens[i]] = static_cast<int32_t>(i);
   for (const std::string& text : sample_texts()) {
     if (text.empty()) continue;
     std::vector<TokenId> g = gguf_tok->encode(text, true, false);

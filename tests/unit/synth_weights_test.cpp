@@ -88,9 +88,12 @@ TEST(SynthWeights, same_seed_gives_identical_bytes_and_another_seed_differs) {
 TEST(SynthWeights, tensors_with_the_same_shape_hold_different_values) {
   ModelConfig c = synthetic_preset(Architecture::llama, "tiny");
   auto specs = model_tensor_specs(c);
-  Tensor q0 = synthetic_tensor(c, spec_named(specs, "model.layers.0.self_attn.q_proj.weight"), DType::f32, 0);
-  Tensor q1 = synthetic_tensor(c, spec_named(specs, "model.layers.1.self_attn.q_proj.weight"), DType::f32, 0);
-  Tensor k0 = synthetic_tensor(c, spec_named(specs, "model.layers.0.self_attn.k_proj.weight"), DType::f32, 0);
+  Tensor q0 = synthetic_tensor(c, spec_named(specs, "model.layers.0.self_attn.q_proj.weight"),
+                               DType::f32, 0);
+  Tensor q1 = synthetic_tensor(c, spec_named(specs, "model.layers.1.self_attn.q_proj.weight"),
+                               DType::f32, 0);
+  Tensor k0 = synthetic_tensor(c, spec_named(specs, "model.layers.0.self_attn.k_proj.weight"),
+                               DType::f32, 0);
   EXPECT_FALSE(same_bytes(q0, q1));
   EXPECT_FALSE(same_bytes(q0, k0));
 }
@@ -102,7 +105,8 @@ TEST(SynthWeights, one_tensor_regenerates_alone_equal_to_the_whole_model) {
   ASSERT_EQ(all.size(), specs.size());
   for (size_t i = 0; i < specs.size(); i += 7) {
     EXPECT_EQ(all[i].first, specs[i].hf_name);
-    EXPECT_TRUE(same_bytes(all[i].second, synthetic_tensor(c, specs[i], DType::bf16, 3))) << specs[i].hf_name;
+    EXPECT_TRUE(same_bytes(all[i].second, synthetic_tensor(c, specs[i], DType::bf16, 3)))
+        << specs[i].hf_name;
   }
 }
 
@@ -159,7 +163,8 @@ TEST(SynthWeights, values_follow_the_requested_mean_and_std) {
     const double tol = v.size() > 100000 ? 0.01 : 0.1;
     EXPECT_NEAR(mean, w.mean, 4 * w.std / std::sqrt(double(v.size())) + 1e-6) << w.name;
     EXPECT_NEAR(std / w.std, 1.0, tol) << w.name;
-    for (float x : v) ASSERT_LE(std::abs(x - w.mean), 3.47 * w.std) << w.name;  // Irwin-Hall(4) bound
+    for (float x : v)
+      ASSERT_LE(std::abs(x - w.mean), 3.47 * w.std) << w.name;  // Irwin-Hall(4) bound
   }
 }
 
@@ -184,10 +189,24 @@ TEST(SynthWeights, narrow_dtypes_are_the_rounded_f32_values) {
 
 TEST(SynthWeights, fast_f16_conversion_matches_the_reference_bit_for_bit) {
   std::vector<float> in;
-  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f,
-                            -1e6f, 6.1035156e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.98023259e-08f,
-                            1e-10f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 0.33333334f, 1.0009766f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            -1.0f,
+                            65504.0f,
+                            65519.99f,
+                            65520.0f,
+                            1e6f,
+                            -1e6f,
+                            6.1035156e-05f,
+                            5.9604645e-08f,
+                            2.9802322e-08f,
+                            2.98023259e-08f,
+                            1e-10f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            0.33333334f,
+                            1.0009766f};
   in.assign(std::begin(specials), std::end(specials));
   // Every f16 value and the midpoints and near-midpoints between neighbours (ties to even).
   for (uint32_t h = 0; h < 0x7C00; ++h) {

@@ -68,7 +68,7 @@ TEST(SynthSafetensorsWriter, refuses_wrong_order_size_and_duplicates) {
     EXPECT_THROW(w.write("x", two, 4), Error);  // wrong size
     w.write("x", two, 8);
     EXPECT_THROW(w.write("y", ramp({3}, DType::f32, 1.0f)), Error);  // wrong dtype
-    EXPECT_THROW(w.finish(), Error);  // y missing
+    EXPECT_THROW(w.finish(), Error);                                 // y missing
   }
   // An unfinished writer leaves nothing behind under either name.
   EXPECT_FALSE(std::filesystem::exists(path));
@@ -232,7 +232,8 @@ TEST(SynthQuantize, q8_0_of_the_oracle_f32_model_equals_llama_quantize_output) {
     quantize_row_q8_0(x.data<float>(), blocks.data(), x.numel());
     GgmlTensorView want = q8->raw(info.name);
     ASSERT_EQ(want.bytes.nbytes(), blocks.size() * sizeof(BlockQ8_0)) << info.name;
-    EXPECT_EQ(std::memcmp(want.bytes.raw_data(), blocks.data(), want.bytes.nbytes()), 0) << info.name;
+    EXPECT_EQ(std::memcmp(want.bytes.raw_data(), blocks.data(), want.bytes.nbytes()), 0)
+        << info.name;
     ++checked;
   }
   EXPECT_GE(checked, 4 * 7 + 2);  // every layer's 7 matrices, token_embd, output

@@ -87,7 +87,8 @@ TEST(TokenizerDecode, clean_spaces_is_llama_cpp_cleanup_and_off_by_default) {
 
 TEST(TokenizerDecode, special_text_becomes_a_token_only_with_parse_special) {
   auto tokenizer = load_tokenizer(kOracle + "/vocab/ggml-vocab-llama-spm.gguf");
-  EXPECT_EQ(tokenizer->encode("<s>Hello", false, /*parse_special=*/true), (std::vector<TokenId>{1, 15043}));
+  EXPECT_EQ(tokenizer->encode("<s>Hello", false, /*parse_special=*/true),
+            (std::vector<TokenId>{1, 15043}));
   auto plain = tokenizer->encode("<s>Hello", false, /*parse_special=*/false);
   EXPECT_NE(plain.front(), 1);
   EXPECT_EQ(tokenizer->decode(plain), "<s>Hello");
@@ -141,7 +142,8 @@ TEST(TokenizerStreaming, cafe_coffee_fed_one_token_at_a_time) {
   EXPECT_EQ(chunks.back(), "☕");
 }
 
-TEST(TokenizerStreaming, stream_equals_decode_and_chunks_are_whole_characters_for_every_vocabulary) {
+TEST(TokenizerStreaming,
+     stream_equals_decode_and_chunks_are_whole_characters_for_every_vocabulary) {
   auto texts = vector_texts();
   for (const auto& path : all_vocab_paths()) {
     auto tokenizer = load_tokenizer(path);

@@ -38,7 +38,8 @@ std::vector<Case> cases(const std::string& base) {
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<Case> result;
   std::string line;
-  for (size_t pos = 0, hit; (hit = inp.find(sep, pos)) != std::string::npos; pos = hit + sep.size()) {
+  for (size_t pos = 0, hit; (hit = inp.find(sep, pos)) != std::string::npos;
+       pos = hit + sep.size()) {
     std::getline(out, line);
     size_t b = line.find_first_not_of(' ');
     result.push_back({inp.substr(pos, hit - pos), b == std::string::npos ? "" : line.substr(b)});
@@ -48,7 +49,8 @@ std::vector<Case> cases(const std::string& base) {
 
 // A fresh folder holding tokenizer.json (+ tokenizer_config.json).
 std::string write_folder(const std::string& name, const json& tokenizer, const json& config) {
-  fs::path dir = fs::temp_directory_path() / ("refit_hf_tok_" + name + "_" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("refit_hf_tok_" + name + "_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
   if (!config.is_null()) std::ofstream(dir / "tokenizer_config.json") << config.dump();
@@ -63,7 +65,9 @@ json byte_level_json(const VocabData& v, const json& pre_tokenizer) {
     // e.g. single characters like "ü") are added tokens with special = false.
     if (!v.types.empty() && (v.types[i] == TokenType::token_type_control ||
                              v.types[i] == TokenType::token_type_user_defined)) {
-      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"special", v.types[i] == TokenType::token_type_control}});
+      added.push_back({{"id", i},
+                       {"content", v.tokens[i]},
+                       {"special", v.types[i] == TokenType::token_type_control}});
     }
     vocab[v.tokens[i]] = i;
   }
@@ -78,7 +82,8 @@ json byte_level_json(const VocabData& v, const json& pre_tokenizer) {
 void expect_cases(const Tokenizer& tokenizer, const std::string& base) {
   int checked = 0;
   for (const auto& c : cases(base)) {
-    EXPECT_EQ(tokenize_for_cli(tokenizer, c.text, true, false), c.expected) << "'" << c.text << "' " << base;
+    EXPECT_EQ(tokenize_for_cli(tokenizer, c.text, true, false), c.expected)
+        << "'" << c.text << "' " << base;
     ++checked;
   }
   EXPECT_GE(checked, 40);
@@ -87,8 +92,10 @@ void expect_cases(const Tokenizer& tokenizer, const std::string& base) {
 TEST(TokenizerHfJson, gpt2_byte_level_tokenizer_json_passes_the_gpt2_vectors) {
   std::string base = kOracle + "/vocab/ggml-vocab-gpt-2.gguf";
   VocabData v = vocab_from_gguf(GgufFile::open(base)->metadata());
-  json tj = byte_level_json(v, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}});
-  std::string dir = write_folder("gpt2", tj, json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}});
+  json tj =
+      byte_level_json(v, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}});
+  std::string dir = write_folder(
+      "gpt2", tj, json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}});
   auto tokenizer = load_tokenizer(dir);
   EXPECT_EQ(tokenizer->vocab().eos(), 50256);
   EXPECT_FALSE(tokenizer->vocab().add_bos());
@@ -103,7 +110,10 @@ TEST(TokenizerHfJson, split_sequence_pre_tokenizer_passes_the_deepseek_vectors) 
   VocabData v = vocab_from_gguf(GgufFile::open(base)->metadata());
   json sequence = json::array();
   for (const auto& regex : pre_tokenizer_preset("deepseek-llm", "test").regexes)
-    sequence.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}});
+    sequence.push_back({{"type", "Split"},
+                        {"pattern", {{"Regex", regex}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}});
   sequence.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}});
   json tj = byte_level_json(v, {{"type", "Sequence"}, {"pretokenizers", sequence}});
   std::string dir = write_folder("deepseek", tj, json());
@@ -136,7 +146,8 @@ TEST(TokenizerHfJson, sentencepiece_style_tokenizer_json_passes_the_stories260k_
     const std::string& t = v.tokens[i];
     for (size_t cut = 1; cut < t.size(); ++cut) {
       auto l = ids.find(t.substr(0, cut)), r = ids.find(t.substr(cut));
-      if (l != ids.end() && r != ids.end()) merges.push_back({v.scores[i], i, l->second, t.substr(0, cut), t.substr(cut)});
+      if (l != ids.end() && r != ids.end())
+        merges.push_back({v.scores[i], i, l->second, t.substr(0, cut), t.substr(cut)});
     }
   }
   std::stable_sort(merges.begin(), merges.end(), [](const Merge& x, const Merge& y) {
@@ -145,28 +156,38 @@ TEST(TokenizerHfJson, sentencepiece_style_tokenizer_json_passes_the_stories260k_
   json merge_list = json::array();
   for (const auto& m : merges) merge_list.push_back(json::array({m.a, m.b}));
   json tj = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}, {"byte_fallback", true}, {"unk_token", "<unk>"}}},
-      {"added_tokens",
-       json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", merge_list},
+        {"byte_fallback", true},
+        {"unk_token", "<unk>"}}},
+      {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
       {"normalizer",
        {{"type", "Sequence"},
         {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                     {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}})}}},
+                                     {{"type", "Replace"},
+                                      {"pattern", {{"String", " "}}},
+                                      {"content", "\xE2\x96\x81"}}})}}},
       {"pre_tokenizer", nullptr},
   };
-  std::string dir = write_folder("spm", tj, json{{"add_bos_token", true}, {"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}});
+  std::string dir = write_folder(
+      "spm", tj,
+      json{{"add_bos_token", true}, {"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}});
   auto tokenizer = load_tokenizer(dir);
   EXPECT_EQ(tokenizer->vocab().model(), VocabModel::vocab_model_spm);
   EXPECT_EQ(tokenizer->vocab().bos(), 1);
-  EXPECT_EQ(tokenizer->encode("Once upon a time", true, false), (std::vector<TokenId>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(tokenizer->encode("Once upon a time", true, false),
+            (std::vector<TokenId>{1, 403, 407, 261, 378}));
   expect_cases(*tokenizer, kOracle + "/stories260K/tokenizer/stories260K.gguf");
   fs::remove_all(dir);
 }
 
 TEST(TokenizerHfJson, unsupported_or_malformed_files_are_refused_with_the_file_name) {
-  std::string dir = write_folder("bad", json{{"model", {{"type", "WordPiece"}, {"vocab", json::object()}}}}, json());
+  std::string dir = write_folder(
+      "bad", json{{"model", {{"type", "WordPiece"}, {"vocab", json::object()}}}}, json());
   try {
     load_tokenizer(dir);
     FAIL();
@@ -174,7 +195,8 @@ TEST(TokenizerHfJson, unsupported_or_malformed_files_are_refused_with_the_file_n
     EXPECT_NE(std::string(e.what()).find("WordPiece"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
   }
-  std::ofstream(fs::path(dir) / "tokenizer.json") << "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -5}}}";
+  std::ofstream(fs::path(dir) / "tokenizer.json")
+      << "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -5}}}";
   EXPECT_THROW(load_tokenizer(dir), FormatError);
   std::ofstream(fs::path(dir) / "tokenizer.json") << "{ not json";
   EXPECT_THROW(load_tokenizer(dir), FormatError);

@@ -21,11 +21,13 @@ using Pieces = std::vector<std::string>;
 TEST(TokenizerPreTokenizer, gpt2_pattern_splits_words_numbers_and_spaces_like_hf) {
   EXPECT_EQ(split({gpt2_pre_tokenizer_regex()}, "Hello world  123!!"),
             (Pieces{"Hello", " world", " ", " 123", "!!"}));
-  EXPECT_EQ(split({gpt2_pre_tokenizer_regex()}, "I'm here\n\n"), (Pieces{"I", "'m", " here", "\n\n"}));
+  EXPECT_EQ(split({gpt2_pre_tokenizer_regex()}, "I'm here\n\n"),
+            (Pieces{"I", "'m", " here", "\n\n"}));
 }
 
 TEST(TokenizerPreTokenizer, unicode_letter_classes_cover_non_ascii) {
-  EXPECT_EQ(split({gpt2_pre_tokenizer_regex()}, "héllo wörld 日本"), (Pieces{"héllo", " wörld", " 日本"}));
+  EXPECT_EQ(split({gpt2_pre_tokenizer_regex()}, "héllo wörld 日本"),
+            (Pieces{"héllo", " wörld", " 日本"}));
 }
 
 TEST(TokenizerPreTokenizer, later_regexes_split_the_pieces_of_earlier_ones) {
@@ -34,12 +36,14 @@ TEST(TokenizerPreTokenizer, later_regexes_split_the_pieces_of_earlier_ones) {
   EXPECT_EQ(split(falcon, "1234567"), (Pieces{"123", "456", "7"}));
   EXPECT_EQ(split(falcon, "a...b"), (Pieces{"a", "...", "b"}));
   // StarCoder: every digit alone.
-  EXPECT_EQ(split(pre_tokenizer_preset("starcoder", "test").regexes, "x 42"), (Pieces{"x", " ", "4", "2"}));
+  EXPECT_EQ(split(pre_tokenizer_preset("starcoder", "test").regexes, "x 42"),
+            (Pieces{"x", " ", "4", "2"}));
 }
 
 TEST(TokenizerPreTokenizer, pieces_always_cover_the_input_even_when_it_is_not_utf8) {
   std::string bad = "ok\xFF\xFE caf\xC3 end\xE2\x98";
-  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon", "starcoder", "default"}) {
+  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+                          "starcoder", "default"}) {
     auto regexes = pre_tokenizer_preset(pre, "test").regexes;
     std::string joined;
     for (const auto& piece : split(regexes, bad)) {
@@ -56,9 +60,11 @@ TEST(TokenizerPreTokenizer, llama3_contractions_are_case_insensitive) {
 }
 
 TEST(TokenizerPreTokenizer, every_known_preset_compiles) {
-  for (const char* pre : {"default", "llama3", "llama-bpe", "dbrx", "deepseek-llm", "deepseek-coder", "deepseek-v3",
-                          "falcon", "starcoder", "refact", "gpt-2", "qwen2", "stablelm2", "poro-chat", "bloom", "viking",
-                          "tekken", "chatglm-bpe", "smollm", "command-r"}) {
+  for (const char* pre :
+       {"default",        "llama3",      "llama-bpe",   "dbrx",      "deepseek-llm",
+        "deepseek-coder", "deepseek-v3", "falcon",      "starcoder", "refact",
+        "gpt-2",          "qwen2",       "stablelm2",   "poro-chat", "bloom",
+        "viking",         "tekken",      "chatglm-bpe", "smollm",    "command-r"}) {
     EXPECT_NO_THROW(RegexSplitter(pre_tokenizer_preset(pre, "test").regexes)) << pre;
   }
 }

@@ -10,11 +10,21 @@ namespace {
 VocabData tiny_spm() {
   VocabData d;
   d.source = "tiny.gguf";
-  d.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "ab", "\xE2\x96\x81" "ab", "<0x63>"};
+  d.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "\xE2\x96\x81",
+              "a",
+              "b",
+              "ab",
+              "\xE2\x96\x81"
+              "ab",
+              "<0x63>"};
   d.scores = {0, 0, 0, -1, -2, -2, -1.5f, -0.5f, 0};
-  d.types = {TokenType::token_type_unknown, TokenType::token_type_control, TokenType::token_type_control,
-             TokenType::token_type_normal,  TokenType::token_type_normal,  TokenType::token_type_normal,
-             TokenType::token_type_normal,  TokenType::token_type_normal,  TokenType::token_type_byte};
+  d.types = {
+      TokenType::token_type_unknown, TokenType::token_type_control, TokenType::token_type_control,
+      TokenType::token_type_normal,  TokenType::token_type_normal,  TokenType::token_type_normal,
+      TokenType::token_type_normal,  TokenType::token_type_normal,  TokenType::token_type_byte};
   d.bos = 1;
   d.eos = 2;
   d.unk = 0;

@@ -49,7 +49,8 @@ std::vector<VectorCase> read_vectors(const std::string& inp_path, const std::str
   std::vector<VectorCase> cases;
   std::string line;
   for (const auto& text : texts) {
-    EXPECT_TRUE(static_cast<bool>(std::getline(out, line))) << out_path << " has fewer lines than cases";
+    EXPECT_TRUE(static_cast<bool>(std::getline(out, line)))
+        << out_path << " has fewer lines than cases";
     cases.push_back({text, strip(line)});
   }
   return cases;
@@ -76,7 +77,8 @@ TEST_P(VocabVectors, every_case_matches_llama_cpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Oracle, VocabVectors,
-                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-llm", "falcon", "starcoder"),
+                         ::testing::Values("llama-spm", "phi-3", "gpt-2", "deepseek-llm", "falcon",
+                                           "starcoder"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)
@@ -88,19 +90,22 @@ const std::string kStories = kOracle + "/stories260K";
 
 TEST(TokenizerStories260K, gguf_vocabulary_passes_its_vectors) {
   auto tokenizer = load_tokenizer(kStories + "/stories260K.gguf");
-  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp", kStories + "/tokenizer/stories260K.gguf.out");
+  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp",
+                 kStories + "/tokenizer/stories260K.gguf.out");
 }
 
 TEST(TokenizerStories260K, llama2c_tok512_with_model_header_passes_the_same_vectors) {
   auto tokenizer = load_tokenizer(kStories + "/stories260K.bin", kStories + "/tok512.bin");
   EXPECT_EQ(tokenizer->size(), 512u);
-  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp", kStories + "/tokenizer/stories260K.gguf.out");
+  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp",
+                 kStories + "/tokenizer/stories260K.gguf.out");
 }
 
 TEST(TokenizerStories260K, llama2c_tok512_alone_passes_the_same_vectors) {
   auto tokenizer = load_tokenizer(kStories + "/tok512.bin");
   EXPECT_EQ(tokenizer->size(), 512u);
-  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp", kStories + "/tokenizer/stories260K.gguf.out");
+  expect_vectors(*tokenizer, kStories + "/tokenizer/stories260K.gguf.inp",
+                 kStories + "/tokenizer/stories260K.gguf.out");
 }
 
 TEST(TokenizerStories260K, tok512_and_gguf_vocabularies_are_identical) {
@@ -124,8 +129,10 @@ TEST(TokenizerStories260K, prompts_encode_like_llama2c_run) {
     std::string expected = strip(tokens.substr(at + 14, tokens.find('\n', at) - at - 14));
     std::string text = std::string(prompt) == "once_upon_a_time" ? "Once upon a time"
                        : std::string(prompt) == "the_little_dog" ? "The little dog"
-                                                                   : "Café ☕ über 123!";
-    EXPECT_EQ(tokenize_for_cli(*tokenizer, text, /*no_bos=*/false, /*parse_special=*/false), expected) << prompt;
+                                                                 : "Café ☕ über 123!";
+    EXPECT_EQ(tokenize_for_cli(*tokenizer, text, /*no_bos=*/false, /*parse_special=*/false),
+              expected)
+        << prompt;
   }
 }
 
@@ -136,7 +143,8 @@ std::string run_binary(const std::string& args) {
   EXPECT_TRUE(pipe) << command;
   std::string out;
   std::array<char, 4096> buffer;
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe.get())) out.append(buffer.data(), n);
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe.get()))
+    out.append(buffer.data(), n);
   return out;
 }
 
@@ -149,23 +157,29 @@ TEST(TokenizeCli, binary_prints_the_same_ids_as_the_vectors) {
       {kOracle + "/vocab/ggml-vocab-gpt-2.gguf", "Hello world", "15496 995"},
   };
   for (const auto& c : cases) {
-    EXPECT_EQ(run_binary("tokenize --no-bos -m '" + c.model + "' '" + c.text + "'"), c.expected + "\n") << c.model;
+    EXPECT_EQ(run_binary("tokenize --no-bos -m '" + c.model + "' '" + c.text + "'"),
+              c.expected + "\n")
+        << c.model;
   }
   // BOS is added where the vocabulary asks for it (llama-spm: add_bos_token = true).
-  EXPECT_EQ(run_binary("tokenize -m '" + kOracle + "/vocab/ggml-vocab-llama-spm.gguf' 'Hello world'"), "1 15043 3186\n");
+  EXPECT_EQ(
+      run_binary("tokenize -m '" + kOracle + "/vocab/ggml-vocab-llama-spm.gguf' 'Hello world'"),
+      "1 15043 3186\n");
   // llama2.c model + tokenizer, and decoding back.
   EXPECT_EQ(run_binary("tokenize -m '" + kStories + "/stories260K.bin' --tokenizer '" + kStories +
                        "/tok512.bin' 'Once upon a time'"),
             "1 403 407 261 378\n");
-  EXPECT_EQ(run_binary("tokenize --decode -m '" + kStories + "/stories260K.gguf' '1 403 407 261 378'"),
-            "Once upon a time\n");
+  EXPECT_EQ(
+      run_binary("tokenize --decode -m '" + kStories + "/stories260K.gguf' '1 403 407 261 378'"),
+      "Once upon a time\n");
 }
 
 TEST(TokenizeCli, bad_input_gives_an_error_not_a_crash) {
   std::string out = run_binary("tokenize -m /nonexistent/file.gguf hi; echo rc=$?");
   EXPECT_NE(out.find("no such file"), std::string::npos) << out;
   EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
-  out = run_binary("tokenize --decode -m '" + kStories + "/stories260K.gguf' '1 99999'; echo rc=$?");
+  out =
+      run_binary("tokenize --decode -m '" + kStories + "/stories260K.gguf' '1 99999'; echo rc=$?");
   EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
   out = run_binary("tokenize -m '" + kStories + "/stories260K.bin' hi; echo rc=$?");
   EXPECT_NE(out.find("--tokenizer"), std::string::npos) << out;

@@ -84,14 +84,13 @@ class CudaAllocator final : public DeviceAllocator {
     const bool src_gpu = src_device.type == DeviceType::cuda;
     if ((!dst_gpu && dst_device.type != DeviceType::cpu) ||
         (!src_gpu && src_device.type != DeviceType::cpu) || (!dst_gpu && !src_gpu))
-      throw Error(fmt::format("cuda: cannot copy from {} to {}", src_device.str(),
-                              dst_device.str()));
+      throw Error(
+          fmt::format("cuda: cannot copy from {} to {}", src_device.str(), dst_device.str()));
     if (dst_gpu) need_device(dst_device.index, "copy");
     if (src_gpu) need_device(src_device.index, "copy");
     if (nbytes == 0) return;
     if (dst_gpu && src_gpu && dst_device.index != src_device.index) {
-      check(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes),
-            "cudaMemcpyPeer");
+      check(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, nbytes), "cudaMemcpyPeer");
       return;
     }
     // Host<->device copies from pageable memory return once the host buffer may be
@@ -109,8 +108,8 @@ class CudaAllocator final : public DeviceAllocator {
     const Probe& p = probe();
     if (index >= 0 && index < p.count) return;
     if (p.count == 0)
-      throw Error(fmt::format("cuda:{}: cannot {}: no CUDA device is usable ({})", index, what,
-                              p.reason));
+      throw Error(
+          fmt::format("cuda:{}: cannot {}: no CUDA device is usable ({})", index, what, p.reason));
     throw Error(fmt::format("cuda:{}: cannot {}: device index out of range ({} CUDA device{})",
                             index, what, p.count, p.count == 1 ? "" : "s"));
   }

@@ -11,8 +11,8 @@ namespace refit::cuda {
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
   cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
-  throw Error(fmt::format("cuda: {}: {} ({})", what, cudaGetErrorString(status),
-                          cudaGetErrorName(status)));
+  throw Error(
+      fmt::format("cuda: {}: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status)));
 }
 
 void check(cublasStatus_t status, const char* what) {

@@ -45,9 +45,9 @@ void check_indices_on_host(const Tensor& t, int64_t limit, What what) {
   if (n == 0) return;
   std::vector<int32_t> host(static_cast<size_t>(n));
   DeviceGuard guard(t.device().index);
-  check(cudaMemcpy(host.data(), t.raw_data(), host.size() * sizeof(int32_t),
-                   cudaMemcpyDeviceToHost),
-        "reading indices back for range checks");
+  check(
+      cudaMemcpy(host.data(), t.raw_data(), host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+      "reading indices back for range checks");
   for (int64_t i = 0; i < n; ++i)
     if (host[i] < 0 || host[i] >= limit) what(i, host[i]);
 }
@@ -67,10 +67,10 @@ void matmul_f32_cublas(const Tensor& x, const Tensor& w, const Tensor& bias, Ten
   // Row-major out[M, N] = x[M, K] · w[N, K]^T is column-major out^T[N, M] = w^T · x^T:
   // cuBLAS sees w as a K x N column-major matrix (op T) and x as K x M (op N).
   const float alpha = 1.0f, beta = prefill ? 1.0f : 0.0f;
-  check(cublasSgemm(cublas_handle(x.device().index), CUBLAS_OP_T, CUBLAS_OP_N,
-                    static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
-                    w.data<const float>(), static_cast<int>(ldw), x.data<const float>(),
-                    static_cast<int>(ldx), &beta, out.data<float>(), static_cast<int>(ldo)),
+  check(cublasSgemm(cublas_handle(x.device().index), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                    static_cast<int>(M), static_cast<int>(K), &alpha, w.data<const float>(),
+                    static_cast<int>(ldw), x.data<const float>(), static_cast<int>(ldx), &beta,
+                    out.data<float>(), static_cast<int>(ldo)),
         "matmul cublasSgemm");
 }
 
@@ -98,11 +98,11 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeSt
     fail("rope: positions[{}] = {} is outside the cos/sin table [0, {})", t, p, max_pos);
   });
   DeviceGuard guard(x.device().index);
-  launched(launch_rope(x.data<float>(), x.stride(0), x.stride(1), x.size(0), x.size(1),
-                       positions.data<const int32_t>(), positions.stride(0),
-                       cos_sin.data<const float>(), cos_sin.stride(0), cos_sin.size(1),
-                       style == ops::RopeStyle::neox),
-           "rope");
+  launched(
+      launch_rope(x.data<float>(), x.stride(0), x.stride(1), x.size(0), x.size(1),
+                  positions.data<const int32_t>(), positions.stride(0), cos_sin.data<const float>(),
+                  cos_sin.stride(0), cos_sin.size(1), style == ops::RopeStyle::neox),
+      "rope");
 }
 
 void softmax(Tensor& x) {
@@ -146,10 +146,10 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
                          : table.dtype() == DType::f16 ? static_cast<int>(HalfType::f16)
                                                        : static_cast<int>(HalfType::bf16);
   DeviceGuard guard(table.device().index);
-  launched(launch_embedding(table.raw_data(), table_type, leading(table, D),
-                            ids.data<const int32_t>(), ids.stride(0), ids.size(0), D,
-                            out.data<float>(), leading(out, D)),
-           "embedding");
+  launched(
+      launch_embedding(table.raw_data(), table_type, leading(table, D), ids.data<const int32_t>(),
+                       ids.stride(0), ids.size(0), D, out.data<float>(), leading(out, D)),
+      "embedding");
 }
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
@@ -229,7 +229,6 @@ ArgRule arg(std::string name, std::vector<DType> dtypes, bool optional = false) 
   return ArgRule{std::move(name), std::move(dtypes), {Layout::strided}, optional};
 }
 
-
 // cuBLAS takes int sizes and leading dimensions.
 std::string matmul_fits_int(std::span<const Tensor* const> args) {
   for (const Tensor* t : args) {
@@ -268,25 +267,23 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     constraint(mm, {0, 1, 3}, {2}, matmul_fits_int),
                     "x, w, out: stride 1 along K/N; bias contiguous; cuBLAS sgemm, no TF32",
                     kernel_fn<kernels::MatmulFn>(&cuda::matmul_f32_cublas)));
-  registry.add(make("matmul", "matmul.cuda.f16_bf16_warp",
-                    {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
-                     arg("out", {f32})},
-                    constraint(mm, {0, 1, 3}, {2}, half_matmul_fits),
-                    "x, w, out: stride 1 along K/N; bias contiguous; f32 accumulate",
-                    kernel_fn<kernels::MatmulFn>(&cuda::matmul_half)));
-  registry.add(make("rms_norm", "rms_norm.cuda.block",
-                    {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
-                    constraint({"x", "weight", "out"}, {0, 2}, {1}),
-                    "rows of x, out dense; weight contiguous",
-                    kernel_fn<kernels::RmsNormFn>(&cuda::rms_norm)));
-  registry.add(make("rope", "rope.cuda.block",
-                    {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
-                    constraint({"x", "positions", "cos_sin"}, {0, 2}, {1}),
-                    "x, cos_sin: stride 1 in the last dimension; positions contiguous, range-checked on the host",
-                    kernel_fn<kernels::RopeFn>(&cuda::rope)));
-  registry.add(make("softmax", "softmax.cuda.block", {arg("x", {f32})},
-                    constraint({"x"}, {}, {0}), "x contiguous",
-                    kernel_fn<kernels::SoftmaxFn>(&cuda::softmax)));
+  registry.add(
+      make("matmul", "matmul.cuda.f16_bf16_warp",
+           {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true), arg("out", {f32})},
+           constraint(mm, {0, 1, 3}, {2}, half_matmul_fits),
+           "x, w, out: stride 1 along K/N; bias contiguous; f32 accumulate",
+           kernel_fn<kernels::MatmulFn>(&cuda::matmul_half)));
+  registry.add(make(
+      "rms_norm", "rms_norm.cuda.block", {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
+      constraint({"x", "weight", "out"}, {0, 2}, {1}), "rows of x, out dense; weight contiguous",
+      kernel_fn<kernels::RmsNormFn>(&cuda::rms_norm)));
+  registry.add(make(
+      "rope", "rope.cuda.block", {arg("x", {f32}), arg("positions", {i32}), arg("cos_sin", {f32})},
+      constraint({"x", "positions", "cos_sin"}, {0, 2}, {1}),
+      "x, cos_sin: stride 1 in the last dimension; positions contiguous, range-checked on the host",
+      kernel_fn<kernels::RopeFn>(&cuda::rope)));
+  registry.add(make("softmax", "softmax.cuda.block", {arg("x", {f32})}, constraint({"x"}, {}, {0}),
+                    "x contiguous", kernel_fn<kernels::SoftmaxFn>(&cuda::softmax)));
   registry.add(make("silu_mul", "silu_mul.cuda.elementwise",
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
                     constraint({"gate", "up", "out"}, {}, {0, 1, 2}), "all contiguous",
@@ -307,13 +304,12 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     constraint({"a", "b", "out"}, {}, {0, 1, 2}), "all contiguous",
                     kernel_fn<kernels::AddFn>(&cuda::add)));
-  registry.add(make("attention", "attention.cuda.online_softmax",
-                    {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}),
-                     arg("out", {f32})},
-                    constraint({"q", "k_cache", "v_cache", "out"}, {0, 1, 2, 3}, {},
-                               attention_fits),
-                    "stride 1 along head_dim; head_dim <= 256",
-                    kernel_fn<kernels::AttentionFn>(&cuda::attention)));
+  registry.add(
+      make("attention", "attention.cuda.online_softmax",
+           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
+           constraint({"q", "k_cache", "v_cache", "out"}, {0, 1, 2, 3}, {}, attention_fits),
+           "stride 1 along head_dim; head_dim <= 256",
+           kernel_fn<kernels::AttentionFn>(&cuda::attention)));
 }
 
 }  // namespace refit

@@ -26,8 +26,7 @@ constexpr int64_t kMaxGridY = 65535;
 __device__ inline float to_f32(__half v) { return __half2float(v); }
 __device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-__global__ void fill_rows_kernel(float* out, int64_t ldo, const float* bias, int64_t M,
-                                 int64_t N) {
+__global__ void fill_rows_kernel(float* out, int64_t ldo, const float* bias, int64_t M, int64_t N) {
   for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
     for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < N;
          n += int64_t{gridDim.x} * blockDim.x)
@@ -36,8 +35,8 @@ __global__ void fill_rows_kernel(float* out, int64_t ldo, const float* bias, int
 
 template <typename W>
 __global__ void matmul_half_kernel(const float* x, int64_t ldx, const W* w, int64_t ldw,
-                                   const float* bias, float* out, int64_t ldo, int64_t M,
-                                   int64_t N, int64_t K) {
+                                   const float* bias, float* out, int64_t ldo, int64_t M, int64_t N,
+                                   int64_t K) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = blockIdx.x * int64_t{kWarpsPerBlock} + warp;
   if (n >= N) return;  // whole warp leaves together; no block-wide sync below
@@ -85,8 +84,8 @@ cudaError_t launch_matmul_half(const float* x, int64_t ldx, const void* w, int64
     matmul_half_kernel<<<grid, kWarpsPerBlock * 32>>>(x, ldx, static_cast<const __half*>(w), ldw,
                                                       bias, out, ldo, M, N, K);
   else
-    matmul_half_kernel<<<grid, kWarpsPerBlock * 32>>>(
-        x, ldx, static_cast<const __nv_bfloat16*>(w), ldw, bias, out, ldo, M, N, K);
+    matmul_half_kernel<<<grid, kWarpsPerBlock * 32>>>(x, ldx, static_cast<const __nv_bfloat16*>(w),
+                                                      ldw, bias, out, ldo, M, N, K);
   return cudaGetLastError();
 }
 

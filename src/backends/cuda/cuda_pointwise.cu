@@ -1,7 +1,7 @@
 // Row-wise and element-wise CUDA kernels: rms_norm, softmax, silu_mul, gelu_tanh_mul,
-// scale, add, embedding, rope. Each mirrors the arithmetic of its CPU kernel (kernels/cpu/pointwise_cpu.cpp);
-// only the order of the f32 sums in a reduction differs. Simple, memory-bound kernels:
-// one block per row for reductions, grid-stride loops for element-wise work.
+// scale, add, embedding, rope. Each mirrors the arithmetic of its CPU kernel
+// (kernels/cpu/pointwise_cpu.cpp); only the order of the f32 sums in a reduction differs. Simple,
+// memory-bound kernels: one block per row for reductions, grid-stride loops for element-wise work.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,9 +15,9 @@
 namespace refit::cuda {
 namespace {
 
-constexpr int kRowThreads = 256;         // reductions: a multiple of 32
+constexpr int kRowThreads = 256;  // reductions: a multiple of 32
 constexpr int kElementThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;     // grid-stride loops cover the rest
+constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
 
 int element_blocks(int64_t n) {
   const int64_t blocks = (n + kElementThreads - 1) / kElementThreads;
@@ -30,8 +30,8 @@ int row_blocks(int64_t rows) {
   return static_cast<int>(rows < 1 ? 1 : rows > limit ? limit : rows);
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t T,
-                                int64_t D, float eps, float offset, float* out, int64_t ldo) {
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t T, int64_t D,
+                                float eps, float offset, float* out, int64_t ldo) {
   __shared__ float scratch[32];
   for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
     const float* xr = x + t * ldx;
@@ -82,7 +82,8 @@ __global__ void gelu_tanh_mul_kernel(const float* g, const float* u, float* out,
        i += int64_t{gridDim.x} * blockDim.x) {
     const float gv = g[i];
     // The CPU kernel's formula and clamp (tanh(+-9) is +-1 in f32).
-    const float inner = fminf(fmaxf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv), -9.0f), 9.0f);
+    const float inner =
+        fminf(fmaxf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv), -9.0f), 9.0f);
     out[i] = 0.5f * gv * (1.0f + tanhf(inner)) * u[i];
   }
 }
@@ -182,8 +183,8 @@ cudaError_t launch_embedding(const void* table, int table_type, int64_t ld_table
                              const int32_t* ids, int64_t ids_stride, int64_t T, int64_t D,
                              float* out, int64_t ldo) {
   if (T == 0 || D == 0) return cudaSuccess;
-  embedding_kernel<<<row_blocks(T), kRowThreads>>>(table, table_type, ld_table, ids, ids_stride,
-                                                   T, D, out, ldo);
+  embedding_kernel<<<row_blocks(T), kRowThreads>>>(table, table_type, ld_table, ids, ids_stride, T,
+                                                   D, out, ldo);
   return cudaGetLastError();
 }
 

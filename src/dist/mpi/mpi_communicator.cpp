@@ -40,12 +40,13 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return size_; }
   std::string name() const override { return "mpi"; }
   void all_reduce_sum(float* data, size_t count) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                        MPI_COMM_WORLD),
           "all-reduce");
   }
   void all_gather(const float* in, size_t count, float* out) override {
-    check(MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count), MPI_FLOAT,
-                        MPI_COMM_WORLD),
+    check(MPI_Allgather(in, static_cast<int>(count), MPI_FLOAT, out, static_cast<int>(count),
+                        MPI_FLOAT, MPI_COMM_WORLD),
           "all-gather");
   }
   void broadcast(void* data, size_t bytes, int root) override {

@@ -87,14 +87,16 @@ TcpStoreClient::TcpStoreClient(const std::string& host, int port, milliseconds t
     if (gai != 0) {
       why = std::string("cannot resolve the host: ") + gai_strerror(gai);
     } else {
-      for (const addrinfo* ai = found; ai && fd_ < 0; ai = ai->ai_next) fd_ = try_connect(ai, deadline, why);
+      for (const addrinfo* ai = found; ai && fd_ < 0; ai = ai->ai_next)
+        fd_ = try_connect(ai, deadline, why);
       ::freeaddrinfo(found);
     }
     if (fd_ >= 0) return;
     if (remaining_ms(deadline) == 0) break;
     std::this_thread::sleep_for(std::min(milliseconds(100), milliseconds(remaining_ms(deadline))));
   }
-  fail("cannot reach the trainer's torch TCPStore at {} within {} ms: {}", address_, timeout.count(), why);
+  fail("cannot reach the trainer's torch TCPStore at {} within {} ms: {}", address_,
+       timeout.count(), why);
 }
 
 TcpStoreClient::~TcpStoreClient() {
@@ -109,7 +111,8 @@ void TcpStoreClient::broken(const std::string& what) {
 }
 
 void TcpStoreClient::send_bytes(const void* data, size_t n) {
-  if (fd_ < 0) fail("torch TCPStore at {}: the connection was closed after an earlier error", address_);
+  if (fd_ < 0)
+    fail("torch TCPStore at {}: the connection was closed after an earlier error", address_);
   const char* p = static_cast<const char*>(data);
   const auto deadline = Clock::now() + timeout_;
   while (n > 0) {
@@ -133,7 +136,8 @@ void TcpStoreClient::send_string(const std::string& s) {
 }
 
 void TcpStoreClient::recv_bytes(void* data, size_t n, milliseconds timeout) {
-  if (fd_ < 0) fail("torch TCPStore at {}: the connection was closed after an earlier error", address_);
+  if (fd_ < 0)
+    fail("torch TCPStore at {}: the connection was closed after an earlier error", address_);
   char* p = static_cast<char*>(data);
   const auto deadline = Clock::now() + timeout;
   while (n > 0) {
@@ -155,7 +159,8 @@ void TcpStoreClient::recv_bytes(void* data, size_t n, milliseconds timeout) {
 std::vector<uint8_t> TcpStoreClient::recv_vector() {
   uint64_t n = 0;
   recv_bytes(&n, sizeof n, timeout_);
-  if (n > kMaxValueBytes) broken(fmt::format("a value of {} bytes is out of protocol (at most {})", n, kMaxValueBytes));
+  if (n > kMaxValueBytes)
+    broken(fmt::format("a value of {} bytes is out of protocol (at most {})", n, kMaxValueBytes));
   std::vector<uint8_t> v(static_cast<size_t>(n));
   recv_bytes(v.data(), v.size(), timeout_);
   return v;
@@ -185,7 +190,9 @@ int64_t TcpStoreClient::raw_add(const std::string& key, int64_t delta) {
   return value;
 }
 
-int64_t TcpStoreClient::add(const std::string& key, int64_t delta) { return raw_add("/" + key, delta); }
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  return raw_add("/" + key, delta);
+}
 
 void TcpStoreClient::count_in_workers() { raw_add("init/", 1); }
 
@@ -209,8 +216,10 @@ void TcpStoreClient::raw_wait(const std::vector<std::string>& keys, milliseconds
   } catch (const Error&) {
     std::string names;
     for (const std::string& k : keys) names += (names.empty() ? "" : ", ") + k;
-    fail("torch TCPStore at {}: waited {} ms for key(s) {} (is the trainer creating the same group?)", address_,
-         timeout.count(), names);
+    fail(
+        "torch TCPStore at {}: waited {} ms for key(s) {} (is the trainer creating the same "
+        "group?)",
+        address_, timeout.count(), names);
   }
   if (answer != 0) broken(fmt::format("WAIT answered {}, not STOP_WAITING (0)", answer));
 }

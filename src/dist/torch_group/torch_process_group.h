@@ -53,7 +53,8 @@ class TorchProcessGroup {
   const TorchGroupOptions& options() const;
   bool broken() const;
   const std::string& broken_reason() const;
-  // "group 'g': rank 1 of 2, store 127.0.0.1:29500 (keys under '/g/g/'), 1 gloo device(s), 3 broadcasts"
+  // "group 'g': rank 1 of 2, store 127.0.0.1:29500 (keys under '/g/g/'), 1 gloo device(s), 3
+  // broadcasts"
   std::string describe() const;
 
   struct Impl;

@@ -15,8 +15,10 @@ struct TorchProcessGroup::Impl {
 bool built_with_gloo() { return false; }
 
 std::unique_ptr<TorchProcessGroup> TorchProcessGroup::join(const TorchGroupOptions&) {
-  fail("this refit was built without gloo, so it cannot join a torch.distributed weight-update group: "
-       "install libgloo-dev (Debian) and rebuild with -DREFIT_GLOO=ON");
+  fail(
+      "this refit was built without gloo, so it cannot join a torch.distributed weight-update "
+      "group: "
+      "install libgloo-dev (Debian) and rebuild with -DREFIT_GLOO=ON");
 }
 
 TorchProcessGroup::TorchProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -15,8 +15,10 @@
 #define REFIT_KERNELS_CPU_ATTEND_ROWS_INL_H_
 #endif
 
+// clang-format off
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+// clang-format on
 
 #include <algorithm>
 #include <cfloat>
@@ -31,8 +33,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // one-row loop (vector lanes over d, SumOfLanes, then the scalar tail), NR rows side by
 // side so that their fused multiply-add chains overlap instead of waiting on each other.
 template <int NR, class KRow>
-HWY_INLINE void ScoreRows(const float* HWY_RESTRICT q, const KRow& k_row, int64_t s0, int64_t hd, float scale,
-                          float* HWY_RESTRICT scores) {
+HWY_INLINE void ScoreRows(const float* HWY_RESTRICT q, const KRow& k_row, int64_t s0, int64_t hd,
+                          float scale, float* HWY_RESTRICT scores) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -59,8 +61,8 @@ HWY_INLINE void ScoreRows(const float* HWY_RESTRICT q, const KRow& k_row, int64_
 // multiply-add per row into accumulators held in registers (element by element the steps
 // of `out[d] += p[s] * v[d]` with out starting at 0: the same bits).
 template <int NV, class VRow>
-HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t d0,
-                             float* HWY_RESTRICT out) {
+HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len,
+                             int64_t d0, float* HWY_RESTRICT out) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -78,8 +80,8 @@ HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int
 // The NQ-query form of WeightedRows: value row s loaded once for all NQ queries, each
 // query's elements taking WeightedRows's steps. p: [NQ][len].
 template <int NQ, int NV, class VRow>
-HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t d0,
-                              float* const* out) {
+HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len,
+                              int64_t d0, float* const* out) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -124,8 +126,8 @@ HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len) {
 // The scalar part of a row past its vector lanes (head_dim not a multiple of them), then
 // the division by the softmax sum.
 template <class VRow>
-HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t hd, float sum,
-                          float* HWY_RESTRICT out) {
+HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len, int64_t hd,
+                          float sum, float* HWY_RESTRICT out) {
   using DF = hn::ScalableTag<float>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -149,8 +151,9 @@ HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_
 // side by side and the output stays in registers (it was re-loaded and re-stored for every
 // row, a store-to-load chain per cache row).
 template <class KRow, class VRow>
-HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const VRow& v_row, int64_t len,
-                           int64_t hd, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const VRow& v_row,
+                           int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                           float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   int64_t s = 0;
@@ -174,8 +177,9 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
 inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 2 : 4;
 
 template <int NQ, class KRow, class VRow>
-HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row, int64_t len, int64_t hd,
-                            float scale, float* HWY_RESTRICT scores, float* const* out) {
+HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row,
+                            int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                            float* const* out) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -199,7 +203,8 @@ HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow
   for (int j = 0; j < NQ; ++j) sum[j] = SoftmaxInPlace(scores + j * len, len);
   const int64_t dv = hd / L * L;
   int64_t d = 0;
-  for (; d + kGroupVecs * L <= dv; d += kGroupVecs * L) WeightedGroup<NQ, kGroupVecs>(v_row, scores, len, d, out);
+  for (; d + kGroupVecs * L <= dv; d += kGroupVecs * L)
+    WeightedGroup<NQ, kGroupVecs>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedGroup<NQ, 1>(v_row, scores, len, d, out);
   for (int j = 0; j < NQ; ++j) FinishRow(v_row, scores + j * len, len, hd, sum[j], out[j]);
 }

@@ -9,10 +9,13 @@
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
 // A sliding window only moves where a token's rows start: the same AttendRows over the
 // rows lo .. p, so window 0 (lo = 0) is the unlimited kernel's arithmetic exactly.
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 #include "kernels/cpu/attend_rows-inl.h"
 
@@ -24,17 +27,21 @@ namespace refit::cpu::HWY_NAMESPACE {
 void AttendOne(const float* HWY_RESTRICT q, const float* k, int64_t ldk, const float* v,
                int64_t ldv, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
                float* HWY_RESTRICT out) {
-  AttendRows(q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd, scale,
-             scores, out);
+  AttendRows(
+      q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd,
+      scale, scores, out);
 }
 
 // nq (2 or 4) query heads sharing k and v: q[j], out[j] per head; scores: scratch [nq][len].
-void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t len,
-                 int64_t hd, float scale, float* HWY_RESTRICT scores, float* const* out) {
+void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, const float* v,
+                 int64_t ldv, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                 float* const* out) {
   const auto k_row = [=](int64_t s) { return k + s * ldk; };
   const auto v_row = [=](int64_t s) { return v + s * ldv; };
-  if (nq == 4) AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
-  else AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+  if (nq == 4)
+    AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+  else
+    AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
@@ -52,8 +59,8 @@ namespace refit::cpu {
 HWY_EXPORT(AttendOne);
 HWY_EXPORT(AttendHeads);
 
-void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                   int64_t start_pos, float scale, Tensor& out, int64_t window) {
+void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
+                   float scale, Tensor& out, int64_t window) {
   init_cpu_isa();
   const int64_t T = q.size(0), H = q.size(1), hd = q.size(2), KVH = k_cache.size(1);
   const int64_t group = H / KVH;  // ops::attention checks H % KVH == 0
@@ -71,29 +78,35 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   const int64_t seen = window > 0 ? std::min(window, start_pos + T) : start_pos + T;
   const int64_t per_item = seen * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(per_item, 1));
-  parallel_for(H / nq * T, [&](int64_t i0, int64_t i1, int) {
-    thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(nq * (start_pos + T)));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, pos = start_pos + t;
-      // Rows lo .. pos: the last `window` positions (ops.h), or all of them.
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, len = pos - lo + 1;
-      const float* k0 = kp + kvh * kh + lo * kt;
-      const float* v0 = vp + kvh * vh + lo * vt;
-      if (nq == 1) {
-        HWY_DYNAMIC_DISPATCH(AttendOne)(qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, scores.data(),
-                                        op + t * ot + h0 * oh);
-        continue;
-      }
-      const float* qs[4];
-      float* outs[4];
-      for (int j = 0; j < nq; ++j) {
-        qs[j] = qp + t * qt + (h0 + j) * qh;
-        outs[j] = op + t * ot + (h0 + j) * oh;
-      }
-      HWY_DYNAMIC_DISPATCH(AttendHeads)(nq, qs, k0, kt, v0, vt, len, hd, scale, scores.data(), outs);
-    }
-  }, grain);
+  parallel_for(
+      H / nq * T,
+      [&](int64_t i0, int64_t i1, int) {
+        thread_local std::vector<float> scores;
+        scores.resize(static_cast<size_t>(nq * (start_pos + T)));
+        for (int64_t i = i0; i < i1; ++i) {
+          const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, pos = start_pos + t;
+          // Rows lo .. pos: the last `window` positions (ops.h), or all of them.
+          const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0,
+                        len = pos - lo + 1;
+          const float* k0 = kp + kvh * kh + lo * kt;
+          const float* v0 = vp + kvh * vh + lo * vt;
+          if (nq == 1) {
+            HWY_DYNAMIC_DISPATCH(AttendOne)
+            (qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, scores.data(),
+             op + t * ot + h0 * oh);
+            continue;
+          }
+          const float* qs[4];
+          float* outs[4];
+          for (int j = 0; j < nq; ++j) {
+            qs[j] = qp + t * qt + (h0 + j) * qh;
+            outs[j] = op + t * ot + (h0 + j) * oh;
+          }
+          HWY_DYNAMIC_DISPATCH(AttendHeads)
+          (nq, qs, k0, kt, v0, vt, len, hd, scale, scores.data(), outs);
+        }
+      },
+      grain);
 }
 
 }  // namespace refit::cpu

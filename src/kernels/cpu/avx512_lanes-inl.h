@@ -18,7 +18,8 @@ static inline float LaneTreeSum(__m512 acc) {
 // definition takes them: 2^(e - 128), with e = 0 giving 2^-128 and e = 255 NaN. Exact.
 static inline __m512 E8m0TimesHalf(__m512i e) {
   __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));  // 2^(e - 127) for e in 1..254
-  f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_ps(0x1p-127f));
+  f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                         _mm512_set1_ps(0x1p-127f));
   f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
                          _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
   return _mm512_mul_ps(f, _mm512_set1_ps(0.5f));
@@ -29,7 +30,8 @@ static inline __m512 E8m0TimesHalf(__m512i e) {
 // (subnormal results included); e = 255 (a NaN scale) still takes the product, so which
 // NaN comes out follows the multiplication's operand order.
 static inline __m512 TimesE8m0Half(__m512 xd, __m512i e) {
-  const __m512 s = _mm512_scalef_ps(xd, _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128))));
+  const __m512 s =
+      _mm512_scalef_ps(xd, _mm512_cvtepi32_ps(_mm512_sub_epi32(e, _mm512_set1_epi32(128))));
   const __mmask16 nan = _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255));
   return _mm512_mask_mul_ps(s, nan, xd, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }

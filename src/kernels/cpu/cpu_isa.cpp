@@ -1,8 +1,11 @@
 // Run-time ISA selection for the Highway kernels (see cpu_isa.h).
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/cpu_isa.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
@@ -12,11 +15,12 @@ int64_t CompiledTarget() { return HWY_TARGET; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/cpu/cpu_isa.h"
+
 #include <cstdlib>
 #include <mutex>
 
 #include "core/error.h"
-#include "kernels/cpu/cpu_isa.h"
 
 namespace refit::cpu {
 HWY_EXPORT(CompiledTarget);
@@ -31,8 +35,11 @@ struct IsaName {
 // Best first. "scalar" is Highway's portable fallback (EMU128, or SCALAR with one lane
 // on compilers where EMU128 is broken, e.g. GCC < 12.3), always available.
 constexpr IsaName kIsas[] = {
-    {"avx3", HWY_AVX3}, {"avx2", HWY_AVX2},       {"sse4", HWY_SSE4},
-    {"ssse3", HWY_SSSE3}, {"scalar", HWY_BASELINE_SCALAR},
+    {"avx3", HWY_AVX3},
+    {"avx2", HWY_AVX2},
+    {"sse4", HWY_SSE4},
+    {"ssse3", HWY_SSSE3},
+    {"scalar", HWY_BASELINE_SCALAR},
 };
 
 std::once_flag g_env_once;
@@ -69,7 +76,8 @@ void init_cpu_isa() {
     const char* env = std::getenv("REFIT_CPU_ISA");
     if (env == nullptr || *env == '\0') return;
     const IsaName* isa = find_isa(env);
-    if (isa == nullptr) fail("REFIT_CPU_ISA='{}' is not an ISA name (expected {})", env, known_names());
+    if (isa == nullptr)
+      fail("REFIT_CPU_ISA='{}' is not an ISA name (expected {})", env, known_names());
     apply_cap(*isa);
   });
 }

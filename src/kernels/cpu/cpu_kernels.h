@@ -29,9 +29,11 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
 bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // Decode (M <= 4) with a transposed weight view (stride(0) == 1: [K, N] storage), rows of
 // the storage streamed, the plain layout's bits; false (nothing done) for other shapes.
-bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                  Tensor& out);
 
-void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset);
+void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                  float weight_offset);
 void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);
 void softmax_hwy(Tensor& x);
 void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
@@ -39,7 +41,7 @@ void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
 void scale_hwy(const Tensor& x, float s, Tensor& out);
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out);
 void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);
-void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                   int64_t start_pos, float scale, Tensor& out, int64_t window);
+void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
+                   float scale, Tensor& out, int64_t window);
 
 }  // namespace refit::cpu

@@ -92,8 +92,8 @@ void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tenso
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(M),
                 static_cast<blasint>(n1 - n0), static_cast<blasint>(K), 1.0f, xp,
-                static_cast<blasint>(ldx), wp + n0 * ldw, static_cast<blasint>(ldw), beta,
-                op + n0, static_cast<blasint>(ldo));
+                static_cast<blasint>(ldx), wp + n0 * ldw, static_cast<blasint>(ldw), beta, op + n0,
+                static_cast<blasint>(ldo));
   };
   parallel_for((N + kSlice - 1) / kSlice, [&](int64_t s0, int64_t s1, int) {
     for (int64_t s = s0; s < s1; ++s) slice(s * kSlice, std::min(N, (s + 1) * kSlice));

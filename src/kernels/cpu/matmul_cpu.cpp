@@ -17,10 +17,13 @@
 //    f32 buffer (exact: every f16/bf16 value is an f32) and reuses it for all M rows with
 //    a 4x4 register tile. Converting first gives the same products as converting on the
 //    fly, so results match the decode path bit for bit.
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 #include <cmath>
 #include <cstdint>
@@ -88,8 +91,8 @@ struct WeightTraits<WeightType::bf16> {
 // out[i*ldo + j]. The per-element order is fixed (see the file comment).
 template <WeightType W, int MR, int NR>
 HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t ldx,
-                        const typename WeightTraits<W>::T* HWY_RESTRICT w, int64_t ldw,
-                        int64_t K, const float* bias, float* HWY_RESTRICT out, int64_t ldo) {
+                        const typename WeightTraits<W>::T* HWY_RESTRICT w, int64_t ldw, int64_t K,
+                        const float* bias, float* HWY_RESTRICT out, int64_t ldo) {
   using Tr = WeightTraits<W>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -132,13 +135,21 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
                 int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
   int64_t m = 0;
-  for (; m + 4 <= M; m += 4) RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+  for (; m + 4 <= M; m += 4)
+    RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
   switch (M - m) {
-    case 3: RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
-    case 2: RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
+    case 3:
+      RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
+    case 2:
+      RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
     // One row: 8 independent accumulators hide the FMA latency.
-    case 1: RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo); break;
-    default: break;
+    case 1:
+      RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
+    default:
+      break;
   }
 }
 
@@ -196,7 +207,8 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
   for (int64_t k0 = 0; k0 < kv; k0 += kChunk) {
     const int64_t k1 = std::min(kv, k0 + kChunk);
     int64_t j = 0;
-    for (; j + 4 <= rows; j += 4) ChunkTile<4>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
+    for (; j + 4 <= rows; j += 4)
+      ChunkTile<4>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
     for (; j < rows; ++j) ChunkTile<1>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
   }
   for (int i = 0; i < 4; ++i)
@@ -210,9 +222,8 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
 // Rows [0, M) of x against weight rows [n0, n1) through a converted f32 block.
 // buf holds kBlockRows * block_stride(K) floats, private to the calling thread.
 template <WeightType W>
-void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw,
-                 int64_t n0, int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo,
-                 float* buf) {
+void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw, int64_t n0,
+                 int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo, float* buf) {
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
   // Rows of x in blocks that stay in L2 while every weight block passes by; otherwise
   // all of x would stream from L3 for each block of 16 weight rows. Weights are then
@@ -252,8 +263,9 @@ void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int6
 // reading one element per row and column; the accumulators (M x L x blocks vectors) stay
 // in L1. At the end each column's L lane values are gathered into one vector.
 template <WeightType W>
-void TransposedDecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldk, int64_t c0,
-                          int64_t c1, int64_t K, const float* bias, float* out, int64_t ldo, float* acc) {
+void TransposedDecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldk,
+                          int64_t c0, int64_t c1, int64_t K, const float* bias, float* out,
+                          int64_t ldo, float* acc) {
   using Tr = WeightTraits<W>;
   const auto* w = static_cast<const typename Tr::T*>(w_raw);
   const DF df;
@@ -288,23 +300,31 @@ void TransposedDecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_
         for (int64_t l = 0; l < L; ++l) {
           auto s1 = hn::Zero(d1);
           for (int64_t k = l; k < K_main; k += L)
-            s1 = hn::MulAdd(hn::Set(d1, x[m * ldx + k]), hn::Set(d1, Tr::scalar(w + k * ldk + n)), s1);
+            s1 = hn::MulAdd(hn::Set(d1, x[m * ldx + k]), hn::Set(d1, Tr::scalar(w + k * ldk + n)),
+                            s1);
           lanes[l] = hn::GetLane(s1);
         }
       }
       float s = hn::GetLane(hn::SumOfLanes(df, hn::Load(df, lanes)));
-      for (int64_t k = K_main; k < K; ++k) s = std::fma(x[m * ldx + k], Tr::scalar(w + k * ldk + n), s);
+      for (int64_t k = K_main; k < K; ++k)
+        s = std::fma(x[m * ldx + k], Tr::scalar(w + k * ldk + n), s);
       out[m * ldo + n] = bias ? s + bias[n] : s;
     }
 }
 
-void MatmulTransposedDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w, int64_t ldk,
-                            int64_t c0, int64_t c1, int64_t K, const float* bias, float* out, int64_t ldo,
-                            float* acc) {
+void MatmulTransposedDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
+                            int64_t ldk, int64_t c0, int64_t c1, int64_t K, const float* bias,
+                            float* out, int64_t ldo, float* acc) {
   switch (static_cast<WeightType>(weight_type)) {
-    case WeightType::f32: return TransposedDecodeImpl<WeightType::f32>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
-    case WeightType::f16: return TransposedDecodeImpl<WeightType::f16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
-    case WeightType::bf16: return TransposedDecodeImpl<WeightType::bf16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo, acc);
+    case WeightType::f32:
+      return TransposedDecodeImpl<WeightType::f32>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo,
+                                                   acc);
+    case WeightType::f16:
+      return TransposedDecodeImpl<WeightType::f16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo,
+                                                   acc);
+    case WeightType::bf16:
+      return TransposedDecodeImpl<WeightType::bf16>(x, ldx, M, w, ldk, c0, c1, K, bias, out, ldo,
+                                                    acc);
   }
 }
 
@@ -323,7 +343,8 @@ size_t VectorLanes() { return hn::Lanes(DF()); }
 // different targets and share no code.)
 HWY_INLINE void TransposeBlocks4(const uint8_t* p, int64_t piece_stride, __m512i r[4]) {
   const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + piece_stride);
-  const __m512i c = _mm512_loadu_si512(p + 2 * piece_stride), d = _mm512_loadu_si512(p + 3 * piece_stride);
+  const __m512i c = _mm512_loadu_si512(p + 2 * piece_stride),
+                d = _mm512_loadu_si512(p + 3 * piece_stride);
   const __m512i t0 = _mm512_shuffle_i64x2(a, b, 0x44), t1 = _mm512_shuffle_i64x2(a, b, 0xEE);
   const __m512i t2 = _mm512_shuffle_i64x2(c, d, 0x44), t3 = _mm512_shuffle_i64x2(c, d, 0xEE);
   r[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
@@ -333,8 +354,9 @@ HWY_INLINE void TransposeBlocks4(const uint8_t* p, int64_t piece_stride, __m512i
 }
 
 template <WeightType W>
-void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* tiles, int64_t t0, int64_t t1,
-                        int64_t n_tiles, int64_t K, const float* bias, float* out, int64_t ldo) {
+void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* tiles, int64_t t0,
+                        int64_t t1, int64_t n_tiles, int64_t K, const float* bias, float* out,
+                        int64_t ldo) {
   using T = typename WeightTraits<W>::T;
   const DF df;
   constexpr int64_t kElemBytes = sizeof(T);
@@ -351,7 +373,8 @@ void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* t
         const uint8_t* chunk = tile + c * kChunk;
         // The next tile is requested while this one streams (first activation row only).
         if (m == 0 && next)
-          for (int64_t b = 0; b < kChunk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(next + c * kChunk + b), _MM_HINT_T1);
+          for (int64_t b = 0; b < kChunk; b += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(next + c * kChunk + b), _MM_HINT_T1);
         const VF x0 = hn::LoadU(df, xr + 32 * c), x1 = hn::LoadU(df, xr + 32 * c + 16);
         for (int g = 0; g < 4; ++g) {
           if constexpr (W == WeightType::f32) {
@@ -371,8 +394,10 @@ void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* t
             TransposeBlocks4(chunk + 64 * g, 256, rows);
             for (int j = 0; j < 4; ++j) {
               const auto w = hn::BitCast(dh2, hn::Vec512<uint16_t>{rows[j]});
-              acc[4 * g + j] = hn::MulAdd(x0, hn::PromoteTo(df, hn::LowerHalf(dh, w)), acc[4 * g + j]);
-              acc[4 * g + j] = hn::MulAdd(x1, hn::PromoteTo(df, hn::UpperHalf(dh, w)), acc[4 * g + j]);
+              acc[4 * g + j] =
+                  hn::MulAdd(x0, hn::PromoteTo(df, hn::LowerHalf(dh, w)), acc[4 * g + j]);
+              acc[4 * g + j] =
+                  hn::MulAdd(x1, hn::PromoteTo(df, hn::UpperHalf(dh, w)), acc[4 * g + j]);
             }
           }
         }
@@ -387,18 +412,26 @@ void ShuffledDecodeImpl(const float* x, int64_t ldx, int64_t M, const uint8_t* t
 }
 #endif
 
-bool MatmulShuffledDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const void* tiles, int64_t t0,
-                          int64_t t1, int64_t n_tiles, int64_t K, const float* bias, float* out, int64_t ldo) {
+bool MatmulShuffledDecode(int weight_type, const float* x, int64_t ldx, int64_t M,
+                          const void* tiles, int64_t t0, int64_t t1, int64_t n_tiles, int64_t K,
+                          const float* bias, float* out, int64_t ldo) {
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
   const auto* p = static_cast<const uint8_t*>(tiles);
   switch (static_cast<WeightType>(weight_type)) {
-    case WeightType::f32: ShuffledDecodeImpl<WeightType::f32>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
-    case WeightType::f16: ShuffledDecodeImpl<WeightType::f16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
-    case WeightType::bf16: ShuffledDecodeImpl<WeightType::bf16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo); break;
+    case WeightType::f32:
+      ShuffledDecodeImpl<WeightType::f32>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo);
+      break;
+    case WeightType::f16:
+      ShuffledDecodeImpl<WeightType::f16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo);
+      break;
+    case WeightType::bf16:
+      ShuffledDecodeImpl<WeightType::bf16>(x, ldx, M, p, t0, t1, n_tiles, K, bias, out, ldo);
+      break;
   }
   return true;
 #else
-  (void)weight_type, (void)x, (void)ldx, (void)M, (void)tiles, (void)t0, (void)t1, (void)n_tiles, (void)K, (void)bias;
+  (void)weight_type, (void)x, (void)ldx, (void)M, (void)tiles, (void)t0, (void)t1, (void)n_tiles,
+      (void)K, (void)bias;
   (void)out, (void)ldo;
   return false;
 #endif
@@ -410,9 +443,12 @@ void MatmulDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const
                   int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
                   int64_t ldo) {
   switch (static_cast<WeightType>(weight_type)) {
-    case WeightType::f32: return DecodeImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
-    case WeightType::f16: return DecodeImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
-    case WeightType::bf16: return DecodeImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::f32:
+      return DecodeImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::f16:
+      return DecodeImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::bf16:
+      return DecodeImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
   }
 }
 
@@ -420,9 +456,12 @@ void MatmulPrefill(int weight_type, const float* x, int64_t ldx, int64_t M, cons
                    int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
                    int64_t ldo, float* buf) {
   switch (static_cast<WeightType>(weight_type)) {
-    case WeightType::f32: return PrefillImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
-    case WeightType::f16: return PrefillImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
-    case WeightType::bf16: return PrefillImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+    case WeightType::f32:
+      return PrefillImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+    case WeightType::f16:
+      return PrefillImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
+    case WeightType::bf16:
+      return PrefillImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, buf);
   }
 }
 
@@ -454,10 +493,14 @@ namespace {
 
 WeightType weight_type_of(const Tensor& w) {
   switch (w.dtype()) {
-    case DType::f32: return WeightType::f32;
-    case DType::f16: return WeightType::f16;
-    case DType::bf16: return WeightType::bf16;
-    default: fail("matmul.cpu.hwy: weight dtype {} not supported", dtype_name(w.dtype()));
+    case DType::f32:
+      return WeightType::f32;
+    case DType::f16:
+      return WeightType::f16;
+    case DType::bf16:
+      return WeightType::bf16;
+    default:
+      fail("matmul.cpu.hwy: weight dtype {} not supported", dtype_name(w.dtype()));
   }
 }
 
@@ -503,7 +546,8 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
 bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   init_cpu_isa();
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  if (M > matmul_detail::kDecodeMaxRows || N % 16 != 0 || K % 32 != 0 || !HWY_DYNAMIC_DISPATCH(ShuffledDecodeInPlace)())
+  if (M > matmul_detail::kDecodeMaxRows || N % 16 != 0 || K % 32 != 0 ||
+      !HWY_DYNAMIC_DISPATCH(ShuffledDecodeInPlace)())
     return false;
   if (M == 0 || N == 0) return true;
   const int wt = static_cast<int>(weight_type_of(w));
@@ -513,12 +557,14 @@ bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& 
   const int64_t ldx = x.stride(0), ldo = out.stride(0), n_tiles = N / 16;
   const void* tiles = w.raw_data();
   parallel_for(n_tiles, [&](int64_t t0, int64_t t1, int) {
-    HWY_DYNAMIC_DISPATCH(MatmulShuffledDecode)(wt, xp, ldx, M, tiles, t0, t1, n_tiles, K, bp, op, ldo);
+    HWY_DYNAMIC_DISPATCH(MatmulShuffledDecode)
+    (wt, xp, ldx, M, tiles, t0, t1, n_tiles, K, bp, op, ldo);
   });
   return true;
 }
 
-bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                  Tensor& out) {
   init_cpu_isa();
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   if (M > matmul_detail::kDecodeMaxRows || w.stride(0) != 1) return false;
@@ -529,7 +575,8 @@ bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor
   // is read in runs of several cache lines, short enough that both threads get several
   // and that the accumulators (M x L x width floats) stay within 32 KiB of L1.
   const int64_t most = std::max<int64_t>(L, 32 * 1024 / 4 / (M * L) / L * L);
-  const int64_t width = std::clamp<int64_t>(N / (4 * num_threads()) / L * L, std::min<int64_t>(4 * L, most), most);
+  const int64_t width =
+      std::clamp<int64_t>(N / (4 * num_threads()) / L * L, std::min<int64_t>(4 * L, most), most);
   const float* xp = x.data<const float>();
   const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
   float* op = out.data<float>();
@@ -537,10 +584,10 @@ bool matmul_transposed_decode_hwy(const Tensor& x, const Tensor& w, const Tensor
   const int64_t ldx = x.stride(0), ldk = w.stride(1), ldo = out.stride(0);
   parallel_for((N + width - 1) / width, [&](int64_t s0, int64_t s1, int) {
     thread_local std::vector<float> acc;
-    if (acc.size() < static_cast<size_t>(M * L * width)) acc.resize(static_cast<size_t>(M * L * width));
-    for (int64_t s = s0; s < s1; ++s)
-      HWY_DYNAMIC_DISPATCH(MatmulTransposedDecode)(wt, xp, ldx, M, wp, ldk, s * width, std::min(N, (s + 1) * width), K,
-                                                   bp, op, ldo, acc.data());
+    if (acc.size() < static_cast<size_t>(M * L * width))
+      acc.resize(static_cast<size_t>(M * L * width));
+    for (int64_t s = s0; s < s1; ++s) HWY_DYNAMIC_DISPATCH(MatmulTransposedDecode)
+    (wt, xp, ldx, M, wp, ldk, s * width, std::min(N, (s + 1) * width), K, bp, op, ldo, acc.data());
   });
   return true;
 }

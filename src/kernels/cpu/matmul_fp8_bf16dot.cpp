@@ -1,6 +1,5 @@
 // FP8 W8A8 matmul on AVX-512 BF16 (see matmul_fp8_bf16dot.h): the code tables, the
 // activation re-ordering, the tile loop (un-shuffling shuffled weights) and the dispatch rows.
-#include "kernels/op_names.h"
 #include "kernels/cpu/matmul_fp8_bf16dot.h"
 
 #include <fmt/format.h>
@@ -16,6 +15,7 @@
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_quantized_rows.h"
 #include "kernels/matmul_quantized.h"
+#include "kernels/op_names.h"
 
 namespace refit::cpu::fp8dot {
 
@@ -31,7 +31,8 @@ struct Bf16Tables {
 const Bf16Tables& tables() {
   static const Bf16Tables t = [] {
     Bf16Tables t{};
-    for (int c = 0; c < 256; ++c) t.of_code[c] = f32_to_bf16(f8_e4m3fn_to_f32(static_cast<uint8_t>(c)));
+    for (int c = 0; c < 256; ++c)
+      t.of_code[c] = f32_to_bf16(f8_e4m3fn_to_f32(static_cast<uint8_t>(c)));
     for (int c = 0; c < 128; ++c) {
       t.low[c] = static_cast<uint8_t>(t.of_code[c] & 0xFF);
       t.high[c] = static_cast<uint8_t>(t.of_code[c] >> 8);
@@ -42,8 +43,8 @@ const Bf16Tables& tables() {
 }
 
 template <bool Shuffled>
-void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                        int64_t group, const Tensor& bias, Tensor& out) {
+void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                        const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
   Operands op{};
   op.M = x.size(0), op.K = x.size(1), op.N = w.size(0);
   if (op.M == 0 || op.N == 0) return;
@@ -51,15 +52,20 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
   if (op.S > 1 && group % 64 != 0) {
     // Scale groups that split a 64-code vector (no scheme makes them; fp8-block's are 128):
     // the Highway kernel takes them. `group` is not a tensor, so dispatch cannot see it.
-    const std::string name = std::string("matmul_quantized.cpu.hwy_f8_") + (Shuffled ? "shuffled_16x16" : "plain");
+    const std::string name =
+        std::string("matmul_quantized.cpu.hwy_f8_") + (Shuffled ? "shuffled_16x16" : "plain");
     for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
-      if (k->name == name) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn)(x, x_scale, w, w_scale, group, bias, out);
-    fail("matmul_quantized: FP8 scale groups of {} need kernel {}, which is not registered", group, name);
+      if (k->name == name)
+        return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn)(x, x_scale, w, w_scale, group,
+                                                                   bias, out);
+    fail("matmul_quantized: FP8 scale groups of {} need kernel {}, which is not registered", group,
+         name);
   }
   op.group = group;
   op.Kp = (op.K + 63) / 64 * 64;
   std::vector<uint16_t> xb(static_cast<size_t>(op.M * op.Kp));
-  prepare_activations(static_cast<const uint8_t*>(x.raw_data()), x.stride(0), op.M, op.K, op.Kp, xb.data());
+  prepare_activations(static_cast<const uint8_t*>(x.raw_data()), x.stride(0), op.M, op.K, op.Kp,
+                      xb.data());
   op.xb = xb.data();
   op.bf16_low = tables().low;
   op.bf16_high = tables().high;
@@ -86,22 +92,23 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
   });
 }
 
-
 }  // namespace
 
 bool usable() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") &&
-                          __builtin_cpu_supports("fma");
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma");
   return cpu && avx512_allowed();
 #else
   return false;
 #endif
 }
 
-void prepare_activations(const uint8_t* x_codes, int64_t ldx, int64_t M, int64_t K, int64_t Kp, uint16_t* xb) {
+void prepare_activations(const uint8_t* x_codes, int64_t ldx, int64_t M, int64_t K, int64_t Kp,
+                         uint16_t* xb) {
   const uint16_t* bf16 = tables().of_code;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t c = 0; c < Kp; c += 64)
@@ -117,17 +124,20 @@ void register_kernels(KernelRegistry& registry) {
   for (const bool shuffled : {false, true}) {
     Kernel k;
     k.op = op_names::matmul_quantized;
-    k.name = std::string("matmul_quantized.cpu.avx512bf16_f8_w8a8_") + (shuffled ? "shuffled_16x16" : "plain");
+    k.name = std::string("matmul_quantized.cpu.avx512bf16_f8_w8a8_") +
+             (shuffled ? "shuffled_16x16" : "plain");
     k.device = DeviceType::cpu;
     k.priority = 30;  // above the Highway kernels (20), which take what this refuses
-    k.args = {{"x", {DType::f8_e4m3fn}, {Layout::strided}, false},
-              {"x_scale", {DType::f32}, {Layout::strided}, false},
-              {"w", {DType::f8_e4m3fn}, {shuffled ? Layout::shuffled_16x16 : Layout::strided}, false},
-              {"w_scale", {DType::f32}, {Layout::strided}, false},
-              {"bias", {DType::f32}, {Layout::strided}, true},
-              {"out", {DType::f32}, {Layout::strided}, false}};
+    k.args = {
+        {"x", {DType::f8_e4m3fn}, {Layout::strided}, false},
+        {"x_scale", {DType::f32}, {Layout::strided}, false},
+        {"w", {DType::f8_e4m3fn}, {shuffled ? Layout::shuffled_16x16 : Layout::strided}, false},
+        {"w_scale", {DType::f32}, {Layout::strided}, false},
+        {"bias", {DType::f32}, {Layout::strided}, true},
+        {"out", {DType::f32}, {Layout::strided}, false}};
     k.constraint = [shuffled](std::span<const Tensor* const> a) -> std::string {
-      if (!usable()) return "needs AVX-512 BF16 and VBMI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
+      if (!usable())
+        return "needs AVX-512 BF16 and VBMI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
       if (std::string why = dense_operands_reason(a); !why.empty()) return why;
       const Tensor& x = *a[0];
       const Tensor& w = *a[2];
@@ -136,12 +146,15 @@ void register_kernels(KernelRegistry& registry) {
       const int64_t K = x.size(1), S = ws.size(1);
       if (S != 1 && S != (K + 127) / 128) return "scales must be per row or per 128 columns";
       if (shuffled && (w.size(0) % 16 != 0 || K % 32 != 0))
-        return fmt::format("shuffled codes need N % 16 == 0 and K % 32 == 0, got {}", shape_str(w.shape()));
+        return fmt::format("shuffled codes need N % 16 == 0 and K % 32 == 0, got {}",
+                           shape_str(w.shape()));
       return {};
     };
-    k.constraint_text = std::string("AVX-512 BF16 + VBMI; ") + (shuffled ? "w: 16 x 32-byte tiles; " : "") +
+    k.constraint_text = std::string("AVX-512 BF16 + VBMI; ") +
+                        (shuffled ? "w: 16 x 32-byte tiles; " : "") +
                         "scales per row or per 128 columns";
-    k.fn = shuffled ? kernel_fn<Fn>(&matmul_fp8_bf16dot<true>) : kernel_fn<Fn>(&matmul_fp8_bf16dot<false>);
+    k.fn = shuffled ? kernel_fn<Fn>(&matmul_fp8_bf16dot<true>)
+                    : kernel_fn<Fn>(&matmul_fp8_bf16dot<false>);
     registry.add(std::move(k));
   }
 }

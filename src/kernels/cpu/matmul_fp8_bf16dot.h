@@ -11,7 +11,8 @@
 // denormal as bf16, and scales are applied after the sums), and no sum of products of
 // codes (multiples of 2^-18) is denormal. Rows of a batch never interact and every M runs
 // this same kernel, so a row's result does not depend on M (batch invariance); a shuffled
-// weight is read in place, its 16-byte pieces re-assembled in registers, with the plain layout's bits.
+// weight is read in place, its 16-byte pieces re-assembled in registers, with the plain layout's
+// bits.
 //
 // Per output element: acc (16 lanes) over each scale group of 128 values (or the whole row
 // when one scale covers it) by vdpbf16ps, then out += lanes(acc) * w_scale per group, in
@@ -34,16 +35,18 @@ struct Operands {
   const float* xs;            // [M] per-token scales
   const uint8_t* bf16_low;    // [128] low / high bytes of the bf16 bits of magnitude codes 0..127
   const uint8_t* bf16_high;
-  const float* w_scale;       // [N, S]
-  const float* bias;          // [N] or null
-  float* out;                 // [M, N], rows ldo apart
+  const float* w_scale;  // [N, S]
+  const float* bias;     // [N] or null
+  float* out;            // [M, N], rows ldo apart
   int64_t ldo;
 };
 
 // The activations' bf16 values in the order the kernel pairs them with weight codes.
-void prepare_activations(const uint8_t* x_codes, int64_t ldx, int64_t M, int64_t K, int64_t Kp, uint16_t* xb);
+void prepare_activations(const uint8_t* x_codes, int64_t ldx, int64_t M, int64_t K, int64_t Kp,
+                         uint16_t* xb);
 // Output columns [n0, n0 + rows) for every activation row; codes [rows, K] rows K apart.
-void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows, const uint8_t* next);
+void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows,
+                 const uint8_t* next);
 // Output columns [n0, n0 + 16) from a 16-row tile stored shuffled (16 x K bytes), read in
 // place with the plain layout's bits; `next`: the next tile, to prefetch (or null).
 void shuffled_tile_avx512(const Operands& op, const uint8_t* tile, int64_t n0, const uint8_t* next);

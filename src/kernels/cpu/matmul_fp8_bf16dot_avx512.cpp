@@ -31,15 +31,16 @@ struct Tables {
 };
 
 inline Tables LoadTables(const Operands& op) {
-  return {_mm512_loadu_si512(op.bf16_low), _mm512_loadu_si512(op.bf16_low + 64), _mm512_loadu_si512(op.bf16_high),
-          _mm512_loadu_si512(op.bf16_high + 64)};
+  return {_mm512_loadu_si512(op.bf16_low), _mm512_loadu_si512(op.bf16_low + 64),
+          _mm512_loadu_si512(op.bf16_high), _mm512_loadu_si512(op.bf16_high + 64)};
 }
 
 // 64 codes to two bf16 vectors.
 inline void Decode64(const Tables& t, __m512i c, __m512i& first, __m512i& second) {
   const __m512i lo = _mm512_permutex2var_epi8(t.lo_a, c, t.lo_b);
   __m512i hi = _mm512_permutex2var_epi8(t.hi_a, c, t.hi_b);
-  hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // hi | (c & 0x80)
+  hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8(static_cast<char>(0x80)),
+                                 0xF8);  // hi | (c & 0x80)
   first = _mm512_unpacklo_epi8(lo, hi);
   second = _mm512_unpackhi_epi8(lo, hi);
 }
@@ -68,8 +69,8 @@ inline void ShuffledCodes4(const uint8_t* tile, int64_t k, int64_t pieces, int g
 // Activation rows [m0, m0 + MR) against weight rows [n0, n0 + NR). Shuffled: `codes` is
 // the 16-row tile, rows r0 .. r0 + NR of it (multiples of 4).
 template <int MR, int NR, bool Shuffled = false>
-void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0, int64_t n0, int64_t r0,
-           const uint8_t* next, int64_t stride = 1) {
+void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0, int64_t n0,
+           int64_t r0, const uint8_t* next, int64_t stride = 1) {
   static_assert(!Shuffled || NR % 4 == 0);
   const int64_t chunks = op.Kp / 64;
   const bool grouped = op.S > 1;
@@ -98,7 +99,8 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
           // The next tile's lines at the same places (over all row groups: all of it).
           if (next)
             for (int64_t b = 0; b < 1024 && k / 32 * 512 + b < 16 * op.K; b += 256)
-              _mm_prefetch(reinterpret_cast<const char*>(next + k / 32 * 512 + b + 64 * group4), _MM_HINT_T1);
+              _mm_prefetch(reinterpret_cast<const char*>(next + k / 32 * 512 + b + 64 * group4),
+                           _MM_HINT_T1);
           __m512i cv[4];
           ShuffledCodes4(codes, k, op.K / 32, group4, cv);
           for (int jj = 0; jj < 4; ++jj) {
@@ -114,7 +116,9 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
         __m512i w[NR][2];
         for (int j = 0; j < NR; ++j) {
           const uint8_t* row = codes + (r0 + j * stride) * op.K;
-          if (next) _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k), _MM_HINT_T1);
+          if (next)
+            _mm_prefetch(reinterpret_cast<const char*>(next + (r0 + j * stride) * op.K + k),
+                         _MM_HINT_T1);
           Decode64(t, _mm512_maskz_loadu_epi8(mask, row + k), w[j][0], w[j][1]);
         }
         for (int i = 0; i < MR; ++i) {
@@ -149,7 +153,8 @@ void Block(const Operands& op, const Tables& t, const uint8_t* codes, int64_t m0
 
 }  // namespace
 
-void shuffled_tile_avx512(const Operands& op, const uint8_t* tile, int64_t n0, const uint8_t* next) {
+void shuffled_tile_avx512(const Operands& op, const uint8_t* tile, int64_t n0,
+                          const uint8_t* next) {
   const Tables t = LoadTables(op);
   // One scale per row: all 16 rows in one pass over the tile (16 accumulators). Grouped
   // scales keep a second set of accumulators, so there four rows per pass.
@@ -157,12 +162,14 @@ void shuffled_tile_avx512(const Operands& op, const uint8_t* tile, int64_t n0, c
     if (op.S == 1) {
       Block<1, 16, true>(op, t, tile, m, n0, 0, m == 0 ? next : nullptr);
     } else {
-      for (int64_t g = 0; g < 4; ++g) Block<1, 4, true>(op, t, tile, m, n0 + 4 * g, 4 * g, m == 0 ? next : nullptr);
+      for (int64_t g = 0; g < 4; ++g)
+        Block<1, 4, true>(op, t, tile, m, n0 + 4 * g, 4 * g, m == 0 ? next : nullptr);
     }
   }
 }
 
-void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows, const uint8_t* next) {
+void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t rows,
+                 const uint8_t* next) {
   const Tables t = LoadTables(op);
   int64_t r = 0;
   // Decode: four weight rows at a time. More activation rows: 4 x 2 blocks, so that each
@@ -176,13 +183,16 @@ void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t r
       for (int64_t g = 0; g < rows; g += 4 * per_page)
         for (int64_t phase = 0; phase < per_page; ++phase)
           for (int64_t m = 0; m < op.M; ++m)
-            Block<1, 4>(op, t, codes, m, n0 + g + phase, g + phase, m == 0 ? next : nullptr, per_page);
+            Block<1, 4>(op, t, codes, m, n0 + g + phase, g + phase, m == 0 ? next : nullptr,
+                        per_page);
       return;
     }
     for (; r + 4 <= rows; r += 4)
-      for (int64_t m = 0; m < op.M; ++m) Block<1, 4>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+      for (int64_t m = 0; m < op.M; ++m)
+        Block<1, 4>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
     for (; r < rows; ++r)
-      for (int64_t m = 0; m < op.M; ++m) Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+      for (int64_t m = 0; m < op.M; ++m)
+        Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
     return;
   }
   for (; r + 2 <= rows; r += 2) {
@@ -191,7 +201,8 @@ void rows_avx512(const Operands& op, const uint8_t* codes, int64_t n0, int64_t r
     for (; m < op.M; ++m) Block<1, 2>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
   }
   for (; r < rows; ++r)
-    for (int64_t m = 0; m < op.M; ++m) Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
+    for (int64_t m = 0; m < op.M; ++m)
+      Block<1, 1>(op, t, codes, m, n0 + r, r, m == 0 ? next : nullptr);
 }
 
 }  // namespace refit::cpu::fp8dot

@@ -1,7 +1,6 @@
 // Integer-dot W8A8 matmul for Q8_0 and MXFP4 weights (definition in matmul_int8_dot.h):
 // the scalar kernel that is the definition, the wrapper that runs the AVX-512 VNNI kernel
 // (matmul_int8_dot_avx512.cpp) over tiles, the activation quantizer, and their dispatch rows.
-#include "kernels/op_names.h"
 #include "kernels/cpu/matmul_int8_dot.h"
 
 #include <fmt/format.h>
@@ -12,16 +11,18 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/op_names.h"
+
 #if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
 #include "core/float_formats.h"
-#include "kernels/interleave_4x16.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/matmul_quantized_rows.h"
+#include "kernels/interleave_4x16.h"
 #include "kernels/matmul_quantized.h"
 
 namespace refit::cpu::int8dot {
@@ -50,7 +51,8 @@ float row_dot_definition(const Operands& op, int64_t m, const uint8_t* w, const 
   for (int64_t b = 0; b < op.S; ++b) {
     int32_t isum = 0;
     for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
-      const int32_t wi = op.kind == Weights::q8_0 ? static_cast<int8_t>(w[k]) : kF4Twice[(w[k / 2] >> (4 * (k & 1))) & 15];
+      const int32_t wi = op.kind == Weights::q8_0 ? static_cast<int8_t>(w[k])
+                                                  : kF4Twice[(w[k / 2] >> (4 * (k & 1))) & 15];
       isum += wi * x[k];
     }
     const float s = xd[b] * weight_scale(op.kind, scales, b);
@@ -65,7 +67,8 @@ void tile_definition(const Operands& op, const Tile& t) {
   const auto* scales = static_cast<const uint8_t*>(t.scales);
   for (int64_t r = 0; r < t.rows; ++r)
     for (int64_t m = 0; m < op.M; ++m) {
-      const float v = row_dot_definition(op, m, t.codes + r * t.row_bytes, scales + r * op.S * scale_bytes(op.kind));
+      const float v = row_dot_definition(op, m, t.codes + r * t.row_bytes,
+                                         scales + r * op.S * scale_bytes(op.kind));
       op.out[m * op.ldo + t.n0 + r] = op.bias ? v + op.bias[t.n0 + r] : v;
     }
 }
@@ -73,21 +76,23 @@ void tile_definition(const Operands& op, const Tile& t) {
 // Tile t of a shuffled_16x16 weight in plain layout: codes [16, row_bytes] (stored as
 // 16-row x 32-byte tiles, each [2][16][16]) and scales [16, S] (stored tile by tile,
 // [S/g, 16, g] with g = scale groups per 32-byte tile).
-void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int64_t row_bytes, int64_t S,
-                    int64_t esize, int64_t g, uint8_t* codes_out, uint8_t* scales_out) {
+void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int64_t row_bytes,
+                    int64_t S, int64_t esize, int64_t g, uint8_t* codes_out, uint8_t* scales_out) {
   unshuffle_code_tile(codes, t, row_bytes, codes_out);
   const uint8_t* tile_scales = scales + t * kTileRows * S * esize;
   for (int64_t c = 0; c < S / g; ++c)
     for (int64_t r = 0; r < kTileRows; ++r)
-      std::memcpy(scales_out + (r * S + c * g) * esize, tile_scales + ((c * kTileRows + r) * g) * esize, g * esize);
+      std::memcpy(scales_out + (r * S + c * g) * esize,
+                  tile_scales + ((c * kTileRows + r) * g) * esize, g * esize);
 }
 
 enum class Impl { definition, avx512 };
 
 template <Layout L, Impl I>
-void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale, int64_t group,
-                 const Tensor& bias, Tensor& out) {
-  constexpr bool Shuffled = L == Layout::shuffled_16x16, Interleaved = L == Layout::interleaved_4x16;
+void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
+                 int64_t group, const Tensor& bias, Tensor& out) {
+  constexpr bool Shuffled = L == Layout::shuffled_16x16,
+                 Interleaved = L == Layout::interleaved_4x16;
   Operands op{};
   op.kind = w.dtype() == DType::i8 ? Weights::q8_0 : Weights::mxfp4;
   op.M = x.size(0), op.K = x.size(1), op.N = w.size(0), op.S = op.K / kBlock;
@@ -99,7 +104,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   op.bias = bias.defined() ? bias.data<const float>() : nullptr;
   op.out = out.data<float>();
   op.ldo = out.stride(0);
-  const int64_t row_bytes = op.kind == Weights::q8_0 ? op.K : op.K / 2, esize = scale_bytes(op.kind);
+  const int64_t row_bytes = op.kind == Weights::q8_0 ? op.K : op.K / 2,
+                esize = scale_bytes(op.kind);
   const auto* codes = static_cast<const uint8_t*>(w.raw_data());
   const auto* scales = static_cast<const uint8_t*>(w_scale.raw_data());
   Prepared prepared{};
@@ -134,7 +140,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       amx_scratch.resize(static_cast<size_t>(amx_scratch_bytes(op)));
       dw_plain.resize(static_cast<size_t>(kTileRows * op.S));
     }
-    if ((Shuffled || Interleaved) && !in_place) codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
+    if ((Shuffled || Interleaved) && !in_place)
+      codes_buf.resize(static_cast<size_t>(kTileRows * row_bytes));
     if (Shuffled && !in_place) scales_buf.resize(static_cast<size_t>(kTileRows * op.S * esize));
     for (int64_t t = t0; t < t1; ++t) {
       if (Shuffled && in_place) {
@@ -148,8 +155,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       tile.rows = std::min(kTileRows, op.N - tile.n0);
       tile.row_bytes = row_bytes;
       if constexpr (Shuffled) {
-        unshuffle_tile(codes, scales, t, row_bytes, op.S, esize, op.kind == Weights::q8_0 ? 1 : 2, codes_buf.data(),
-                       scales_buf.data());
+        unshuffle_tile(codes, scales, t, row_bytes, op.S, esize, op.kind == Weights::q8_0 ? 1 : 2,
+                       codes_buf.data(), scales_buf.data());
         tile.codes = codes_buf.data();
         tile.scales = scales_buf.data();
       } else {
@@ -163,7 +170,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
         }
       }
       if (amx) {
-        weight_scales_f32(op.kind, static_cast<const uint8_t*>(tile.scales), tile.rows * op.S, dw_plain.data());
+        weight_scales_f32(op.kind, static_cast<const uint8_t*>(tile.scales), tile.rows * op.S,
+                          dw_plain.data());
         tile_amx(op, xv.data(), xdt.data(), Mpad, tile, dw_plain.data(), amx_scratch.data());
       } else if constexpr (I == Impl::avx512) {
         tile_avx512(op, prepared, tile);
@@ -202,7 +210,8 @@ void quantize_row_definition(const float* row, int64_t S, int8_t* q, float* d) {
     d[b] = scale;
     // Adding and subtracting 1.5 * 2^23 rounds |v| < 2^22 to an integer, ties to even.
     constexpr float kRound = 12582912.0f;
-    for (int64_t k = 0; k < kBlock; ++k) out[k] = static_cast<int8_t>(static_cast<int32_t>((v[k] * inv + kRound) - kRound));
+    for (int64_t k = 0; k < kBlock; ++k)
+      out[k] = static_cast<int8_t>(static_cast<int32_t>((v[k] * inv + kRound) - kRound));
   }
 }
 
@@ -210,7 +219,8 @@ template <void (*Row)(const float*, int64_t, int8_t*, float*)>
 void quantize_per_block_q8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   const int64_t M = x.size(0), S = x.size(1) / kBlock;
   for (int64_t m = 0; m < M; ++m)
-    Row(x.data<const float>() + m * x.stride(0), S, static_cast<int8_t*>(xq.raw_data()) + m * xq.stride(0),
+    Row(x.data<const float>() + m * x.stride(0), S,
+        static_cast<int8_t*>(xq.raw_data()) + m * xq.stride(0),
         x_scale.data<float>() + m * x_scale.stride(0));
 }
 
@@ -220,11 +230,13 @@ std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, boo
   const Tensor& w = *a[2];
   if (std::string why = dense_operands_reason(a); !why.empty()) return why;
   if (x.size(1) % kBlock != 0) return fmt::format("K must be a multiple of 32, got {}", x.size(1));
-  if (!x_scale.defined() || x_scale.dim() != 2 || x_scale.size(1) != x.size(1) / kBlock || x_scale.stride(-1) != 1)
+  if (!x_scale.defined() || x_scale.dim() != 2 || x_scale.size(1) != x.size(1) / kBlock ||
+      x_scale.stride(-1) != 1)
     return "x_scale must be [M, K / 32] with stride 1";
   if (a[3]->size(1) != x.size(1) / kBlock) return "w_scale must hold one scale per 32 values";
   if (shuffled && (w.size(0) % kTileRows != 0 || (x.size(1) / (f4 ? 2 : 1)) % 32 != 0))
-    return fmt::format("shuffled codes need N % 16 == 0 and 32-byte row tiles, got {}", shape_str(w.shape()));
+    return fmt::format("shuffled codes need N % 16 == 0 and 32-byte row tiles, got {}",
+                       shape_str(w.shape()));
   return {};
 }
 
@@ -233,7 +245,8 @@ std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, boo
 bool avx512_vnni_usable() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
                           __builtin_cpu_supports("fma");
   return cpu && avx512_allowed();
@@ -263,7 +276,8 @@ bool amx_usable() {
   // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), once, for all its threads.
   static const bool granted = [] {
     if (!(__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))) return false;
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) ==
+           0;
   }();
   return granted && avx512_vnni_usable();  // the tail of the AMX kernel is AVX-512, as is the cap
 #else
@@ -295,8 +309,8 @@ void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
   if (op.interleaved) {
     auto* il = reinterpret_cast<int8_t*>(corr + op.M * p.S16);
     for (int64_t m = 0; m < op.M; ++m)
-      interleave_4x16_rows(reinterpret_cast<const uint8_t*>(op.xq + m * op.ldxq), reinterpret_cast<uint8_t*>(il + m * op.K),
-                           1, op.K);
+      interleave_4x16_rows(reinterpret_cast<const uint8_t*>(op.xq + m * op.ldxq),
+                           reinterpret_cast<uint8_t*>(il + m * op.K), 1, op.K);
     p.xil = il;
   }
   if (op.kind == Weights::mxfp4) {
@@ -326,18 +340,24 @@ void register_kernels(KernelRegistry& registry) {
     const void* avx512;
   };
   using Fn = kernels::MatmulQuantizedFn;
-  constexpr Layout kPlain = Layout::strided, kShuffled = Layout::shuffled_16x16, kInterleaved = Layout::interleaved_4x16;
+  constexpr Layout kPlain = Layout::strided, kShuffled = Layout::shuffled_16x16,
+                   kInterleaved = Layout::interleaved_4x16;
   const Row rows[] = {
-      {"q8_0_plain", DType::i8, DType::f16, kPlain, kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+      {"q8_0_plain", DType::i8, DType::f16, kPlain,
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
-      {"q8_0_shuffled_16x16", DType::i8, DType::f16, kShuffled, kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
+      {"q8_0_shuffled_16x16", DType::i8, DType::f16, kShuffled,
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
        kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
       {"q8_0_interleaved_4x16", DType::i8, DType::f16, kInterleaved,
-       kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::definition>), kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::avx512>)},
-      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, kPlain, kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::avx512>)},
+      {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, kPlain,
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
       {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, kShuffled,
-       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>), kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
   };
   for (const Row& row : rows)
     for (const bool simd : {false, true}) {
@@ -358,16 +378,18 @@ void register_kernels(KernelRegistry& registry) {
           return "needs AVX-512 VNNI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
         return operands_reason(a, shuffled, f4);
       };
-      k.constraint_text = std::string(simd ? "AVX-512 VNNI; " : "exact definition (scalar); ") +
-                          (shuffled ? "w: 16 x 32-byte tiles; " : "") +
-                          (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
-                          "int8 activations [M, K], x_scale [M, K/32]";
+      k.constraint_text =
+          std::string(simd ? "AVX-512 VNNI; " : "exact definition (scalar); ") +
+          (shuffled ? "w: 16 x 32-byte tiles; " : "") +
+          (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
+          "int8 activations [M, K], x_scale [M, K/32]";
       k.fn = simd ? row.avx512 : row.definition;
       // The interleave is what this kernel reads fastest (prefill 10-28% faster on
       // `medium`, decode within noise: bench/RESULTS.md); rows shorter than one run of 16
       // blocks are the same bytes interleaved, so they stay plain.
       if (simd && row.layout == kInterleaved)
-        k.prefers_weight_layout = Kernel::WeightLayoutPreference{&avx512_vnni_usable, kInterleaveRun};
+        k.prefers_weight_layout =
+            Kernel::WeightLayoutPreference{&avx512_vnni_usable, kInterleaveRun};
       registry.add(std::move(k));
     }
   for (const bool simd : {false, true}) {
@@ -387,8 +409,10 @@ void register_kernels(KernelRegistry& registry) {
       return {};
     };
     q.constraint_text = simd ? "AVX-512 VNNI; rows dense" : "exact definition (scalar); rows dense";
-    q.fn = simd ? kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu<&quantize_row_avx512>)
-                : kernel_fn<kernels::QuantizePerTokenFn>(&quantize_per_block_q8_cpu<&quantize_row_definition>);
+    q.fn = simd ? kernel_fn<kernels::QuantizePerTokenFn>(
+                      &quantize_per_block_q8_cpu<&quantize_row_avx512>)
+                : kernel_fn<kernels::QuantizePerTokenFn>(
+                      &quantize_per_block_q8_cpu<&quantize_row_definition>);
     registry.add(std::move(q));
   }
 }

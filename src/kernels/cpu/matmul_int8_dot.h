@@ -38,8 +38,8 @@ enum class Weights : uint8_t { q8_0, mxfp4 };
 struct Operands {
   Weights kind;
   bool interleaved = false;  // tiles reach tile_avx512 as Q8_0 codes in Layout::interleaved_4x16
-  int64_t M, K, N, S;  // S = K / 32
-  const int8_t* xq;    // [M, K] activation codes, natural order
+  int64_t M, K, N, S;        // S = K / 32
+  const int8_t* xq;          // [M, K] activation codes, natural order
   int64_t ldxq;
   const float* xd;  // [M, S] activation scales
   int64_t ldxd;
@@ -67,7 +67,7 @@ struct Prepared {
   const int32_t* xcorr;  // [M, S16]
   int64_t S16;
   const int8_t* xperm;  // [M, K] (MXFP4 only)
-  const int8_t* xil;    // [M, K] the codes in the weights' interleaved order (interleaved Q8_0 only)
+  const int8_t* xil;  // [M, K] the codes in the weights' interleaved order (interleaved Q8_0 only)
 };
 
 // Whether the AVX-512 VNNI kernel may run: the CPU has it and REFIT_CPU_ISA allows avx3.
@@ -86,8 +86,8 @@ void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d);
 // out[:, n0 .. n0 + 16) for every row of x from a tile stored shuffled (codes: its 16 x
 // row_bytes bytes, scales: its 16 x S scales), read in place; weight bytes up to
 // prefetch_end may be requested ahead.
-void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes, const void* scales, int64_t n0,
-                          const uint8_t* prefetch_end);
+void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes,
+                          const void* scales, int64_t n0, const uint8_t* prefetch_end);
 // out[:, tile rows] for every row of x.
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile);
 
@@ -104,8 +104,8 @@ void weight_scales_f32(Weights kind, const uint8_t* scales, int64_t count, float
 void prepare_amx_activations(const Operands& op, int64_t Mpad, int8_t* xv, float* xdt);
 // out[:, tile rows] for every row of x; dw_plain: the tile's weight scales as the
 // definition takes them, [rows, S] f32.
-void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mpad, const Tile& tile,
-              const float* dw_plain, void* scratch);
+void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mpad,
+              const Tile& tile, const float* dw_plain, void* scratch);
 
 void register_kernels(KernelRegistry& registry);
 

@@ -48,7 +48,8 @@ int64_t amx_scratch_bytes(const Operands& op) {
 
 void weight_scales_f32(Weights kind, const uint8_t* scales, int64_t count, float* out) {
   for (int64_t i = 0; i < count; i += 16) {
-    const __mmask16 mask = count - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (count - i)) - 1);
+    const __mmask16 mask =
+        count - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (count - i)) - 1);
     __m512 f;
     if (kind == Weights::q8_0) {
       f = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, scales + 2 * i));
@@ -77,9 +78,9 @@ void prepare_amx_activations(const Operands& op, int64_t Mpad, int8_t* xv, float
 
 void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mpad, const Tile& t,
               const float* dw_plain, void* scratch) {
-  auto* wrows = static_cast<int8_t*>(scratch);                 // [16][K]
-  auto* acc = reinterpret_cast<float*>(wrows + 16 * op.K);     // [16 n][16 lanes][16 m]
-  auto* c = reinterpret_cast<int32_t*>(acc + 16 * 16 * 16);   // [2][16 n][16 m]
+  auto* wrows = static_cast<int8_t*>(scratch);               // [16][K]
+  auto* acc = reinterpret_cast<float*>(wrows + 16 * op.K);   // [16 n][16 lanes][16 m]
+  auto* c = reinterpret_cast<int32_t*>(acc + 16 * 16 * 16);  // [2][16 n][16 m]
   // The weight operand: Q8_0 codes straight from the tile (rows t.row_bytes apart) unless
   // the tile is partial; MXFP4 nibbles to 2v by a byte table, 128 codes per step.
   const int8_t* w = reinterpret_cast<const int8_t*>(t.codes);
@@ -91,7 +92,9 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
       if (n >= t.rows || op.kind == Weights::q8_0) {  // zeros past the last row, else a copy
         for (int64_t k = 0; k < op.K; k += 64) {
           const __mmask64 mask = op.K - k >= 64 ? ~__mmask64{0} : (__mmask64{1} << (op.K - k)) - 1;
-          _mm512_mask_storeu_epi8(dst + k, mask, n >= t.rows ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(mask, row + k));
+          _mm512_mask_storeu_epi8(
+              dst + k, mask,
+              n >= t.rows ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi8(mask, row + k));
         }
         continue;
       }
@@ -99,7 +102,8 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
       for (int64_t b = 0; b < op.K / 2; b += 16) {  // 16 packed bytes -> 32 codes in order
         const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b));
         const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(bytes, _mm_set1_epi8(0x0F)));
-        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F)));
+        const __m128i hi =
+            _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F)));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * b), _mm_unpacklo_epi8(lo, hi));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * b + 16), _mm_unpackhi_epi8(lo, hi));
       }
@@ -111,7 +115,7 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
   // products are under way while the other's float steps run.
   TileConfig cfg;
   for (int p = 0; p < 2; ++p) {
-    cfg.colsb[3 * p] = 64, cfg.rows[3 * p] = 16;      // C: 16 weight rows x 16 activation rows, int32
+    cfg.colsb[3 * p] = 64, cfg.rows[3 * p] = 16;  // C: 16 weight rows x 16 activation rows, int32
     cfg.colsb[3 * p + 1] = 32, cfg.rows[3 * p + 1] = 16;  // A: 16 weight rows x 32 codes
     cfg.colsb[3 * p + 2] = 64, cfg.rows[3 * p + 2] = 8;   // B: 8 x (16 activation rows x 4 codes)
   }
@@ -122,7 +126,8 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
     for (int64_t n = 0; n < t.rows; ++n) {
       const __m512 s = _mm512_mul_ps(xd, _mm512_set1_ps(dw_plain[n * op.S + b]));
       float* a = acc + (n * 16 + lane) * 16;
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cb + n * 16)), s, _mm512_loadu_ps(a)));
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(cb + n * 16)), s,
+                                          _mm512_loadu_ps(a)));
     }
   };
   for (int64_t g = 0; g < Mpad / 16; ++g) {
@@ -155,7 +160,8 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
       float* a = acc + n * 16 * 16;
       for (int64_t h = kLanes / 2; h >= 1; h /= 2)
         for (int64_t l = 0; l < h; ++l)
-          _mm512_storeu_ps(a + l * 16, _mm512_add_ps(_mm512_loadu_ps(a + l * 16), _mm512_loadu_ps(a + (l + h) * 16)));
+          _mm512_storeu_ps(a + l * 16, _mm512_add_ps(_mm512_loadu_ps(a + l * 16),
+                                                     _mm512_loadu_ps(a + (l + h) * 16)));
       const float bias = op.bias ? op.bias[t.n0 + n] : 0.0f;
       for (int64_t i = 0; i < 16 && g * 16 + i < op.M; ++i)
         op.out[(g * 16 + i) * op.ldo + t.n0 + n] = op.bias ? a[i] + bias : a[i];

@@ -53,14 +53,16 @@ namespace {
 inline __m512i PairSums(__m512i a, __m512i b) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                          _mm512_permutex2var_epi32(a, odd, b));
 }
 
 // MXFP4 bytes to the unsigned dot-product operands of their low and high nibbles: 2v + 12
 // for the 16 e2m1 codes (v: 0, .5, 1, 1.5, 2, 3, 4, 6, then negated).
 template <bool Vbmi>
 inline void F4Nibbles(__m512i bytes, __m512i& lo, __m512i& hi) {
-  const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   if constexpr (Vbmi) {
     // vpermb reads only index bits 0-5 and the table repeats every 16 entries, so the bits
     // above each nibble need no masking: one shift and two lookups per 64 bytes.
@@ -90,7 +92,8 @@ inline __m512 ScaleProducts(__m512 xd, const void* p, __mmask16 mask) {
 // load g holds codes 4g..4g+3 of each of the 16 blocks, so vpdpbusd adds them into block
 // i's lane i and eight loads leave the 16 sums in order, with no pair sums.
 template <Weights W, bool Vbmi, bool Il>
-inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xperm, int64_t k0, const uint8_t* ahead) {
+inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xperm, int64_t k0,
+                           const uint8_t* ahead) {
   if constexpr (Il) {
     static_assert(W == Weights::q8_0, "only Q8_0 codes are interleaved");
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -101,8 +104,10 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
         _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(ahead + k + 64), _MM_HINT_T1);
       }
-      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_loadu_si512(w + k), flip), _mm512_loadu_si512(x + k));
-      b = _mm512_dpbusd_epi32(b, _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip), _mm512_loadu_si512(x + k + 64));
+      a = _mm512_dpbusd_epi32(a, _mm512_xor_si512(_mm512_loadu_si512(w + k), flip),
+                              _mm512_loadu_si512(x + k));
+      b = _mm512_dpbusd_epi32(b, _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip),
+                              _mm512_loadu_si512(x + k + 64));
     }
     return _mm512_add_epi32(a, b);
   }
@@ -118,7 +123,8 @@ inline __m512i BlockSums16(const uint8_t* w, const int8_t* x, const int8_t* xper
       const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + k), flip);
       const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(w + k + 64), flip);
       const __m512i v0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(x + k));
-      const __m512i v1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, _mm512_loadu_si512(x + k + 64));
+      const __m512i v1 =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, _mm512_loadu_si512(x + k + 64));
       t[p] = PairSums(v0, v1);  // 4 blocks x 4 lanes
     }
   } else {
@@ -140,12 +146,14 @@ template <Weights W>
 inline int32_t BlockSum(const uint8_t* w, const int8_t* x, int64_t block) {
   int32_t s = 0;
   if constexpr (W == Weights::q8_0) {
-    for (int64_t k = block * kBlock; k < (block + 1) * kBlock; ++k) s += static_cast<int8_t>(w[k]) * x[k];
+    for (int64_t k = block * kBlock; k < (block + 1) * kBlock; ++k)
+      s += static_cast<int8_t>(w[k]) * x[k];
   } else {
     static constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
     for (int64_t i = 0; i < kBlock / 2; ++i) {
       const uint8_t byte = w[block * kBlock / 2 + i];
-      s += kTwice[byte & 15] * x[block * kBlock + 2 * i] + kTwice[byte >> 4] * x[block * kBlock + 2 * i + 1];
+      s += kTwice[byte & 15] * x[block * kBlock + 2 * i] +
+           kTwice[byte >> 4] * x[block * kBlock + 2 * i + 1];
     }
   }
   return s;
@@ -176,8 +184,8 @@ void RowsDot(const Operands& op, const Prepared& p, int64_t m, const uint8_t* w,
     const __m512 d = _mm512_loadu_ps(xd + b);
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
-      const __m512i raw =
-          BlockSums16<W, Vbmi, Il>(w + j * row_bytes, xrun, xperm, b * kBlock, ahead ? ahead + j * row_bytes : nullptr);
+      const __m512i raw = BlockSums16<W, Vbmi, Il>(w + j * row_bytes, xrun, xperm, b * kBlock,
+                                                   ahead ? ahead + j * row_bytes : nullptr);
       const __m512 s = ScaleProducts<W>(d, scales + j * scale_row + b * esize, 0xFFFF);
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, c)), s, acc[j]);
     }
@@ -237,7 +245,8 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
   }
   for (int64_t g = 0; g < t.rows; g += 4 * stride)
     for (int64_t phase = 0; phase < stride; ++phase)
-      for (int64_t r = g + phase, end = g + 4 * stride < t.rows ? g + 4 * stride : t.rows; r < end;) {
+      for (int64_t r = g + phase, end = g + 4 * stride < t.rows ? g + 4 * stride : t.rows;
+           r < end;) {
         const int nr = stride > 1 || t.rows - r >= 4 ? 4 : 1;
         // The next tile's rows are requested while these stream (first activation row only).
         const uint8_t* ahead = t.next ? t.next + r * t.row_bytes : nullptr;
@@ -246,8 +255,10 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
           const uint8_t* w = t.codes + r * t.row_bytes;
           const uint8_t* sc = scales + r * op.S * esize;
           const uint8_t* a = m == 0 ? ahead : nullptr;
-          if (nr == 4) RowsDot<W, Vbmi, Il, 4>(op, p, m, w, t.row_bytes, stride, sc, a, v);
-          else RowsDot<W, Vbmi, Il, 1>(op, p, m, w, t.row_bytes, stride, sc, a, v);
+          if (nr == 4)
+            RowsDot<W, Vbmi, Il, 4>(op, p, m, w, t.row_bytes, stride, sc, a, v);
+          else
+            RowsDot<W, Vbmi, Il, 1>(op, p, m, w, t.row_bytes, stride, sc, a, v);
           for (int j = 0; j < nr; ++j) {
             const int64_t n = t.n0 + r + j * stride;
             op.out[m * op.ldo + n] = op.bias ? v[j] + op.bias[n] : v[j];
@@ -267,8 +278,8 @@ void TileImpl(const Operands& op, const Prepared& p, const Tile& t) {
 // lane l (blocks l, l + 16, ...) of every row, and the lane tree sum of the definition is
 // the same additions done across the 16 accumulators.
 template <Weights W, bool Vbmi>
-void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_t* codes, const uint8_t* scales,
-                  const uint8_t* prefetch_end, float* result) {
+void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_t* codes,
+                  const uint8_t* scales, const uint8_t* prefetch_end, float* result) {
   const int8_t* x = op.xq + m * op.ldxq;
   const int8_t* xperm = p.xperm ? p.xperm + m * op.K : nullptr;
   const float* xd = op.xd + m * op.ldxd;
@@ -282,7 +293,8 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
   // plain). The next tile's bytes at the same places are requested as these stream.
   __m512 acc[kLanes];
   const int64_t tile_bytes = op.S * 16 * (W == Weights::q8_0 ? kBlock : kBlock / 2);
-  const uint8_t* next = prefetch_end && codes + 2 * tile_bytes <= prefetch_end ? codes + tile_bytes : nullptr;
+  const uint8_t* next =
+      prefetch_end && codes + 2 * tile_bytes <= prefetch_end ? codes + tile_bytes : nullptr;
   for (int l = 0; l < kLanes; ++l) {
     __m512 a = _mm512_setzero_ps();
     for (int64_t b = l; b < op.S; b += kLanes) {
@@ -294,9 +306,10 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
           _mm_prefetch(reinterpret_cast<const char*>(next + offset + c), _MM_HINT_T1);
       __m512i v[4];
       if constexpr (W == Weights::q8_0) {
-        const __m512i x0 = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock)));
-        const __m512i x1 =
-            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock + 16)));
+        const __m512i x0 = _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock)));
+        const __m512i x1 = _mm512_broadcast_i32x4(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + b * kBlock + 16)));
         for (int i = 0; i < 4; ++i) {
           const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(half + 64 * i), flip);
           const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(half + 256 + 64 * i), flip);
@@ -309,28 +322,36 @@ void ShuffledTile(const Operands& op, const Prepared& p, int64_t m, const uint8_
         const int8_t* even = xperm + (b / 4) * 128 + (b % 4) * 16;
         const int8_t* odd = even + 64;
         if (b >= op.S / 4 * 4) {
-          for (int k = 0; k < 16; ++k) split[k] = x[b * kBlock + 2 * k], split[16 + k] = x[b * kBlock + 2 * k + 1];
+          for (int k = 0; k < 16; ++k)
+            split[k] = x[b * kBlock + 2 * k], split[16 + k] = x[b * kBlock + 2 * k + 1];
           even = split, odd = split + 16;
         }
-        const __m512i xe = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even)));
-        const __m512i xo = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(odd)));
+        const __m512i xe =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(even)));
+        const __m512i xo =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(odd)));
         for (int i = 0; i < 4; ++i) {
           __m512i lo, hi;
           F4Nibbles<Vbmi>(_mm512_loadu_si512(half + 64 * i), lo, hi);
           v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
         }
       }
-      const __m512i raw = PairSums(PairSums(v[0], v[1]), PairSums(v[2], v[3]));  // block b, rows 0..15
+      const __m512i raw =
+          PairSums(PairSums(v[0], v[1]), PairSums(v[2], v[3]));  // block b, rows 0..15
       __m512 s;
       if constexpr (W == Weights::q8_0) {
-        s = _mm512_mul_ps(_mm512_set1_ps(xd[b]),
-                          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 32))));
+        s = _mm512_mul_ps(
+            _mm512_set1_ps(xd[b]),
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * 32))));
       } else {
-        const __m512i pair = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + (b / 2) * 32)));
-        s = avx512::TimesE8m0Half(_mm512_set1_ps(xd[b]),
-                                  b % 2 ? _mm512_srli_epi32(pair, 8) : _mm512_and_si512(pair, _mm512_set1_epi32(0xFF)));
+        const __m512i pair = _mm512_cvtepu16_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + (b / 2) * 32)));
+        s = avx512::TimesE8m0Half(
+            _mm512_set1_ps(xd[b]),
+            b % 2 ? _mm512_srli_epi32(pair, 8) : _mm512_and_si512(pair, _mm512_set1_epi32(0xFF)));
       }
-      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, _mm512_set1_epi32(corr[b]))), s, a);
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(raw, _mm512_set1_epi32(corr[b]))), s,
+                          a);
     }
     acc[l] = a;
   }
@@ -348,7 +369,8 @@ void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d) {
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512 round = _mm512_set1_ps(12582912.0f);
   for (int64_t b = 0; b < S; ++b) {
-    const __m512 lo = _mm512_loadu_ps(row + b * kBlock), hi = _mm512_loadu_ps(row + b * kBlock + 16);
+    const __m512 lo = _mm512_loadu_ps(row + b * kBlock),
+                 hi = _mm512_loadu_ps(row + b * kBlock + 16);
     const __m512i bits = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(lo), magnitude),
                                           _mm512_and_si512(_mm512_castps_si512(hi), magnitude));
     const uint32_t top = static_cast<uint32_t>(_mm512_reduce_max_epu32(bits));
@@ -366,28 +388,37 @@ void quantize_row_avx512(const float* row, int64_t S, int8_t* q, float* d) {
     const __m512 rl = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(lo, vinv), round), round);
     const __m512 rh = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vinv), round), round);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rl)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rh)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                     _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(rh)));
   }
 }
 
-void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes, const void* scales, int64_t n0,
-                          const uint8_t* prefetch_end) {
+void shuffled_tile_avx512(const Operands& op, const Prepared& p, const uint8_t* codes,
+                          const void* scales, int64_t n0, const uint8_t* prefetch_end) {
   const auto* sc = static_cast<const uint8_t*>(scales);
   for (int64_t m = 0; m < op.M; ++m) {
     alignas(64) float v[kTileRows];
     const uint8_t* ahead = m == 0 ? prefetch_end : nullptr;
-    if (op.kind == Weights::q8_0) ShuffledTile<Weights::q8_0, false>(op, p, m, codes, sc, ahead, v);
-    else if (vbmi_in_use()) ShuffledTile<Weights::mxfp4, true>(op, p, m, codes, sc, ahead, v);
-    else ShuffledTile<Weights::mxfp4, false>(op, p, m, codes, sc, ahead, v);
-    for (int64_t r = 0; r < kTileRows; ++r) op.out[m * op.ldo + n0 + r] = op.bias ? v[r] + op.bias[n0 + r] : v[r];
+    if (op.kind == Weights::q8_0)
+      ShuffledTile<Weights::q8_0, false>(op, p, m, codes, sc, ahead, v);
+    else if (vbmi_in_use())
+      ShuffledTile<Weights::mxfp4, true>(op, p, m, codes, sc, ahead, v);
+    else
+      ShuffledTile<Weights::mxfp4, false>(op, p, m, codes, sc, ahead, v);
+    for (int64_t r = 0; r < kTileRows; ++r)
+      op.out[m * op.ldo + n0 + r] = op.bias ? v[r] + op.bias[n0 + r] : v[r];
   }
 }
 
 void tile_avx512(const Operands& op, const Prepared& p, const Tile& tile) {
-  if (op.kind == Weights::q8_0 && op.interleaved) TileImpl<Weights::q8_0, false, true>(op, p, tile);
-  else if (op.kind == Weights::q8_0) TileImpl<Weights::q8_0, false, false>(op, p, tile);
-  else if (vbmi_in_use()) TileImpl<Weights::mxfp4, true, false>(op, p, tile);
-  else TileImpl<Weights::mxfp4, false, false>(op, p, tile);
+  if (op.kind == Weights::q8_0 && op.interleaved)
+    TileImpl<Weights::q8_0, false, true>(op, p, tile);
+  else if (op.kind == Weights::q8_0)
+    TileImpl<Weights::q8_0, false, false>(op, p, tile);
+  else if (vbmi_in_use())
+    TileImpl<Weights::mxfp4, true, false>(op, p, tile);
+  else
+    TileImpl<Weights::mxfp4, false, false>(op, p, tile);
 }
 
 }  // namespace refit::cpu::int8dot

@@ -14,9 +14,9 @@
 #include "core/element_access.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
-#include "kernels/op_names.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/op_fns.h"
+#include "kernels/op_names.h"
 #include "kernels/registry.h"
 
 namespace refit::cpu {
@@ -39,7 +39,8 @@ inline float load_weight(const uint8_t* base, DType dtype, int64_t index) {
       std::memcpy(&h, base + index * 2, 2);
       return bf16_to_f32(h);
     }
-    default: return static_cast<float>(load_element(base, dtype, index));
+    default:
+      return static_cast<float>(load_element(base, dtype, index));
   }
 }
 
@@ -139,7 +140,8 @@ void matmul_strided_fallback(const Tensor& x, const Tensor& w, const Tensor& bia
         const float* xr = x.data<float>() + m * x.stride(0);
         float acc = 0.0f;
         for (int64_t k = 0; k < K; ++k)
-          acc += xr[k] * load_weight(base, w.dtype(), w.offset() + n * w.stride(0) + k * w.stride(1));
+          acc +=
+              xr[k] * load_weight(base, w.dtype(), w.offset() + n * w.stride(0) + k * w.stride(1));
         out.data<float>()[m * out.stride(0) + n] = acc;
       }
   });
@@ -163,7 +165,10 @@ void register_layout_matmul_kernels(KernelRegistry& registry) {
                                 {"bias", {DType::f32}, {}, true},
                                 {"out", {DType::f32}, {}, false}};
   };
-  Kernel transposed{op_names::matmul, "matmul.cpu.transposed_weight", DeviceType::cpu, 8,
+  Kernel transposed{op_names::matmul,
+                    "matmul.cpu.transposed_weight",
+                    DeviceType::cpu,
+                    8,
                     rules({Layout::strided}, floats),
                     [](std::span<const Tensor* const> a) -> std::string {
                       if (a[1]->stride(0) != 1 || a[1]->size(0) <= 1)
@@ -173,19 +178,28 @@ void register_layout_matmul_kernels(KernelRegistry& registry) {
                     "w stored [K, N] (stride(0) == 1)",
                     reinterpret_cast<const void*>(&matmul_transposed)};
   registry.add(transposed);
-  Kernel shuffled{op_names::matmul, "matmul.cpu.shuffled_16x16", DeviceType::cpu, 10,
+  Kernel shuffled{op_names::matmul,
+                  "matmul.cpu.shuffled_16x16",
+                  DeviceType::cpu,
+                  10,
                   rules({Layout::shuffled_16x16}, floats),
                   [](std::span<const Tensor* const> a) -> std::string {
                     const Tensor& w = *a[1];
                     if (!w.is_contiguous()) return "w must be contiguous";
-                    if (w.size(0) % 16 != 0 || w.size(1) % 32 != 0) return "needs N % 16 == 0 and K % 32 == 0";
+                    if (w.size(0) % 16 != 0 || w.size(1) % 32 != 0)
+                      return "needs N % 16 == 0 and K % 32 == 0";
                     return x_out_rows_dense(a);
                   },
                   "N % 16 == 0, K % 32 == 0",
                   reinterpret_cast<const void*>(&matmul_shuffled)};
   registry.add(shuffled);
-  Kernel fallback{op_names::matmul, "matmul.cpu.strided_fallback", DeviceType::cpu, 1,
-                  rules({Layout::strided}, floats), x_out_rows_dense, "any weight strides (slow)",
+  Kernel fallback{op_names::matmul,
+                  "matmul.cpu.strided_fallback",
+                  DeviceType::cpu,
+                  1,
+                  rules({Layout::strided}, floats),
+                  x_out_rows_dense,
+                  "any weight strides (slow)",
                   reinterpret_cast<const void*>(&matmul_strided_fallback)};
   registry.add(fallback);
 }

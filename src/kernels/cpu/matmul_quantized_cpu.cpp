@@ -47,10 +47,14 @@ const Tables& tables() {
 
 float scale_value(const Tensor& s, int64_t index) {
   switch (s.dtype()) {
-    case DType::f32: return s.data<const float>()[index];
-    case DType::f16: return f16_to_f32(s.data<const uint16_t>()[index]);
-    case DType::e8m0: return tables().e8m0[s.data<const uint8_t>()[index]];
-    default: fail("matmul_quantized: scale dtype {} is not supported", dtype_name(s.dtype()));
+    case DType::f32:
+      return s.data<const float>()[index];
+    case DType::f16:
+      return f16_to_f32(s.data<const uint16_t>()[index]);
+    case DType::e8m0:
+      return tables().e8m0[s.data<const uint8_t>()[index]];
+    default:
+      fail("matmul_quantized: scale dtype {} is not supported", dtype_name(s.dtype()));
   }
 }
 
@@ -71,24 +75,28 @@ constexpr int64_t values_per_byte() {
 
 // Decodes one row of codes (plain byte order) with its scales into `out` [K].
 template <Code C>
-void decode_row(const uint8_t* codes, const float* scales, int64_t k_total, int64_t group, float* out) {
+void decode_row(const uint8_t* codes, const float* scales, int64_t k_total, int64_t group,
+                float* out) {
   const Tables& t = tables();
   for (int64_t k0 = 0, g = 0; k0 < k_total; k0 += group, ++g) {
     const int64_t k1 = std::min(k_total, k0 + group);
     const float s = scales[g];
     for (int64_t k = k0; k < k1; ++k) {
       float v;
-      if constexpr (C == Code::f8) v = t.f8[codes[k]];
-      else if constexpr (C == Code::i8) v = static_cast<float>(static_cast<int8_t>(codes[k]));
-      else v = t.f4[(codes[k / 2] >> (4 * (k & 1))) & 0xF];
+      if constexpr (C == Code::f8)
+        v = t.f8[codes[k]];
+      else if constexpr (C == Code::i8)
+        v = static_cast<float>(static_cast<int8_t>(codes[k]));
+      else
+        v = t.f4[(codes[k / 2] >> (4 * (k & 1))) & 0xF];
       out[k] = v * s;
     }
   }
 }
 
 template <Code C, bool Shuffled>
-void matmul_quantized_cpu(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                          int64_t group, const Tensor& bias, Tensor& out) {
+void matmul_quantized_cpu(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                          const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), S = w_scale.size(1);
   const int64_t row_bytes = K / values_per_byte<C>();
   const uint8_t* codes = static_cast<const uint8_t*>(w.raw_data());
@@ -101,7 +109,8 @@ void matmul_quantized_cpu(const Tensor& x, const Tensor& x_scale, const Tensor& 
     const uint8_t* xq = static_cast<const uint8_t*>(x.raw_data());
     for (int64_t m = 0; m < M; ++m) {
       const float s = x_scale.data<const float>()[m];
-      for (int64_t k = 0; k < K; ++k) x_decoded[m * K + k] = tables().f8[xq[m * x.stride(0) + k]] * s;
+      for (int64_t k = 0; k < K; ++k)
+        x_decoded[m * K + k] = tables().f8[xq[m * x.stride(0) + k]] * s;
     }
     xs = x_decoded.data();
     ldx = K;
@@ -129,7 +138,8 @@ void matmul_quantized_cpu(const Tensor& x, const Tensor& x_scale, const Tensor& 
           row = row_codes.data();
         }
         for (int64_t c = 0; c < S; ++c)
-          scales[c] = scale_value(w_scale, tiled_scales ? ((t * (S / g) + c / g) * 16 + r) * g + c % g : n * S + c);
+          scales[c] = scale_value(
+              w_scale, tiled_scales ? ((t * (S / g) + c / g) * 16 + r) * g + c % g : n * S + c);
         decode_row<C>(row, scales.data(), K, group, rows.data() + r * K);
       }
       for (int64_t m = 0; m < M; ++m)
@@ -159,7 +169,6 @@ void quantize_per_token_fp8_cpu(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   }
 }
 
-
 }  // namespace
 
 void register_quantized_matmul_kernels(KernelRegistry& registry) {
@@ -184,7 +193,8 @@ void register_quantized_matmul_kernels(KernelRegistry& registry) {
             {"x_scale", {DType::f32}, {Layout::strided}}};
   q.constraint = [](std::span<const Tensor* const> a) -> std::string {
     if (a[0]->stride(-1) != 1) return "x needs stride 1 along K";
-    if (!a[1]->is_contiguous() || !a[2]->is_contiguous()) return "xq and x_scale must be contiguous";
+    if (!a[1]->is_contiguous() || !a[2]->is_contiguous())
+      return "xq and x_scale must be contiguous";
     return {};
   };
   q.constraint_text = "x rows dense; xq, x_scale contiguous";

@@ -34,10 +34,13 @@
 // same weight values, so the result of a row does not depend on M, on which other rows
 // share its batch, or on the decode/prefill path: bitwise. Results differ across ISAs
 // (L differs) and agree with dequantize-then-matmul to ~1e-6 relative.
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul_quantized_hwy.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 #include <algorithm>
 #include <cmath>
@@ -58,8 +61,8 @@ constexpr float kF8Fold = 0x1p120f;
 // One call's operands, as the dispatched functions read them.
 struct Args {
   Code code;
-  bool shuffled;      // codes in 16-row x 32-byte tiles, each stored [2][16][16]
-  const float* x;     // f32 [M, K] activations (f4: permuted, see PermuteF4Activations)
+  bool shuffled;   // codes in 16-row x 32-byte tiles, each stored [2][16][16]
+  const float* x;  // f32 [M, K] activations (f4: permuted, see PermuteF4Activations)
   int64_t ldx, M, K, N;
   const uint8_t* codes;  // [N, row_bytes]
   int64_t row_bytes;
@@ -106,8 +109,10 @@ HWY_INLINE int64_t LanesF() { return static_cast<int64_t>(hn::Lanes(DF())); }
 // at a multiple of L never crosses a 16-byte piece of a shuffled tile.
 template <bool Shuffled>
 HWY_INLINE const uint8_t* CodeAt(const uint8_t* tile, int64_t row_bytes, int64_t r, int64_t b) {
-  if constexpr (Shuffled) return tile + (b >> 5) * 512 + ((b >> 4) & 1) * 256 + r * 16 + (b & 15);
-  else return tile + r * row_bytes + b;
+  if constexpr (Shuffled)
+    return tile + (b >> 5) * 512 + ((b >> 4) & 1) * 256 + r * 16 + (b & 15);
+  else
+    return tile + r * row_bytes + b;
 }
 
 // Decode reads a 16-row tile as NR-row streams of row_bytes each, too short for the
@@ -122,7 +127,8 @@ template <bool kNan>
 HWY_INLINE VF F8ToF32Folded(hn::Vec<DI> b) {
   const DF df;
   const DI di;
-  const VF v = hn::BitCast(df, hn::And(hn::ShiftLeft<20>(b), hn::Set(di, static_cast<int32_t>(0x87F00000u))));
+  const VF v = hn::BitCast(
+      df, hn::And(hn::ShiftLeft<20>(b), hn::Set(di, static_cast<int32_t>(0x87F00000u))));
   if constexpr (!kNan) return v;
   const auto is_nan = hn::RebindMask(df, hn::Eq(hn::And(b, hn::Set(di, 0x7F)), hn::Set(di, 0x7F)));
   return hn::IfThenElse(is_nan, hn::Set(df, NAN), v);
@@ -148,9 +154,11 @@ HWY_INLINE VF F4ToF32(VU nib) {
   const DU du;
   const DI di;
   if constexpr (hn::MaxLanes(DF()) == 16) {
-    HWY_ALIGN static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-    return hn::TableLookupLanes(hn::Load(df, kValues), hn::IndicesFromVec(df, hn::BitCast(di, nib)));
+    HWY_ALIGN static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                    4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                    -2.0f, -3.0f, -4.0f, -6.0f};
+    return hn::TableLookupLanes(hn::Load(df, kValues),
+                                hn::IndicesFromVec(df, hn::BitCast(di, nib)));
   } else {
     const VU mag = hn::And(nib, hn::Set(du, 7u));
     const VU sign = hn::ShiftLeft<28>(hn::And(nib, hn::Set(du, 8u)));
@@ -168,7 +176,8 @@ HWY_INLINE VF LookupLowNibble(VF table, VU bytes) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return VF{_mm512_permutexvar_ps(bytes.raw, table.raw)};
 #else
-  return hn::TableLookupLanes(table, hn::IndicesFromVec(DF(), hn::BitCast(DI(), hn::And(bytes, hn::Set(DU(), 15u)))));
+  return hn::TableLookupLanes(
+      table, hn::IndicesFromVec(DF(), hn::BitCast(DI(), hn::And(bytes, hn::Set(DU(), 15u)))));
 #endif
 }
 
@@ -178,31 +187,39 @@ HWY_INLINE VF Decode8(const uint8_t* p) {
   const DF df;
   const hn::Rebind<int8_t, DF> d8;
   const auto b = hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
-  if constexpr (C == Code::i8) return hn::ConvertTo(df, b);
-  else return F8ToF32Folded<kNan>(b);
+  if constexpr (C == Code::i8)
+    return hn::ConvertTo(df, b);
+  else
+    return F8ToF32Folded<kNan>(b);
 }
 
 // One code, matching the scales of `a` (f8: divided by the fold when the scales carry it;
 // exact, as code * 2^-120 is never below the smallest denormal).
 template <Code C>
 HWY_INLINE float DecodeScalar8(const Args& a, uint8_t c) {
-  if constexpr (C == Code::i8) return static_cast<float>(static_cast<int8_t>(c));
-  else return a.fold_f8 ? f8_e4m3fn_to_f32(c) * (1.0f / quant_hwy::kF8Fold) : f8_e4m3fn_to_f32(c);
+  if constexpr (C == Code::i8)
+    return static_cast<float>(static_cast<int8_t>(c));
+  else
+    return a.fold_f8 ? f8_e4m3fn_to_f32(c) * (1.0f / quant_hwy::kF8Fold) : f8_e4m3fn_to_f32(c);
 }
 
 // The scales of tile rows [0, rows) as f32 in plain order, sc[r * S + c].
-void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc, float* HWY_RESTRICT tmp) {
+void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
+                float* HWY_RESTRICT tmp) {
   const DF df;
   const int64_t L = LanesF(), count = rows * a.S;
   // Plain or tiled, the tile's scales are one contiguous run starting at n0 * S.
   float* dst = a.tiled_scales ? tmp : sc;
   switch (a.scale_type) {
-    case ScaleType::f32: std::memcpy(dst, static_cast<const float*>(a.scales) + n0 * a.S, count * sizeof(float)); break;
+    case ScaleType::f32:
+      std::memcpy(dst, static_cast<const float*>(a.scales) + n0 * a.S, count * sizeof(float));
+      break;
     case ScaleType::f16: {
       const hn::Rebind<hwy::float16_t, DF> dh;
       const auto* src = static_cast<const hwy::float16_t*>(a.scales) + n0 * a.S;
       int64_t i = 0;
-      for (; i + L <= count; i += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + i)), df, dst + i);
+      for (; i + L <= count; i += L)
+        hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, src + i)), df, dst + i);
       for (; i < count; ++i) {
         uint16_t bits;
         std::memcpy(&bits, src + i, 2);
@@ -232,15 +249,17 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
     const int64_t g = a.groups_per_tile;
     for (int64_t cb = 0; cb < a.S / g; ++cb)
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < g; ++j) sc[r * a.S + cb * g + j] = tmp[(cb * quant_hwy::kTileRows + r) * g + j];
+        for (int64_t j = 0; j < g; ++j)
+          sc[r * a.S + cb * g + j] = tmp[(cb * quant_hwy::kTileRows + r) * g + j];
   }
 }
 
 // Rows [0, MR) of x against tile rows [r0, r0 + NR), 8-bit codes. `group` is a multiple
 // of 16 (so of L) or covers K: a vector never spans two scales.
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
-HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile, const uint8_t* ahead,
-                         int64_t r0, const float* HWY_RESTRICT sc, const float* bias, float* HWY_RESTRICT out) {
+HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile,
+                         const uint8_t* ahead, int64_t r0, const float* HWY_RESTRICT sc,
+                         const float* bias, float* HWY_RESTRICT out) {
   const DF df;
   const int64_t L = LanesF(), K = a.K, kv = K / L * L, S = a.S;
   VF acc[MR][NR];
@@ -265,7 +284,8 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
     for (int j = 0; j < NR; ++j) {
       float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
       for (int64_t k = kv; k < K; ++k) {
-        const float w = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) * sc[(r0 + j) * S + k / a.group];
+        const float w = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) *
+                        sc[(r0 + j) * S + k / a.group];
         s = std::fma(x[i * a.ldx + k], w, s);
       }
       out[i * a.ldo + j] = bias ? s + bias[j] : s;
@@ -274,8 +294,9 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
 
 // The same for packed f4 codes: group 32 (16 bytes), K % 32 == 0, x permuted.
 template <bool Shuffled, int MR, int NR>
-HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile, const uint8_t* ahead,
-                         int64_t r0, const float* HWY_RESTRICT sc, const float* bias, float* HWY_RESTRICT out) {
+HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile,
+                         const uint8_t* ahead, int64_t r0, const float* HWY_RESTRICT sc,
+                         const float* bias, float* HWY_RESTRICT out) {
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -295,11 +316,13 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
       PrefetchAhead(ahead + r0 * a.row_bytes + b * NR);
       VF lo[NR], hi[NR];
       for (int j = 0; j < NR; ++j) {
-        const VU bytes = hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b)));
+        const VU bytes =
+            hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b)));
         if constexpr (hn::MaxLanes(DF()) == 16) {
           // sv holds the group's 16 values already scaled: the lookup is code * scale.
           lo[j] = LookupLowNibble(sv[j], bytes);
-          hi[j] = hn::TableLookupLanes(sv[j], hn::IndicesFromVec(df, hn::BitCast(DI(), hn::ShiftRight<4>(bytes))));
+          hi[j] = hn::TableLookupLanes(
+              sv[j], hn::IndicesFromVec(df, hn::BitCast(DI(), hn::ShiftRight<4>(bytes))));
         } else {
           lo[j] = hn::Mul(F4ToF32(hn::And(bytes, hn::Set(du, 15u))), sv[j]);
           hi[j] = hn::Mul(F4ToF32(hn::ShiftRight<4>(bytes)), sv[j]);
@@ -323,19 +346,23 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
 }
 
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
-HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead, int64_t r0,
-                        const float* sc, const float* bias, float* out) {
-  if constexpr (C == Code::f4) DotTile4<Shuffled, MR, NR>(a, x, tile, ahead, r0, sc, bias, out);
-  else DotTile8<C, Shuffled, MR, NR, kNan>(a, x, tile, ahead, r0, sc, bias, out);
+HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead,
+                        int64_t r0, const float* sc, const float* bias, float* out) {
+  if constexpr (C == Code::f4)
+    DotTile4<Shuffled, MR, NR>(a, x, tile, ahead, r0, sc, bias, out);
+  else
+    DotTile8<C, Shuffled, MR, NR, kNan>(a, x, tile, ahead, r0, sc, bias, out);
 }
 
 // Rows [0, MR) of x against tile rows [0, rows): NR-row groups, then single rows.
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
-HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead, int64_t rows,
-                             const float* sc, const float* bias, float* out) {
+HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile,
+                             const uint8_t* ahead, int64_t rows, const float* sc, const float* bias,
+                             float* out) {
   int64_t r = 0;
   for (; r + NR <= rows; r += NR)
-    DotTile<C, Shuffled, MR, NR, kNan>(a, x, tile, ahead, r, sc, bias ? bias + r : nullptr, out + r);
+    DotTile<C, Shuffled, MR, NR, kNan>(a, x, tile, ahead, r, sc, bias ? bias + r : nullptr,
+                                       out + r);
   for (; r < rows; ++r)
     DotTile<C, Shuffled, MR, 1, kNan>(a, x, tile, ahead, r, sc, bias ? bias + r : nullptr, out + r);
 }
@@ -343,8 +370,8 @@ HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile,
 // f8 tiles without NaN codes (all of them, in practice) skip the per-code NaN test; the
 // values, and so the results, are the same either way.
 template <Code C, bool Shuffled, int MR, int NR>
-HWY_INLINE void TileRows(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead, int64_t rows,
-                         const float* sc, const float* bias, float* out) {
+HWY_INLINE void TileRows(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead,
+                         int64_t rows, const float* sc, const float* bias, float* out) {
   if (C == Code::f8 && !HasNanCodes(tile, rows * a.row_bytes))
     TileRowsImpl<C, Shuffled, MR, NR, false>(a, x, tile, ahead, rows, sc, bias, out);
   else
@@ -360,24 +387,37 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
     // The next tile's scales (one contiguous run, a few KiB) are requested now, so that
     // converting them does not wait on DRAM.
     if (n0 + 2 * quant_hwy::kTileRows <= a.N) {
-      const int64_t esize = a.scale_type == ScaleType::f32 ? 4 : a.scale_type == ScaleType::f16 ? 2 : 1;
-      const auto* next = static_cast<const uint8_t*>(a.scales) + (n0 + quant_hwy::kTileRows) * a.S * esize;
+      const int64_t esize = a.scale_type == ScaleType::f32   ? 4
+                            : a.scale_type == ScaleType::f16 ? 2
+                                                             : 1;
+      const auto* next =
+          static_cast<const uint8_t*>(a.scales) + (n0 + quant_hwy::kTileRows) * a.S * esize;
       for (int64_t b = 0; b < quant_hwy::kTileRows * a.S * esize; b += 64) PrefetchAhead(next + b);
     }
     TileScales(a, n0, rows, sc, tmp);
     const uint8_t* tile = a.codes + n0 * a.row_bytes;
     // The next tile's bytes are fetched while this one is multiplied (the last tile
     // re-fetches itself, which costs nothing).
-    const uint8_t* ahead = n0 + 2 * quant_hwy::kTileRows <= a.N ? tile + quant_hwy::kTileRows * a.row_bytes : tile;
+    const uint8_t* ahead =
+        n0 + 2 * quant_hwy::kTileRows <= a.N ? tile + quant_hwy::kTileRows * a.row_bytes : tile;
     const float* bias = a.bias ? a.bias + n0 : nullptr;
     float* out = a.out + n0;
     // Weight decode is shared by the MR rows of x; fewer rows, more weight rows at once.
     switch (a.M) {
-      case 1: TileRows<C, Shuffled, 1, 4>(a, a.x, tile, ahead, rows, sc, bias, out); break;
-      case 2: TileRows<C, Shuffled, 2, 4>(a, a.x, tile, ahead, rows, sc, bias, out); break;
-      case 3: TileRows<C, Shuffled, 3, 2>(a, a.x, tile, ahead, rows, sc, bias, out); break;
-      case 4: TileRows<C, Shuffled, 4, 2>(a, a.x, tile, ahead, rows, sc, bias, out); break;
-      default: HWY_ASSERT(false);
+      case 1:
+        TileRows<C, Shuffled, 1, 4>(a, a.x, tile, ahead, rows, sc, bias, out);
+        break;
+      case 2:
+        TileRows<C, Shuffled, 2, 4>(a, a.x, tile, ahead, rows, sc, bias, out);
+        break;
+      case 3:
+        TileRows<C, Shuffled, 3, 2>(a, a.x, tile, ahead, rows, sc, bias, out);
+        break;
+      case 4:
+        TileRows<C, Shuffled, 4, 2>(a, a.x, tile, ahead, rows, sc, bias, out);
+        break;
+      default:
+        HWY_ASSERT(false);
     }
   }
 }
@@ -385,7 +425,8 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
 // Tile t's rows dequantized to f32, buf [rows, ldb], f4 in the permuted order. Groups that
 // do not fit the decode kernels (`fast` false) take a scale per element.
 template <Code C, bool Shuffled>
-void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t ldb, float* scratch) {
+void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t ldb,
+                        float* scratch) {
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -399,8 +440,10 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
     const float* rs = sc + r * S;
     if constexpr (C == Code::f4) {
       for (int64_t b = 0; b < a.row_bytes; b += L) {
-        const VU bytes = hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r, b)));
-        const VF lo = F4ToF32(hn::And(bytes, hn::Set(du, 15u))), hi = F4ToF32(hn::ShiftRight<4>(bytes));
+        const VU bytes =
+            hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r, b)));
+        const VF lo = F4ToF32(hn::And(bytes, hn::Set(du, 15u))),
+                 hi = F4ToF32(hn::ShiftRight<4>(bytes));
         if (fast) {
           const VF s = hn::Set(df, rs[b / 16]);
           hn::StoreU(hn::Mul(lo, s), df, dst + 2 * b);
@@ -416,11 +459,14 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
       }
     } else if (fast) {
       for (int64_t k = 0; k < kv; k += L)
-        hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)), hn::Set(df, rs[k / group])), df,
-                   dst + k);
-      for (int64_t k = kv; k < K; ++k) dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+        hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)),
+                           hn::Set(df, rs[k / group])),
+                   df, dst + k);
+      for (int64_t k = kv; k < K; ++k)
+        dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
     } else {
-      for (int64_t k = 0; k < K; ++k) dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
+      for (int64_t k = 0; k < K; ++k)
+        dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
     }
   }
 }
@@ -432,31 +478,38 @@ int64_t QuantLanes() { return LanesF(); }
 void QuantDecodeTiles(const Args& a, int64_t lanes, int64_t t0, int64_t t1, float* scratch) {
   HWY_ASSERT(lanes == LanesF());
   switch (a.code) {
-    case Code::f8: return a.shuffled ? DecodeTiles<Code::f8, true>(a, t0, t1, scratch)
-                                     : DecodeTiles<Code::f8, false>(a, t0, t1, scratch);
-    case Code::f4: return a.shuffled ? DecodeTiles<Code::f4, true>(a, t0, t1, scratch)
-                                     : DecodeTiles<Code::f4, false>(a, t0, t1, scratch);
-    case Code::i8: return a.shuffled ? DecodeTiles<Code::i8, true>(a, t0, t1, scratch)
-                                     : DecodeTiles<Code::i8, false>(a, t0, t1, scratch);
+    case Code::f8:
+      return a.shuffled ? DecodeTiles<Code::f8, true>(a, t0, t1, scratch)
+                        : DecodeTiles<Code::f8, false>(a, t0, t1, scratch);
+    case Code::f4:
+      return a.shuffled ? DecodeTiles<Code::f4, true>(a, t0, t1, scratch)
+                        : DecodeTiles<Code::f4, false>(a, t0, t1, scratch);
+    case Code::i8:
+      return a.shuffled ? DecodeTiles<Code::i8, true>(a, t0, t1, scratch)
+                        : DecodeTiles<Code::i8, false>(a, t0, t1, scratch);
   }
 }
 
-void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, float* buf, int64_t ldb,
-                         float* scratch) {
+void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, float* buf,
+                         int64_t ldb, float* scratch) {
   HWY_ASSERT(lanes == LanesF());
   switch (a.code) {
-    case Code::f8: return a.shuffled ? DequantizeTileImpl<Code::f8, true>(a, fast, t, buf, ldb, scratch)
-                                     : DequantizeTileImpl<Code::f8, false>(a, fast, t, buf, ldb, scratch);
-    case Code::f4: return a.shuffled ? DequantizeTileImpl<Code::f4, true>(a, fast, t, buf, ldb, scratch)
-                                     : DequantizeTileImpl<Code::f4, false>(a, fast, t, buf, ldb, scratch);
-    case Code::i8: return a.shuffled ? DequantizeTileImpl<Code::i8, true>(a, fast, t, buf, ldb, scratch)
-                                     : DequantizeTileImpl<Code::i8, false>(a, fast, t, buf, ldb, scratch);
+    case Code::f8:
+      return a.shuffled ? DequantizeTileImpl<Code::f8, true>(a, fast, t, buf, ldb, scratch)
+                        : DequantizeTileImpl<Code::f8, false>(a, fast, t, buf, ldb, scratch);
+    case Code::f4:
+      return a.shuffled ? DequantizeTileImpl<Code::f4, true>(a, fast, t, buf, ldb, scratch)
+                        : DequantizeTileImpl<Code::f4, false>(a, fast, t, buf, ldb, scratch);
+    case Code::i8:
+      return a.shuffled ? DequantizeTileImpl<Code::i8, true>(a, fast, t, buf, ldb, scratch)
+                        : DequantizeTileImpl<Code::i8, false>(a, fast, t, buf, ldb, scratch);
   }
 }
 
 // xp[m, 2cL + i] = x[m, 2(cL + i)], xp[m, 2cL + L + i] = x[m, 2(cL + i) + 1]: the order the
 // f4 kernels read packed nibbles in. K % (2L) == 0.
-void PermuteF4Activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* xp, int64_t lanes) {
+void PermuteF4Activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* xp,
+                          int64_t lanes) {
   HWY_ASSERT(lanes == LanesF());
   const int64_t L = lanes;
   for (int64_t m = 0; m < M; ++m)
@@ -495,8 +548,8 @@ using quant_hwy::kTileRows;
 using quant_hwy::ScaleType;
 
 template <Code C, bool Shuffled>
-void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                          int64_t group, const Tensor& bias, Tensor& out) {
+void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                          const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
   init_cpu_isa();
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
   if (M == 0 || N == 0) return;
@@ -510,11 +563,13 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
     const float* xs = x_scale.data<const float>();
     float* dst = xf.data<float>();
     for (int64_t m = 0; m < M; ++m)
-      for (int64_t k = 0; k < K; ++k) dst[m * K + k] = f8_e4m3fn_to_f32(xq[m * x.stride(0) + k]) * xs[m];
+      for (int64_t k = 0; k < K; ++k)
+        dst[m * K + k] = f8_e4m3fn_to_f32(xq[m * x.stride(0) + k]) * xs[m];
   }
   if constexpr (C == Code::f4) {
     Tensor xp = Tensor::empty({M, K}, DType::f32);
-    HWY_DYNAMIC_DISPATCH(PermuteF4Activations)(xf.data<const float>(), xf.stride(0), M, K, xp.data<float>(), lanes);
+    HWY_DYNAMIC_DISPATCH(PermuteF4Activations)
+    (xf.data<const float>(), xf.stride(0), M, K, xp.data<float>(), lanes);
     xf = xp;
   }
   quant_hwy::Args a{};
@@ -526,7 +581,7 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   a.codes = static_cast<const uint8_t*>(w.raw_data());
   a.row_bytes = C == Code::f4 ? K / 2 : K;
   a.scales = w_scale.raw_data();
-  a.scale_type = w_scale.dtype() == DType::f32 ? ScaleType::f32
+  a.scale_type = w_scale.dtype() == DType::f32   ? ScaleType::f32
                  : w_scale.dtype() == DType::f16 ? ScaleType::f16
                                                  : ScaleType::e8m0;
   a.tiled_scales = w_scale.layout() == Layout::shuffled_16x16;
@@ -548,7 +603,8 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   }
   // The decode kernels need one scale per vector of up to 16 codes (MXFP4: exactly 32),
   // and f8 scales that fold.
-  const bool fast = C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0) && (C != Code::f8 || a.fold_f8);
+  const bool fast =
+      C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0) && (C != Code::f8 || a.fold_f8);
   if (M <= quant_hwy::kDecodeMaxRows && fast) {
     parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
       std::vector<float> scratch(scratch_floats);
@@ -563,14 +619,14 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
     Tensor wt = Tensor::empty({kTileRows, K}, DType::f32);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = t * kTileRows, rows = std::min(kTileRows, N - n0);
-      HWY_DYNAMIC_DISPATCH(QuantDequantizeTile)(a, fast, lanes, t, wt.data<float>(), K, scratch.data());
+      HWY_DYNAMIC_DISPATCH(QuantDequantizeTile)
+      (a, fast, lanes, t, wt.data<float>(), K, scratch.data());
       Tensor out_cols = out.narrow(1, n0, rows);
-      matmul_hwy(xf, rows == kTileRows ? wt : wt.narrow(0, 0, rows), bias.defined() ? bias.narrow(0, n0, rows) : Tensor(),
-                 out_cols);
+      matmul_hwy(xf, rows == kTileRows ? wt : wt.narrow(0, 0, rows),
+                 bias.defined() ? bias.narrow(0, n0, rows) : Tensor(), out_cols);
     }
   });
 }
-
 
 }  // namespace
 

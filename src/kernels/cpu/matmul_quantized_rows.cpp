@@ -44,9 +44,11 @@ void register_quantized_family(KernelRegistry& registry, const QuantizedKernelFa
   const std::vector<DType> f32_only = {DType::f32}, f32_or_f8 = {DType::f32, DType::f8_e4m3fn};
   const Row rows[] = {
       {"f8_plain", DType::f8_e4m3fn, DType::f32, f32_or_f8, false, false, family.f8_plain},
-      {"f8_shuffled_16x16", DType::f8_e4m3fn, DType::f32, f32_or_f8, true, false, family.f8_shuffled},
+      {"f8_shuffled_16x16", DType::f8_e4m3fn, DType::f32, f32_or_f8, true, false,
+       family.f8_shuffled},
       {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, f32_only, false, false, family.f4_plain},
-      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, f32_only, true, true, family.f4_shuffled},
+      {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, f32_only, true, true,
+       family.f4_shuffled},
       {"q8_0_plain", DType::i8, DType::f16, f32_only, false, false, family.i8_plain},
       {"q8_0_shuffled_16x16", DType::i8, DType::f16, f32_only, true, true, family.i8_shuffled},
   };
@@ -89,7 +91,8 @@ void unshuffle_code_tile(const uint8_t* codes, int64_t t, int64_t row_bytes, uin
   for (int64_t kt = 0; kt < pieces; ++kt)
     for (int64_t h = 0; h < 2; ++h) {
       const uint8_t* src = codes + (t * pieces + kt) * 512 + h * 256;
-      for (int64_t r = 0; r < 16; ++r) std::memcpy(out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
+      for (int64_t r = 0; r < 16; ++r)
+        std::memcpy(out + r * row_bytes + kt * 32 + h * 16, src + r * 16, 16);
     }
 }
 

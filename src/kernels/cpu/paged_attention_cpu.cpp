@@ -7,10 +7,13 @@
 // which other sequences share the call, nor on how its prompt was chunked, and equals the
 // contiguous-cache kernel bit for bit: the batch invariance the server promises. A
 // sliding window starts a token's rows at lo instead of 0, as in attention_cpu.cpp.
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/paged_attention_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 #include "kernels/cpu/attend_rows-inl.h"
 
@@ -26,18 +29,25 @@ void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v,
                     float* HWY_RESTRICT out) {
   AttendRows(
       q, [=](int64_t s) { return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k; },
-      [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; }, len, hd, scale,
-      scores, out);
+      [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; }, len,
+      hd, scale, scores, out);
 }
 
 // nq (2 or 4) query heads sharing this kv head: q[j], out[j]; scores: scratch [nq][len].
-void PagedAttendHeads(int nq, const float* const* q, const float* k, const float* v, int64_t ldb_k, int64_t ldr_k,
-                      int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs, int64_t lo, int64_t len,
-                      int64_t hd, float scale, float* HWY_RESTRICT scores, float* const* out) {
-  const auto k_row = [=](int64_t s) { return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k; };
-  const auto v_row = [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; };
-  if (nq == 4) AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
-  else AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+void PagedAttendHeads(int nq, const float* const* q, const float* k, const float* v, int64_t ldb_k,
+                      int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
+                      int64_t lo, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
+                      float* const* out) {
+  const auto k_row = [=](int64_t s) {
+    return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k;
+  };
+  const auto v_row = [=](int64_t s) {
+    return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v;
+  };
+  if (nq == 4)
+    AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+  else
+    AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
@@ -92,29 +102,34 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
   const int64_t per_item = std::max<int64_t>(1, total_len / N) * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / per_item);
   // Head-major items as in attention_cpu.cpp: whole heads per thread chunk.
-  parallel_for(H / nq * N, [&](int64_t i0, int64_t i1, int) {
-    thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(nq * max_len));
-    for (int64_t it = i0; it < i1; ++it) {
-      const int64_t h0 = it / N * nq, i = it % N, kvh = h0 / group;
-      const int64_t b = seq_of[static_cast<size_t>(i)], pos = pos_of[static_cast<size_t>(i)];
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, len = pos - lo + 1;
-      if (nq == 1) {
-        HWY_DYNAMIC_DISPATCH(PagedAttendOne)(qp + i * qt + h0 * qh, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
-                                             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(),
-                                             op + i * ot + h0 * oh);
-        continue;
-      }
-      const float* q_heads[4];
-      float* outs[4];
-      for (int j = 0; j < nq; ++j) {
-        q_heads[j] = qp + i * qt + (h0 + j) * qh;
-        outs[j] = op + i * ot + (h0 + j) * oh;
-      }
-      HWY_DYNAMIC_DISPATCH(PagedAttendHeads)(nq, q_heads, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
-                                             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(), outs);
-    }
-  }, grain);
+  parallel_for(
+      H / nq * N,
+      [&](int64_t i0, int64_t i1, int) {
+        thread_local std::vector<float> scores;
+        scores.resize(static_cast<size_t>(nq * max_len));
+        for (int64_t it = i0; it < i1; ++it) {
+          const int64_t h0 = it / N * nq, i = it % N, kvh = h0 / group;
+          const int64_t b = seq_of[static_cast<size_t>(i)], pos = pos_of[static_cast<size_t>(i)];
+          const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0,
+                        len = pos - lo + 1;
+          if (nq == 1) {
+            HWY_DYNAMIC_DISPATCH(PagedAttendOne)
+            (qp + i * qt + h0 * qh, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
+             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(), op + i * ot + h0 * oh);
+            continue;
+          }
+          const float* q_heads[4];
+          float* outs[4];
+          for (int j = 0; j < nq; ++j) {
+            q_heads[j] = qp + i * qt + (h0 + j) * qh;
+            outs[j] = op + i * ot + (h0 + j) * oh;
+          }
+          HWY_DYNAMIC_DISPATCH(PagedAttendHeads)
+          (nq, q_heads, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr, tables + b * max_blocks, bs,
+           lo, len, hd, scale, scores.data(), outs);
+        }
+      },
+      grain);
 }
 
 }  // namespace refit::cpu

@@ -1,11 +1,15 @@
 // Row-wise and element-wise CPU kernels in Highway SIMD: rms_norm, rope, softmax,
-// silu_mul, gelu_tanh_mul, scale, embedding, add. Each is memory-bound; SIMD keeps them a small share of a
-// forward pass and the pool splits rows (or elements) when there is enough work.
+// silu_mul, gelu_tanh_mul, scale, embedding, add. Each is memory-bound; SIMD keeps them a small
+// share of a forward pass and the pool splits rows (or elements) when there is enough work.
+
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/pointwise_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+// clang-format on
 
 #include <cfloat>
 #include <cmath>
@@ -51,8 +55,8 @@ void RmsNormRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, int64_
   // Gemma: (1 + w) in f32, then the normalised value times it.
   const VF voff = hn::Set(df, offset);
   for (; d + L <= D; d += L)
-    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + d), vinv), hn::Add(hn::LoadU(df, w + d), voff)), df,
-               out + d);
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + d), vinv), hn::Add(hn::LoadU(df, w + d), voff)),
+               df, out + d);
   for (; d < D; ++d) out[d] = x[d] * inv * (w[d] + offset);
 }
 
@@ -153,7 +157,8 @@ void Add(const float* a, const float* b, int64_t n, float* out) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(hn::Add(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::Add(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
   for (; i < n; ++i) out[i] = a[i] + b[i];
 }
 
@@ -222,8 +227,8 @@ void RopeToken(float* x, int64_t H, int64_t ldh, const float* HWY_RESTRICT cs, i
     for (; i + L <= rot; i += L) {
       const VF xv = hn::LoadU(df, v + i);
       const VF swapped = hn::Shuffle2301(xv);
-      hn::StoreU(hn::MulAdd(xv, hn::LoadU(df, cd + i), hn::Mul(swapped, hn::LoadU(df, sd + i))),
-                 df, v + i);
+      hn::StoreU(hn::MulAdd(xv, hn::LoadU(df, cd + i), hn::Mul(swapped, hn::LoadU(df, sd + i))), df,
+                 v + i);
     }
 #endif
     for (; i < rot; i += 2) {
@@ -264,17 +269,21 @@ int64_t rows_grain(int64_t row_len) {
 }
 }  // namespace
 
-void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset) {
+void rms_norm_hwy(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                  float weight_offset) {
   init_cpu_isa();
   const int64_t T = x.size(0), D = x.size(1);
   const float* xp = x.data<const float>();
   const float* wp = weight.data<const float>();
   float* op = out.data<float>();
   const int64_t ldx = x.stride(0), ldo = out.stride(0);
-  parallel_for(T, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t)
-      HWY_DYNAMIC_DISPATCH(RmsNormRow)(xp + t * ldx, wp, D, eps, weight_offset, op + t * ldo);
-  }, rows_grain(D));
+  parallel_for(
+      T,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t)
+          HWY_DYNAMIC_DISPATCH(RmsNormRow)(xp + t * ldx, wp, D, eps, weight_offset, op + t * ldo);
+      },
+      rows_grain(D));
 }
 
 void softmax_hwy(Tensor& x) {
@@ -283,9 +292,12 @@ void softmax_hwy(Tensor& x) {
   if (D == 0 || x.numel() == 0) return;
   const int64_t rows = x.numel() / D;
   float* xp = x.data<float>();
-  parallel_for(rows, [&](int64_t r0, int64_t r1, int) {
-    for (int64_t r = r0; r < r1; ++r) HWY_DYNAMIC_DISPATCH(SoftmaxRow)(xp + r * D, D);
-  }, rows_grain(D));
+  parallel_for(
+      rows,
+      [&](int64_t r0, int64_t r1, int) {
+        for (int64_t r = r0; r < r1; ++r) HWY_DYNAMIC_DISPATCH(SoftmaxRow)(xp + r * D, D);
+      },
+      rows_grain(D));
 }
 
 void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -293,9 +305,12 @@ void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
   const float* g = gate.data<const float>();
   const float* u = up.data<const float>();
   float* o = out.data<float>();
-  parallel_for(gate.numel(), [&](int64_t i0, int64_t i1, int) {
-    HWY_DYNAMIC_DISPATCH(SiluMul)(g + i0, u + i0, i1 - i0, o + i0);
-  }, kMinElementsPerChunk);
+  parallel_for(
+      gate.numel(),
+      [&](int64_t i0, int64_t i1, int) {
+        HWY_DYNAMIC_DISPATCH(SiluMul)(g + i0, u + i0, i1 - i0, o + i0);
+      },
+      kMinElementsPerChunk);
 }
 
 void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
@@ -303,18 +318,24 @@ void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
   const float* g = gate.data<const float>();
   const float* u = up.data<const float>();
   float* o = out.data<float>();
-  parallel_for(gate.numel(), [&](int64_t i0, int64_t i1, int) {
-    HWY_DYNAMIC_DISPATCH(GeluTanhMul)(g + i0, u + i0, i1 - i0, o + i0);
-  }, kMinElementsPerChunk);
+  parallel_for(
+      gate.numel(),
+      [&](int64_t i0, int64_t i1, int) {
+        HWY_DYNAMIC_DISPATCH(GeluTanhMul)(g + i0, u + i0, i1 - i0, o + i0);
+      },
+      kMinElementsPerChunk);
 }
 
 void scale_hwy(const Tensor& x, float s, Tensor& out) {
   init_cpu_isa();
   const float* xp = x.data<const float>();
   float* o = out.data<float>();
-  parallel_for(x.numel(), [&](int64_t i0, int64_t i1, int) {
-    HWY_DYNAMIC_DISPATCH(Scale)(xp + i0, s, i1 - i0, o + i0);
-  }, kMinElementsPerChunk);
+  parallel_for(
+      x.numel(),
+      [&](int64_t i0, int64_t i1, int) {
+        HWY_DYNAMIC_DISPATCH(Scale)(xp + i0, s, i1 - i0, o + i0);
+      },
+      kMinElementsPerChunk);
 }
 
 void add_hwy(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -322,9 +343,12 @@ void add_hwy(const Tensor& a, const Tensor& b, Tensor& out) {
   const float* ap = a.data<const float>();
   const float* bp = b.data<const float>();
   float* o = out.data<float>();
-  parallel_for(a.numel(), [&](int64_t i0, int64_t i1, int) {
-    HWY_DYNAMIC_DISPATCH(Add)(ap + i0, bp + i0, i1 - i0, o + i0);
-  }, kMinElementsPerChunk);
+  parallel_for(
+      a.numel(),
+      [&](int64_t i0, int64_t i1, int) {
+        HWY_DYNAMIC_DISPATCH(Add)(ap + i0, bp + i0, i1 - i0, o + i0);
+      },
+      kMinElementsPerChunk);
 }
 
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out) {
@@ -337,12 +361,15 @@ void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out) {
   const int64_t ids_stride = ids.stride(0);
   float* op = out.data<float>();
   const int64_t ldo = out.stride(0);
-  parallel_for(T, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t id = ip[t * ids_stride];  // range checked by ops::embedding
-      HWY_DYNAMIC_DISPATCH(EmbeddingRow)(dtype, base + id * row_bytes, D, op + t * ldo);
-    }
-  }, rows_grain(D));
+  parallel_for(
+      T,
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t id = ip[t * ids_stride];  // range checked by ops::embedding
+          HWY_DYNAMIC_DISPATCH(EmbeddingRow)(dtype, base + id * row_bytes, D, op + t * ldo);
+        }
+      },
+      rows_grain(D));
 }
 
 void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style) {
@@ -354,14 +381,17 @@ void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::Ro
   const float* cs = cos_sin.data<const float>();
   const int64_t ldcs = cos_sin.stride(0), ldt = x.stride(0), ldh = x.stride(1);
   const int neox = style == ops::RopeStyle::neox ? 1 : 0;
-  parallel_for(T, [&](int64_t t0, int64_t t1, int) {
-    thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(2 * rot));
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* row = cs + int64_t{pos[t * pos_stride]} * ldcs;  // checked by ops::rope
-      HWY_DYNAMIC_DISPATCH(RopeToken)(xp + t * ldt, H, ldh, row, rot, neox, scratch.data());
-    }
-  }, rows_grain(H * x.size(2)));
+  parallel_for(
+      T,
+      [&](int64_t t0, int64_t t1, int) {
+        thread_local std::vector<float> scratch;
+        scratch.resize(static_cast<size_t>(2 * rot));
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* row = cs + int64_t{pos[t * pos_stride]} * ldcs;  // checked by ops::rope
+          HWY_DYNAMIC_DISPATCH(RopeToken)(xp + t * ldt, H, ldh, row, rot, neox, scratch.data());
+        }
+      },
+      rows_grain(H * x.size(2)));
 }
 
 }  // namespace refit::cpu

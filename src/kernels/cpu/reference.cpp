@@ -16,10 +16,14 @@ namespace {
 // Element i (in storage elements from raw_data()) of a float tensor of any supported dtype.
 double load(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::f32: return t.data<const float>()[i];
-    case DType::f16: return f16_to_f32(t.data<const uint16_t>()[i]);
-    case DType::bf16: return bf16_to_f32(t.data<const uint16_t>()[i]);
-    default: fail("reference kernel: unsupported dtype {}", dtype_name(t.dtype()));
+    case DType::f32:
+      return t.data<const float>()[i];
+    case DType::f16:
+      return f16_to_f32(t.data<const uint16_t>()[i]);
+    case DType::bf16:
+      return bf16_to_f32(t.data<const uint16_t>()[i]);
+    default:
+      fail("reference kernel: unsupported dtype {}", dtype_name(t.dtype()));
   }
 }
 
@@ -54,9 +58,9 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, flo
     }
     double inv = 1.0 / std::sqrt(ss / double(D) + double(eps));
     for (int64_t d = 0; d < D; ++d)
-      op[t * out.stride(0) + d * out.stride(1)] = static_cast<float>(
-          xp[t * x.stride(0) + d * x.stride(1)] * inv *
-          (double(wp[d * weight.stride(0)]) + double(weight_offset)));
+      op[t * out.stride(0) + d * out.stride(1)] =
+          static_cast<float>(xp[t * x.stride(0) + d * x.stride(1)] * inv *
+                             (double(wp[d * weight.stride(0)]) + double(weight_offset)));
   }
 }
 
@@ -115,7 +119,8 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   const double c = std::sqrt(2.0 / 3.14159265358979323846);
   for (int64_t i = 0; i < n; ++i) {
     const double gv = g[i];
-    o[i] = static_cast<float>(0.5 * gv * (1.0 + std::tanh(c * (gv + 0.044715 * gv * gv * gv))) * u[i]);
+    o[i] =
+        static_cast<float>(0.5 * gv * (1.0 + std::tanh(c * (gv + 0.044715 * gv * gv * gv))) * u[i]);
   }
 }
 
@@ -151,15 +156,16 @@ namespace {
 // One query row over the cache rows lo .. hi of one kv head; key/value element d of row r
 // at k(r, d), v(r, d).
 template <class K, class V>
-void attend(const Tensor& q, int64_t t, int64_t h, int64_t lo, int64_t hi, float scale, const K& k, const V& v,
-            Tensor& out) {
+void attend(const Tensor& q, int64_t t, int64_t h, int64_t lo, int64_t hi, float scale, const K& k,
+            const V& v, Tensor& out) {
   const int64_t hd = q.size(2);
   const float* qp = q.data<const float>();
   std::vector<double> p(static_cast<size_t>(hi - lo + 1));
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t r = lo; r <= hi; ++r) {
     double dot = 0;
-    for (int64_t d = 0; d < hd; ++d) dot += double(qp[t * q.stride(0) + h * q.stride(1) + d * q.stride(2)]) * k(r, d);
+    for (int64_t d = 0; d < hd; ++d)
+      dot += double(qp[t * q.stride(0) + h * q.stride(1) + d * q.stride(2)]) * k(r, d);
     p[r - lo] = dot * scale;
     mx = std::max(mx, p[r - lo]);
   }
@@ -174,7 +180,9 @@ void attend(const Tensor& q, int64_t t, int64_t h, int64_t lo, int64_t hi, float
 }
 
 // The first key position a query at `pos` sees (ops.h: p - k < window).
-int64_t window_start(int64_t pos, int64_t window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
+int64_t window_start(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+}
 
 }  // namespace
 
@@ -197,9 +205,9 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
     }
 }
 
-void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const Tensor& block_tables,
-                     const Tensor& query_starts, const Tensor& start_positions, float scale, Tensor& out,
-                     int64_t window) {
+void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                     const Tensor& block_tables, const Tensor& query_starts,
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
   const int64_t H = q.size(1), KVH = k_pool.size(2), bs = k_pool.size(1), group = H / KVH;
   const float* kp = k_pool.data<const float>();
   const float* vp = v_pool.data<const float>();
@@ -211,12 +219,12 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
       for (int64_t h = 0; h < H; ++h) {
         const int64_t kvh = h / group, pos = p0 + (i - q0);
         const auto k = [&](int64_t r, int64_t d) {
-          return double(kp[block(r) * k_pool.stride(0) + (r % bs) * k_pool.stride(1) + kvh * k_pool.stride(2) +
-                           d * k_pool.stride(3)]);
+          return double(kp[block(r) * k_pool.stride(0) + (r % bs) * k_pool.stride(1) +
+                           kvh * k_pool.stride(2) + d * k_pool.stride(3)]);
         };
         const auto v = [&](int64_t r, int64_t d) {
-          return double(vp[block(r) * v_pool.stride(0) + (r % bs) * v_pool.stride(1) + kvh * v_pool.stride(2) +
-                           d * v_pool.stride(3)]);
+          return double(vp[block(r) * v_pool.stride(0) + (r % bs) * v_pool.stride(1) +
+                           kvh * v_pool.stride(2) + d * v_pool.stride(3)]);
         };
         attend(q, i, h, window_start(pos, window), pos, scale, k, v, out);
       }
@@ -241,23 +249,28 @@ uint8_t code_byte(const uint8_t* codes, Layout layout, int64_t row_bytes, int64_
       const int64_t in = b % 512, i = in / 32, g = (in % 32) / 4, j = in % 4;
       return codes[n * row_bytes + run * 512 + 64 * g + 4 * i + j];
     }
-    default: return codes[n * row_bytes + b];
+    default:
+      return codes[n * row_bytes + b];
   }
 }
 
 double scale_of(const Tensor& s, int64_t index) {
   switch (s.dtype()) {
-    case DType::f32: return s.data<const float>()[index];
-    case DType::f16: return f16_to_f32(s.data<const uint16_t>()[index]);
-    case DType::e8m0: return e8m0_to_f32(s.data<const uint8_t>()[index]);
-    default: fail("reference matmul_quantized: unsupported scale dtype {}", dtype_name(s.dtype()));
+    case DType::f32:
+      return s.data<const float>()[index];
+    case DType::f16:
+      return f16_to_f32(s.data<const uint16_t>()[index]);
+    case DType::e8m0:
+      return e8m0_to_f32(s.data<const uint8_t>()[index]);
+    default:
+      fail("reference matmul_quantized: unsupported scale dtype {}", dtype_name(s.dtype()));
   }
 }
 
 }  // namespace
 
-void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                      int64_t group, const Tensor& bias, Tensor& out) {
+void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                      const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), S = w_scale.size(1);
   const bool f4 = w.dtype() == DType::f4_e2m1;
   const int64_t row_bytes = f4 ? K / 2 : K;
@@ -270,24 +283,30 @@ void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, c
     for (int64_t k = 0; k < K; ++k) {
       const uint8_t byte = code_byte(codes, w.layout(), row_bytes, n, f4 ? k / 2 : k);
       double v;
-      if (f4) v = f4_e2m1_to_f32(static_cast<uint8_t>((byte >> (4 * (k & 1))) & 0xF));
-      else if (w.dtype() == DType::i8) v = static_cast<int8_t>(byte);
-      else v = f8_e4m3fn_to_f32(byte);
+      if (f4)
+        v = f4_e2m1_to_f32(static_cast<uint8_t>((byte >> (4 * (k & 1))) & 0xF));
+      else if (w.dtype() == DType::i8)
+        v = static_cast<int8_t>(byte);
+      else
+        v = f8_e4m3fn_to_f32(byte);
       const int64_t c = k / group;
-      const int64_t si = tiled ? (((n / 16) * (S / g) + c / g) * 16 + n % 16) * g + c % g : n * S + c;
+      const int64_t si =
+          tiled ? (((n / 16) * (S / g) + c / g) * 16 + n % 16) * g + c % g : n * S + c;
       wd[static_cast<size_t>(n * K + k)] = v * scale_of(w_scale, si);
     }
   const auto xv = [&](int64_t m, int64_t k) -> double {
     const int64_t i = m * x.stride(0) + k * x.stride(1);
     switch (x.dtype()) {
-      case DType::f32: return x.data<const float>()[i];
+      case DType::f32:
+        return x.data<const float>()[i];
       case DType::f8_e4m3fn:
         return double(f8_e4m3fn_to_f32(static_cast<const uint8_t*>(x.raw_data())[i])) *
                x_scale.data<const float>()[m * x_scale.stride(0)];
       case DType::i8:
         return double(static_cast<const int8_t*>(x.raw_data())[i]) *
                x_scale.data<const float>()[m * x_scale.stride(0) + (k / 32) * x_scale.stride(1)];
-      default: fail("reference matmul_quantized: unsupported activation dtype {}", dtype_name(x.dtype()));
+      default:
+        fail("reference matmul_quantized: unsupported activation dtype {}", dtype_name(x.dtype()));
     }
   };
   float* op = f32_ptr(out);
@@ -304,11 +323,13 @@ void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   auto* q = static_cast<uint8_t*>(xq.raw_data());
   for (int64_t m = 0; m < M; ++m) {
     float amax = 0.0f;
-    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x.data<const float>()[m * x.stride(0) + k * x.stride(1)]));
+    for (int64_t k = 0; k < K; ++k)
+      amax = std::max(amax, std::fabs(x.data<const float>()[m * x.stride(0) + k * x.stride(1)]));
     const float s = fp8_group_scale(amax);
     x_scale.data<float>()[m * x_scale.stride(0)] = s;
     for (int64_t k = 0; k < K; ++k)
-      q[m * xq.stride(0) + k * xq.stride(1)] = f32_to_f8_e4m3fn(x.data<const float>()[m * x.stride(0) + k * x.stride(1)] / s);
+      q[m * xq.stride(0) + k * xq.stride(1)] =
+          f32_to_f8_e4m3fn(x.data<const float>()[m * x.stride(0) + k * x.stride(1)] / s);
   }
 }
 
@@ -317,7 +338,9 @@ void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   auto* q = static_cast<int8_t*>(xq.raw_data());
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < K / 32; ++b) {
-      const auto xv = [&](int64_t k) { return x.data<const float>()[m * x.stride(0) + (b * 32 + k) * x.stride(1)]; };
+      const auto xv = [&](int64_t k) {
+        return x.data<const float>()[m * x.stride(0) + (b * 32 + k) * x.stride(1)];
+      };
       bool finite = true;
       float amax = 0.0f;
       for (int64_t k = 0; k < 32; ++k) {
@@ -328,7 +351,8 @@ void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
       const float inv = finite && s > 0.0f ? 1.0f / s : 0.0f;  // llama.cpp's id = 1 / d
       x_scale.data<float>()[m * x_scale.stride(0) + b * x_scale.stride(1)] = s;
       for (int64_t k = 0; k < 32; ++k)
-        q[m * xq.stride(0) + (b * 32 + k) * xq.stride(1)] = static_cast<int8_t>(std::nearbyint(xv(k) * inv));
+        q[m * xq.stride(0) + (b * 32 + k) * xq.stride(1)] =
+            static_cast<int8_t>(std::nearbyint(xv(k) * inv));
     }
 }
 

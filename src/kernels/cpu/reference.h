@@ -12,7 +12,8 @@
 namespace refit::cpu::reference {
 
 void matmul(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
-void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, float weight_offset = 0.0f);
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+              float weight_offset = 0.0f);
 void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeStyle style);
 void softmax(Tensor& x);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
@@ -23,13 +24,13 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                float scale, Tensor& out, int64_t window = 0);
 // kernels/paged_attention.h.
-void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const Tensor& block_tables,
-                     const Tensor& query_starts, const Tensor& start_positions, float scale, Tensor& out,
-                     int64_t window = 0);
+void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                     const Tensor& block_tables, const Tensor& query_starts,
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0);
 // kernels/matmul_quantized.h: x and w decoded from their codes and scales (w in any of its
 // layouts: plain, shuffled_16x16 with tiled scales, interleaved_4x16), then matmul in double.
-void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
-                      int64_t group, const Tensor& bias, Tensor& out);
+void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
+                      const Tensor& w_scale, int64_t group, const Tensor& bias, Tensor& out);
 // Per-token e4m3 codes with scale fp8_group_scale(amax) (kernels/quant/quant_reference.h).
 void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 // Blocks of 32: scale d = amax / 127 in f32, codes x * (1 / d) (f32) rounded to nearest

@@ -38,8 +38,8 @@ bool rows_dense(const Tensor& t) { return t.dim() == 0 || t.size(-1) <= 1 || t.s
 // A constraint checking every `needs` entry; `names` are the op's argument names.
 std::function<std::string(std::span<const Tensor* const>)> dense_constraint(
     std::vector<Need> needs, std::vector<std::string> names) {
-  return [needs = std::move(needs), names = std::move(names)](
-             std::span<const Tensor* const> args) -> std::string {
+  return [needs = std::move(needs),
+          names = std::move(names)](std::span<const Tensor* const> args) -> std::string {
     for (const Need& need : needs) {
       if (need.arg >= args.size()) continue;
       const Tensor* t = args[need.arg];
@@ -76,7 +76,6 @@ Kernel make(std::string op, std::string name, int priority, std::vector<ArgRule>
   return k;
 }
 
-
 }  // namespace
 
 void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
@@ -85,35 +84,36 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
   constexpr Dense rows = Dense::rows, all = Dense::all;
 
   if (f32_blas) {
-  registry.add(make(op_names::matmul, "matmul.cpu.f32_blas", 10,
-                    {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
-                    {{0, rows}, {1, rows}, {2, all}, {3, rows}},
-                    "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
-                    kernel_fn<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
-  // Decode shapes: sgemm with one row runs at a fraction of memory bandwidth, the Highway
-  // dot-product kernel streams the weights at full speed (bench/RESULTS.md).
-  // Priority between OpenBLAS and the batch-invariant f32 kernel (serve_kernels.cpp).
-  Kernel f32_decode = make(op_names::matmul, "matmul.cpu.f32_hwy_decode", 15,
-                           {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true),
-                            arg("out", {f32})},
-                           {{0, rows}, {1, rows}, {2, all}, {3, rows}},
-                           "M <= 4; x, w, out: stride 1 along K/N; bias contiguous",
-                           kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy));
-  auto dense = f32_decode.constraint;
-  f32_decode.constraint = [dense](std::span<const Tensor* const> args) -> std::string {
-    if (args.size() > 0 && args[0] != nullptr && args[0]->defined() && args[0]->dim() == 2 &&
-        args[0]->size(0) > 4)
-      return fmt::format("M = {} rows; this kernel is for M <= 4", args[0]->size(0));
-    return dense(args);
-  };
-  registry.add(std::move(f32_decode));
+    registry.add(
+        make(op_names::matmul, "matmul.cpu.f32_blas", 10,
+             {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
+             {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+             "x, w, out: stride 1 along K/N; bias contiguous; OpenBLAS sgemm",
+             kernel_fn<kernels::MatmulFn>(&cpu::matmul_f32_blas)));
+    // Decode shapes: sgemm with one row runs at a fraction of memory bandwidth, the Highway
+    // dot-product kernel streams the weights at full speed (bench/RESULTS.md).
+    // Priority between OpenBLAS and the batch-invariant f32 kernel (serve_kernels.cpp).
+    Kernel f32_decode =
+        make(op_names::matmul, "matmul.cpu.f32_hwy_decode", 15,
+             {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})},
+             {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+             "M <= 4; x, w, out: stride 1 along K/N; bias contiguous",
+             kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy));
+    auto dense = f32_decode.constraint;
+    f32_decode.constraint = [dense](std::span<const Tensor* const> args) -> std::string {
+      if (args.size() > 0 && args[0] != nullptr && args[0]->defined() && args[0]->dim() == 2 &&
+          args[0]->size(0) > 4)
+        return fmt::format("M = {} rows; this kernel is for M <= 4", args[0]->size(0));
+      return dense(args);
+    };
+    registry.add(std::move(f32_decode));
   }
-  registry.add(make(op_names::matmul, "matmul.cpu.f16_bf16_hwy", 10,
-                    {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true),
-                     arg("out", {f32})},
-                    {{0, rows}, {1, rows}, {2, all}, {3, rows}},
-                    "x, w, out: stride 1 along K/N; bias contiguous; batch-invariant",
-                    kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy)));
+  registry.add(
+      make(op_names::matmul, "matmul.cpu.f16_bf16_hwy", 10,
+           {arg("x", {f32}), arg("w", {f16, bf16}), arg("bias", {f32}, true), arg("out", {f32})},
+           {{0, rows}, {1, rows}, {2, all}, {3, rows}},
+           "x, w, out: stride 1 along K/N; bias contiguous; batch-invariant",
+           kernel_fn<kernels::MatmulFn>(&cpu::matmul_hwy)));
   registry.add(make(op_names::rms_norm, "rms_norm.cpu.hwy", 10,
                     {arg("x", {f32}), arg("weight", {f32}), arg("out", {f32})},
                     {{0, rows}, {1, all}, {2, rows}}, "rows of x, out dense; weight contiguous",
@@ -139,29 +139,35 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
                     {arg("table", {f32, f16, bf16}), arg("ids", {i32}), arg("out", {f32})},
                     {{0, rows}, {2, rows}}, "table, out: stride 1 along D",
                     kernel_fn<kernels::EmbeddingFn>(&cpu::embedding_hwy)));
-  registry.add(make(op_names::add, "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
-                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
-                    kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
-  registry.add(make(op_names::attention, "attention.cpu.hwy", 10,
-                    {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
-                    {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
-                    "stride 1 along head_dim for q, k_cache, v_cache, out",
-                    kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
+  registry.add(make(
+      op_names::add, "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
+      {{0, all}, {1, all}, {2, all}}, "all contiguous", kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
+  registry.add(
+      make(op_names::attention, "attention.cpu.hwy", 10,
+           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
+           {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
+           "stride 1 along head_dim for q, k_cache, v_cache, out",
+           kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
 }
 
-void register_cpu_kernels(KernelRegistry& registry) { register_cpu_kernels(registry, batch_invariant_f32_matmul()); }
+void register_cpu_kernels(KernelRegistry& registry) {
+  register_cpu_kernels(registry, batch_invariant_f32_matmul());
+}
 
 void register_cpu_kernels(KernelRegistry& registry, bool batch_invariant_f32_matmul) {
   // One family of f32 matmul rows per mode: the batch-invariant Highway row, or OpenBLAS
   // with the Highway decode row. Both at once would leave one family shadowed for every
   // input (the same constraints), rows that dispatch could never choose.
   cpu::register_core_cpu_kernels(registry, /*f32_blas=*/!batch_invariant_f32_matmul);
-  register_serve_cpu_kernels(registry, batch_invariant_f32_matmul);  // paged attention, invariant f32 matmul
+  register_serve_cpu_kernels(registry,
+                             batch_invariant_f32_matmul);  // paged attention, invariant f32 matmul
   cpu::register_layout_matmul_kernels(registry);  // transposed / shuffled weights, fallback
-  cpu::register_quantized_matmul_kernels(registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
-  cpu::register_quantized_matmul_hwy_kernels(registry);  // the same in SIMD, preferred where they apply
-  cpu::int8dot::register_kernels(registry);              // Q8_0 / MXFP4 with int8 activations (W8A8)
-  cpu::fp8dot::register_kernels(registry);               // FP8 W8A8 by bf16 dot products (AVX-512 BF16)
+  cpu::register_quantized_matmul_kernels(
+      registry);  // FP8 / MXFP4 / Q8_0 weights (kernels/matmul_quantized.h)
+  cpu::register_quantized_matmul_hwy_kernels(
+      registry);                             // the same in SIMD, preferred where they apply
+  cpu::int8dot::register_kernels(registry);  // Q8_0 / MXFP4 with int8 activations (W8A8)
+  cpu::fp8dot::register_kernels(registry);   // FP8 W8A8 by bf16 dot products (AVX-512 BF16)
 }
 
 }  // namespace refit

@@ -26,14 +26,14 @@ namespace {
 
 bool invariant_from_env() {
   const char* v = std::getenv("REFIT_BATCH_INVARIANT");
-  return v == nullptr || (std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0 &&
-                          std::strcmp(v, "false") != 0);
+  return v == nullptr ||
+         (std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0 && std::strcmp(v, "false") != 0);
 }
 
 // Which arguments must be dense along their last dimension (rows) or fully contiguous.
 std::function<std::string(std::span<const Tensor* const>)> dense(std::vector<size_t> rows,
-                                                                std::vector<size_t> all,
-                                                                std::vector<std::string> names) {
+                                                                 std::vector<size_t> all,
+                                                                 std::vector<std::string> names) {
   return [rows, all, names](std::span<const Tensor* const> args) -> std::string {
     for (size_t i : rows) {
       const Tensor* t = i < args.size() ? args[i] : nullptr;
@@ -71,13 +71,19 @@ void register_serve_cpu_kernels(KernelRegistry& registry, bool invariant) {
   pa.name = "paged_attention.cpu.hwy";
   pa.device = DeviceType::cpu;
   pa.priority = 10;
-  pa.args = {arg("q", {f32}),          arg("k_pool", {f32}),       arg("v_pool", {f32}),
-             arg("block_tables", {i32}), arg("query_starts", {i32}), arg("start_positions", {i32}),
+  pa.args = {arg("q", {f32}),
+             arg("k_pool", {f32}),
+             arg("v_pool", {f32}),
+             arg("block_tables", {i32}),
+             arg("query_starts", {i32}),
+             arg("start_positions", {i32}),
              arg("out", {f32})};
-  pa.constraint = dense({0, 1, 2, 6}, {3, 4, 5},
-                        {"q", "k_pool", "v_pool", "block_tables", "query_starts", "start_positions", "out"});
+  pa.constraint =
+      dense({0, 1, 2, 6}, {3, 4, 5},
+            {"q", "k_pool", "v_pool", "block_tables", "query_starts", "start_positions", "out"});
   pa.constraint_text = "stride 1 along head_dim; index tensors contiguous; batch-invariant";
-  pa.fn = reinterpret_cast<const void*>(static_cast<kernels::PagedAttentionFn>(&cpu::paged_attention_hwy));
+  pa.fn = reinterpret_cast<const void*>(
+      static_cast<kernels::PagedAttentionFn>(&cpu::paged_attention_hwy));
   registry.add(std::move(pa));
 
   if (!invariant) return;  // OpenBLAS and the decode row take f32 weights (register.cpp)
@@ -88,7 +94,8 @@ void register_serve_cpu_kernels(KernelRegistry& registry, bool invariant) {
   mm.priority = 30;  // above the layout rows (transposed, strided fallback)
   mm.args = {arg("x", {f32}), arg("w", {f32}), arg("bias", {f32}, true), arg("out", {f32})};
   mm.constraint = dense({0, 1, 3}, {2}, {"x", "w", "bias", "out"});
-  mm.constraint_text = "Highway, batch-invariant (default; REFIT_BATCH_INVARIANT=0 registers OpenBLAS instead)";
+  mm.constraint_text =
+      "Highway, batch-invariant (default; REFIT_BATCH_INVARIANT=0 registers OpenBLAS instead)";
   mm.fn = reinterpret_cast<const void*>(static_cast<kernels::MatmulFn>(&cpu::matmul_hwy));
   registry.add(std::move(mm));
 }

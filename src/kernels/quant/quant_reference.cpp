@@ -23,11 +23,12 @@ float amax_of(const float* rows, int64_t k, int64_t r0, int64_t r1, int64_t c0, 
   return amax;
 }
 
-void quantize_fp8(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, uint8_t* codes,
-                  float* scales) {
+void quantize_fp8(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k,
+                  uint8_t* codes, float* scales) {
   const int64_t g = scheme.group(k), s_cols = scheme.scale_cols(k);
   // Row blocks: the whole sub-shard (per-tensor), 128 rows (blocks) or one row.
-  const int64_t row_block = scheme.method == QuantMethod::fp8_tensor ? std::max<int64_t>(n, 1) : scheme.block_rows();
+  const int64_t row_block =
+      scheme.method == QuantMethod::fp8_tensor ? std::max<int64_t>(n, 1) : scheme.block_rows();
   for (int64_t r0 = 0; r0 < n; r0 += row_block) {
     const int64_t r1 = std::min(n, r0 + row_block);
     for (int64_t sc = 0; sc < s_cols; ++sc) {
@@ -35,7 +36,8 @@ void quantize_fp8(const QuantScheme& scheme, const float* rows, int64_t n, int64
       const float scale = fp8_group_scale(amax_of(rows, k, r0, r1, c0, c1));
       for (int64_t r = r0; r < r1; ++r) {
         scales[r * s_cols + sc] = scale;
-        for (int64_t c = c0; c < c1; ++c) codes[r * k + c] = f32_to_f8_e4m3fn(rows[r * k + c] / scale);
+        for (int64_t c = c0; c < c1; ++c)
+          codes[r * k + c] = f32_to_f8_e4m3fn(rows[r * k + c] / scale);
       }
     }
   }
@@ -71,24 +73,30 @@ void quantize_q8_0(const float* rows, int64_t n, int64_t k, int8_t* codes, uint1
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       scales[r * s_cols + b] = f32_to_f16(d);
-      for (int j = 0; j < 32; ++j) codes[r * k + b * 32 + j] = static_cast<int8_t>(std::roundf(x[j] * id));
+      for (int j = 0; j < 32; ++j)
+        codes[r * k + b * 32 + j] = static_cast<int8_t>(std::roundf(x[j] * id));
     }
 }
 
 }  // namespace
 
-void quantize_rows_reference(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,
-                             void* scales) {
+void quantize_rows_reference(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k,
+                             void* codes, void* scales) {
   std::string why = scheme.unsupported_reason(k);
   if (!why.empty()) fail("quantize: {}", why);
   switch (scheme.method) {
-    case QuantMethod::fp8_tensor: case QuantMethod::fp8_channel: case QuantMethod::fp8_block:
-      return quantize_fp8(scheme, rows, n, k, static_cast<uint8_t*>(codes), static_cast<float*>(scales));
+    case QuantMethod::fp8_tensor:
+    case QuantMethod::fp8_channel:
+    case QuantMethod::fp8_block:
+      return quantize_fp8(scheme, rows, n, k, static_cast<uint8_t*>(codes),
+                          static_cast<float*>(scales));
     case QuantMethod::mxfp4:
-      return quantize_mxfp4(rows, n, k, static_cast<uint8_t*>(codes), static_cast<uint8_t*>(scales));
+      return quantize_mxfp4(rows, n, k, static_cast<uint8_t*>(codes),
+                            static_cast<uint8_t*>(scales));
     case QuantMethod::q8_0:
       return quantize_q8_0(rows, n, k, static_cast<int8_t*>(codes), static_cast<uint16_t*>(scales));
-    case QuantMethod::none: break;
+    case QuantMethod::none:
+      break;
   }
   fail("quantize: no quantization scheme");
 }

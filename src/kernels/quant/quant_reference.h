@@ -17,7 +17,7 @@ float fp8_group_scale(float amax);
 
 // Quantizes rows f32 [n, k] (contiguous) into codes (plain layout, packed for f4) and
 // scales [n, S], exactly as quantize_rows does, but slowly and on the calling thread.
-void quantize_rows_reference(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,
-                             void* scales);
+void quantize_rows_reference(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k,
+                             void* codes, void* scales);
 
 }  // namespace refit

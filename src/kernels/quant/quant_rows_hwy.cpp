@@ -20,10 +20,13 @@
 //            once, to nearest even.
 //   roundf   half away from zero (ggml): t = trunc(v); v - t is exact, so |v - t| >= 0.5
 //            decides the step away from zero without the double rounding of v + 0.5.
+// Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/quant/quant_rows_hwy.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+// clang-format on
 
 #include <algorithm>
 #include <bit>
@@ -70,7 +73,8 @@ HWY_INLINE float RangeAmax(const float* x, int64_t c0, int64_t c1) {
 }
 
 void GroupAmax(const float* x, int64_t k, int64_t group, float* amax) {
-  for (int64_t g = 0, c0 = 0; c0 < k; ++g, c0 += group) amax[g] = RangeAmax(x, c0, std::min(k, c0 + group));
+  for (int64_t g = 0, c0 = 0; c0 < k; ++g, c0 += group)
+    amax[g] = RangeAmax(x, c0, std::min(k, c0 + group));
 }
 
 // e4m3fn codes (in the low byte of each u32 lane) of v, as f32_to_f8_e4m3fn.
@@ -84,7 +88,8 @@ HWY_INLINE hn::Vec<DU> EncodeE4m3(hn::Vec<DF> v) {
   const auto abits = hn::BitCast(du, a);
   const auto odd = hn::And(hn::ShiftRight<20>(abits), hn::Set(du, 1u));
   const auto normal =
-      hn::Sub(hn::ShiftRight<20>(hn::Add(abits, hn::Add(hn::Set(du, 0x7FFFFu), odd))), hn::Set(du, 120u << 3));
+      hn::Sub(hn::ShiftRight<20>(hn::Add(abits, hn::Add(hn::Set(du, 0x7FFFFu), odd))),
+              hn::Set(du, 120u << 3));
   const auto sub = hn::BitCast(du, hn::ConvertTo(di, hn::Round(hn::Mul(a, hn::Set(df, 512.0f)))));
   const auto mag = hn::IfThenElse(hn::RebindMask(du, hn::Lt(a, hn::Set(df, 0x1p-6f))), sub, normal);
   const auto code = hn::Or(mag, sign);
@@ -117,7 +122,9 @@ HWY_INLINE hn::Vec<DI> EncodeE2m1(hn::Vec<DF> v) {
   const auto a = hn::Abs(v);
   auto count = hn::Zero(di);
   // A true mask is all ones, -1 as an integer: subtracting it counts the boundary.
-  const auto step = [&](auto mask) { count = hn::Sub(count, hn::VecFromMask(di, hn::RebindMask(di, mask))); };
+  const auto step = [&](auto mask) {
+    count = hn::Sub(count, hn::VecFromMask(di, hn::RebindMask(di, mask)));
+  };
   step(hn::Gt(a, hn::Set(df, 0.25f)));  // 0 | 0.5: tie to code 0
   step(hn::Ge(a, hn::Set(df, 0.75f)));  // 0.5 | 1: tie to code 2
   step(hn::Gt(a, hn::Set(df, 1.25f)));  // 1 | 1.5: tie to code 2
@@ -137,9 +144,11 @@ void Mxfp4Row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales, uint8_
     const float* xb = x + b * 32;
     const int e = detail::mxfp4_exponent(RangeAmax(xb, 0, 32));
     scales[b] = static_cast<uint8_t>(e + 127);
-    const auto mult = hn::Set(df, std::bit_cast<float>(static_cast<uint32_t>(127 - e) << 23));  // 2^-e
+    const auto mult =
+        hn::Set(df, std::bit_cast<float>(static_cast<uint32_t>(127 - e) << 23));  // 2^-e
     for (int64_t j = 0; j < 32; j += n)  // n divides 32 on every x86 target
-      hn::StoreU(hn::DemoteTo(d8, EncodeE2m1(hn::Mul(hn::LoadU(df, xb + j), mult))), d8, scratch + b * 32 + j);
+      hn::StoreU(hn::DemoteTo(d8, EncodeE2m1(hn::Mul(hn::LoadU(df, xb + j), mult))), d8,
+                 scratch + b * 32 + j);
   }
   // Pack pairs: as u16, the low byte is element 2i and the high byte element 2i + 1.
   const hn::ScalableTag<uint16_t> d16;
@@ -154,7 +163,8 @@ void Mxfp4Row(const float* x, int64_t k, uint8_t* codes, uint8_t* scales, uint8_
                                hn::And(hn::ShiftRight<4>(p), hn::Set(d16, uint16_t{0xF0})));
     hn::StoreU(hn::DemoteTo(d8h, hn::BitCast(di16, packed)), d8h, codes + i);
   }
-  for (; i < k / 2; ++i) codes[i] = static_cast<uint8_t>(scratch[2 * i] | (scratch[2 * i + 1] << 4));
+  for (; i < k / 2; ++i)
+    codes[i] = static_cast<uint8_t>(scratch[2 * i] | (scratch[2 * i + 1] << 4));
 }
 
 void Q80Row(const float* x, int64_t k, int8_t* codes, float* d) {
@@ -174,7 +184,8 @@ void Q80Row(const float* x, int64_t k, int8_t* codes, float* d) {
     for (int64_t j = 0; j < 32; j += n) {
       const auto v = hn::Mul(hn::LoadU(df, xb + j), vi);
       const auto t = hn::Trunc(v);
-      const auto away = hn::IfThenElseZero(hn::Ge(hn::Abs(hn::Sub(v, t)), half), hn::CopySign(one, v));
+      const auto away =
+          hn::IfThenElseZero(hn::Ge(hn::Abs(hn::Sub(v, t)), half), hn::CopySign(one, v));
       const auto rounded = hn::ConvertTo(di, hn::Add(t, away));
       hn::StoreU(hn::DemoteTo(d8, rounded), d8, codes + b * 32 + j);
     }

@@ -12,28 +12,40 @@ namespace refit {
 
 DType QuantScheme::code_dtype() const {
   switch (method) {
-    case QuantMethod::fp8_tensor: case QuantMethod::fp8_channel: case QuantMethod::fp8_block:
+    case QuantMethod::fp8_tensor:
+    case QuantMethod::fp8_channel:
+    case QuantMethod::fp8_block:
       return DType::f8_e4m3fn;
-    case QuantMethod::mxfp4: return DType::f4_e2m1;
-    case QuantMethod::q8_0: return DType::i8;
-    case QuantMethod::none: break;
+    case QuantMethod::mxfp4:
+      return DType::f4_e2m1;
+    case QuantMethod::q8_0:
+      return DType::i8;
+    case QuantMethod::none:
+      break;
   }
   return DType::f32;
 }
 
 DType QuantScheme::scale_dtype() const {
   switch (method) {
-    case QuantMethod::mxfp4: return DType::e8m0;
-    case QuantMethod::q8_0: return DType::f16;
-    default: return DType::f32;
+    case QuantMethod::mxfp4:
+      return DType::e8m0;
+    case QuantMethod::q8_0:
+      return DType::f16;
+    default:
+      return DType::f32;
   }
 }
 
 int64_t QuantScheme::group(int64_t k) const {
   switch (method) {
-    case QuantMethod::fp8_block: return 128;
-    case QuantMethod::mxfp4: case QuantMethod::q8_0: return 32;
-    default: return std::max<int64_t>(k, 1);
+    case QuantMethod::fp8_block:
+      return 128;
+    case QuantMethod::mxfp4:
+    case QuantMethod::q8_0:
+      return 32;
+    default:
+      return std::max<int64_t>(k, 1);
   }
 }
 
@@ -44,19 +56,31 @@ int64_t QuantScheme::scale_cols(int64_t k) const {
 
 std::string QuantScheme::unsupported_reason(int64_t k) const {
   if ((method == QuantMethod::mxfp4 || method == QuantMethod::q8_0) && k % 32 != 0)
-    return fmt::format("{} needs K (input features on this rank) to be a multiple of 32, got {}", name(), k);
+    return fmt::format("{} needs K (input features on this rank) to be a multiple of 32, got {}",
+                       name(), k);
   return {};
 }
 
 std::string QuantScheme::name() const {
   std::string base;
   switch (method) {
-    case QuantMethod::none: return "none";
-    case QuantMethod::fp8_tensor: base = "fp8-tensor"; break;
-    case QuantMethod::fp8_channel: base = "fp8-channel"; break;
-    case QuantMethod::fp8_block: base = "fp8-block"; break;
-    case QuantMethod::mxfp4: base = "mxfp4"; break;
-    case QuantMethod::q8_0: base = "q8_0"; break;
+    case QuantMethod::none:
+      return "none";
+    case QuantMethod::fp8_tensor:
+      base = "fp8-tensor";
+      break;
+    case QuantMethod::fp8_channel:
+      base = "fp8-channel";
+      break;
+    case QuantMethod::fp8_block:
+      base = "fp8-block";
+      break;
+    case QuantMethod::mxfp4:
+      base = "mxfp4";
+      break;
+    case QuantMethod::q8_0:
+      base = "q8_0";
+      break;
   }
   return w8a8 ? base + "-w8a8" : base;
 }
@@ -70,14 +94,22 @@ QuantScheme parse_quant_scheme(std::string_view name) {
     s.w8a8 = true;
     n.resize(n.size() - suffix.size());
   }
-  if (n == "fp8" || n == "fp8-tensor") s.method = QuantMethod::fp8_tensor;
-  else if (n == "fp8-channel") s.method = QuantMethod::fp8_channel;
-  else if (n == "fp8-block") s.method = QuantMethod::fp8_block;
-  else if (n == "mxfp4") s.method = QuantMethod::mxfp4;
-  else if (n == "q8_0" || n == "q8-0") s.method = QuantMethod::q8_0;
+  if (n == "fp8" || n == "fp8-tensor")
+    s.method = QuantMethod::fp8_tensor;
+  else if (n == "fp8-channel")
+    s.method = QuantMethod::fp8_channel;
+  else if (n == "fp8-block")
+    s.method = QuantMethod::fp8_block;
+  else if (n == "mxfp4")
+    s.method = QuantMethod::mxfp4;
+  else if (n == "q8_0" || n == "q8-0")
+    s.method = QuantMethod::q8_0;
   else
-    fail("unknown quantization '{}' (use fp8, fp8-tensor, fp8-channel, fp8-block, mxfp4 or q8_0, each "
-         "optionally with -w8a8)", name);
+    fail(
+        "unknown quantization '{}' (use fp8, fp8-tensor, fp8-channel, fp8-block, mxfp4 or q8_0, "
+        "each "
+        "optionally with -w8a8)",
+        name);
   return s;
 }
 
@@ -87,8 +119,8 @@ int64_t code_row_bytes(const QuantScheme& scheme, int64_t k) {
 
 // quantize_rows: kernels/quant/quantize.cpp (fast path) and quant_reference.cpp (the scalar spec).
 
-void dequantize_rows(const QuantScheme& scheme, const void* codes_v, const void* scales_v, int64_t n, int64_t k,
-                     float* out) {
+void dequantize_rows(const QuantScheme& scheme, const void* codes_v, const void* scales_v,
+                     int64_t n, int64_t k, float* out) {
   const int64_t g = scheme.group(k), s_cols = scheme.scale_cols(k);
   const auto* codes = static_cast<const uint8_t*>(codes_v);
   for (int64_t r = 0; r < n; ++r)
@@ -96,17 +128,21 @@ void dequantize_rows(const QuantScheme& scheme, const void* codes_v, const void*
       const int64_t si = r * s_cols + c / g, i = r * k + c;
       float v = 0.0f;
       switch (scheme.method) {
-        case QuantMethod::fp8_tensor: case QuantMethod::fp8_channel: case QuantMethod::fp8_block:
+        case QuantMethod::fp8_tensor:
+        case QuantMethod::fp8_channel:
+        case QuantMethod::fp8_block:
           v = f8_e4m3fn_to_f32(codes[i]) * static_cast<const float*>(scales_v)[si];
           break;
         case QuantMethod::mxfp4:
-          v = f4_e2m1_to_f32(codes[i / 2] >> (4 * (i & 1))) * e8m0_to_f32(static_cast<const uint8_t*>(scales_v)[si]);
+          v = f4_e2m1_to_f32(codes[i / 2] >> (4 * (i & 1))) *
+              e8m0_to_f32(static_cast<const uint8_t*>(scales_v)[si]);
           break;
         case QuantMethod::q8_0:
           v = static_cast<float>(static_cast<int8_t>(codes[i])) *
               f16_to_f32(static_cast<const uint16_t*>(scales_v)[si]);
           break;
-        case QuantMethod::none: fail("dequantize: no quantization scheme");
+        case QuantMethod::none:
+          fail("dequantize: no quantization scheme");
       }
       out[i] = v;
     }
@@ -121,7 +157,8 @@ bool scales_follow_tiles(const QuantScheme& scheme) {
   return scheme.method == QuantMethod::mxfp4 || scheme.method == QuantMethod::q8_0;
 }
 
-void shuffle_scales_16(void* scales, int64_t n, int64_t s, int64_t g, size_t elem_size, bool inverse) {
+void shuffle_scales_16(void* scales, int64_t n, int64_t s, int64_t g, size_t elem_size,
+                       bool inverse) {
   REFIT_ASSERT(n % 16 == 0 && s % g == 0);
   auto* bytes = static_cast<uint8_t*>(scales);
   std::vector<uint8_t> copy(bytes, bytes + n * s * elem_size);

@@ -44,7 +44,9 @@ struct QuantScheme {
 
   bool enabled() const { return method != QuantMethod::none; }
   // Whether W8A8 quantizes activations to int8 blocks (Q8_0, MXFP4) rather than e4m3.
-  bool int8_activations() const { return method == QuantMethod::mxfp4 || method == QuantMethod::q8_0; }
+  bool int8_activations() const {
+    return method == QuantMethod::mxfp4 || method == QuantMethod::q8_0;
+  }
   DType code_dtype() const;
   DType scale_dtype() const;
   // Columns sharing one scale along K: 32, 128, or K itself (per-row scales).
@@ -68,8 +70,8 @@ QuantScheme parse_quant_scheme(std::string_view name);
 void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,
                    void* scales);
 // The scalar reference inverse: out f32 [n, k] = code * scale, plain (unshuffled) layout.
-void dequantize_rows(const QuantScheme& scheme, const void* codes, const void* scales, int64_t n, int64_t k,
-                     float* out);
+void dequantize_rows(const QuantScheme& scheme, const void* codes, const void* scales, int64_t n,
+                     int64_t k, float* out);
 
 // The scale layout matching the (16, 16) tile shuffle of the codes' bytes: a 16-row x
 // 32-byte code tile covers `groups_per_tile` scale columns (1 for Q8_0, 2 for MXFP4), and
@@ -79,7 +81,8 @@ void dequantize_rows(const QuantScheme& scheme, const void* codes, const void* s
 int64_t scale_groups_per_tile(const QuantScheme& scheme);
 bool scales_follow_tiles(const QuantScheme& scheme);
 // In place on [n, s] scales of `elem_size` bytes each; n % 16 == 0, s % g == 0.
-void shuffle_scales_16(void* scales, int64_t n, int64_t s, int64_t g, size_t elem_size, bool inverse = false);
+void shuffle_scales_16(void* scales, int64_t n, int64_t s, int64_t g, size_t elem_size,
+                       bool inverse = false);
 
 // Bytes of one row of codes: k for 8-bit codes, k / 2 for packed f4.
 int64_t code_row_bytes(const QuantScheme& scheme, int64_t k);

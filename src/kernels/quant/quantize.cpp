@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "core/float_convert.h"
-#include "kernels/interleave_4x16.h"
 #include "core/storage.h"
 #include "core/thread_pool.h"
+#include "kernels/interleave_4x16.h"
 #include "kernels/quant/quant_reference.h"
 #include "kernels/quant/quant_rows_simd.h"
 
@@ -21,23 +21,30 @@ class RowReader {
  public:
   explicit RowReader(const Tensor& rows) : rows_(rows), k_(rows.size(1)) {
     const DType dt = rows.dtype();
-    unit_stride_ = rows.stride(1) == 1 && (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16);
+    unit_stride_ =
+        rows.stride(1) == 1 && (dt == DType::f32 || dt == DType::f16 || dt == DType::bf16);
   }
 
   const float* row(int64_t r, float* scratch) const {
     if (unit_stride_) {
       const int64_t at = r * rows_.stride(0);
       switch (rows_.dtype()) {
-        case DType::f32: return rows_.data<const float>() + at;
-        case DType::f16: convert_f16_to_f32(rows_.data<const uint16_t>() + at, scratch, k_); return scratch;
-        case DType::bf16: convert_bf16_to_f32(rows_.data<const uint16_t>() + at, scratch, k_); return scratch;
-        default: break;
+        case DType::f32:
+          return rows_.data<const float>() + at;
+        case DType::f16:
+          convert_f16_to_f32(rows_.data<const uint16_t>() + at, scratch, k_);
+          return scratch;
+        case DType::bf16:
+          convert_bf16_to_f32(rows_.data<const uint16_t>() + at, scratch, k_);
+          return scratch;
+        default:
+          break;
       }
     }
     // Anything else (f64, strided columns): Tensor::copy_from's general conversion.
-    Tensor dst = Tensor::from_storage(Storage::wrap(scratch, static_cast<size_t>(k_) * sizeof(float), Device::cpu(),
-                                                    [] {}),
-                                      DType::f32, {1, k_});
+    Tensor dst = Tensor::from_storage(
+        Storage::wrap(scratch, static_cast<size_t>(k_) * sizeof(float), Device::cpu(), [] {}),
+        DType::f32, {1, k_});
     dst.copy_from(rows_.narrow(0, r, 1));
     return scratch;
   }
@@ -51,14 +58,18 @@ class RowReader {
 // fp8 per-tensor and per-block scales need every row of their block before any code:
 // a first parallel pass takes each row's group amaxes, then the blocks' maxima (exact in
 // any order) become the scales, written per row as the parameter stores them.
-void fp8_block_scales(const QuantScheme& scheme, const RowReader& reader, int64_t n, int64_t k, float* scales,
-                      int64_t grain) {
+void fp8_block_scales(const QuantScheme& scheme, const RowReader& reader, int64_t n, int64_t k,
+                      float* scales, int64_t grain) {
   const int64_t g = scheme.group(k), s = scheme.scale_cols(k);
   std::vector<float> amax(static_cast<size_t>(n * s));
-  parallel_for(n, [&](int64_t r0, int64_t r1, int) {
-    std::vector<float> scratch(static_cast<size_t>(k));
-    for (int64_t r = r0; r < r1; ++r) quant_simd::group_amax(reader.row(r, scratch.data()), k, g, &amax[r * s]);
-  }, grain);
+  parallel_for(
+      n,
+      [&](int64_t r0, int64_t r1, int) {
+        std::vector<float> scratch(static_cast<size_t>(k));
+        for (int64_t r = r0; r < r1; ++r)
+          quant_simd::group_amax(reader.row(r, scratch.data()), k, g, &amax[r * s]);
+      },
+      grain);
   const int64_t block = scheme.method == QuantMethod::fp8_tensor ? n : scheme.block_rows();
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
@@ -84,13 +95,14 @@ void scatter_code_tile(const uint8_t* tile, int64_t row_bytes, uint8_t* out) {
 void scatter_scale_tile(const uint8_t* tile, int64_t s, int64_t g, size_t elem, uint8_t* out) {
   for (int64_t c = 0; c < s / g; ++c)
     for (int64_t r = 0; r < 16; ++r)
-      std::memcpy(out + static_cast<size_t>((c * 16 + r) * g) * elem, tile + static_cast<size_t>(r * s + c * g) * elem,
-                  static_cast<size_t>(g) * elem);
+      std::memcpy(out + static_cast<size_t>((c * 16 + r) * g) * elem,
+                  tile + static_cast<size_t>(r * s + c * g) * elem, static_cast<size_t>(g) * elem);
 }
 
 }  // namespace
 
-void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_v, void* scales_v, Layout layout) {
+void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_v, void* scales_v,
+                     Layout layout) {
   if (!scheme.enabled()) fail("quantize: no quantization scheme");
   if (rows.dim() != 2) fail("quantize: expected [rows, K] weights, got {}", rows.str());
   if (rows.device().type != DeviceType::cpu) fail("quantize: {} is not on the cpu", rows.str());
@@ -98,9 +110,11 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   std::string why = scheme.unsupported_reason(k);
   if (!why.empty()) fail("quantize: {}", why);
   if (n == 0 || k == 0) return;
-  const int64_t row_bytes = code_row_bytes(scheme, k), s = scheme.scale_cols(k), g = scheme.group(k);
+  const int64_t row_bytes = code_row_bytes(scheme, k), s = scheme.scale_cols(k),
+                g = scheme.group(k);
   const size_t scale_size = dtype_nbytes(scheme.scale_dtype(), 1);
-  const bool shuffled = layout == Layout::shuffled_16x16, interleaved = layout == Layout::interleaved_4x16;
+  const bool shuffled = layout == Layout::shuffled_16x16,
+             interleaved = layout == Layout::interleaved_4x16;
   const bool tiled_scales = shuffled && scales_follow_tiles(scheme);
   REFIT_ASSERT(!interleaved || scheme.method == QuantMethod::q8_0);
   REFIT_ASSERT(!shuffled || (n % 16 == 0 && row_bytes % 32 == 0));
@@ -130,16 +144,20 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
         quant_simd::fp8_row(x, k, k, &scale, row_codes);
         break;
       }
-      case QuantMethod::fp8_tensor: case QuantMethod::fp8_block:
+      case QuantMethod::fp8_tensor:
+      case QuantMethod::fp8_block:
         quant_simd::fp8_row(x, k, g, reinterpret_cast<const float*>(row_scales), row_codes);
         break;
-      case QuantMethod::mxfp4: quant_simd::mxfp4_row(x, k, row_codes, row_scales, t.f4_codes.data()); break;
+      case QuantMethod::mxfp4:
+        quant_simd::mxfp4_row(x, k, row_codes, row_scales, t.f4_codes.data());
+        break;
       case QuantMethod::q8_0:
         quant_simd::q8_0_row(x, k, reinterpret_cast<int8_t*>(row_codes), t.q8_scales.data());
         // F16C where the CPU has it; bit-identical to f32_to_f16 (core/float_convert.h).
         convert_f32_to_f16(t.q8_scales.data(), reinterpret_cast<uint16_t*>(row_scales), s);
         break;
-      case QuantMethod::none: break;
+      case QuantMethod::none:
+        break;
     }
   };
   auto make_scratch = [&] {
@@ -151,43 +169,55 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   };
 
   if (!shuffled) {
-    parallel_for(n, [&](int64_t r0, int64_t r1, int) {
-      Scratch t = make_scratch();
-      std::vector<uint8_t> plain(interleaved ? static_cast<size_t>(row_bytes) : 0);
-      for (int64_t r = r0; r < r1; ++r) {
-        uint8_t* row_codes = codes + r * row_bytes;
-        quantize_row(r, interleaved ? plain.data() : row_codes, scales + static_cast<size_t>(r * s) * scale_size, t);
-        if (interleaved) interleave_4x16_rows(plain.data(), row_codes, 1, row_bytes);
-      }
-    }, grain_rows);
+    parallel_for(
+        n,
+        [&](int64_t r0, int64_t r1, int) {
+          Scratch t = make_scratch();
+          std::vector<uint8_t> plain(interleaved ? static_cast<size_t>(row_bytes) : 0);
+          for (int64_t r = r0; r < r1; ++r) {
+            uint8_t* row_codes = codes + r * row_bytes;
+            quantize_row(r, interleaved ? plain.data() : row_codes,
+                         scales + static_cast<size_t>(r * s) * scale_size, t);
+            if (interleaved) interleave_4x16_rows(plain.data(), row_codes, 1, row_bytes);
+          }
+        },
+        grain_rows);
     return;
   }
   // Shuffled: a 16-row tile is quantized into staging, then scattered to its tile slot
   // (tiles are contiguous and in row order in both layouts).
-  parallel_for(n / 16, [&](int64_t t0, int64_t t1, int) {
-    Scratch t = make_scratch();
-    std::vector<uint8_t> tile_codes(static_cast<size_t>(16 * row_bytes));
-    std::vector<uint8_t> tile_scales(tiled_scales ? static_cast<size_t>(16 * s) * scale_size : 0);
-    for (int64_t tile = t0; tile < t1; ++tile) {
-      for (int64_t i = 0; i < 16; ++i) {
-        const int64_t r = tile * 16 + i;
-        uint8_t* row_scales = tiled_scales ? tile_scales.data() + static_cast<size_t>(i * s) * scale_size
-                                           : scales + static_cast<size_t>(r * s) * scale_size;
-        quantize_row(r, tile_codes.data() + i * row_bytes, row_scales, t);
-      }
-      scatter_code_tile(tile_codes.data(), row_bytes, codes + tile * 16 * row_bytes);
-      if (tiled_scales)
-        scatter_scale_tile(tile_scales.data(), s, scale_groups_per_tile(scheme), scale_size,
-                           scales + static_cast<size_t>(tile * 16 * s) * scale_size);
-    }
-  }, std::max<int64_t>(1, grain_rows / 16));
+  parallel_for(
+      n / 16,
+      [&](int64_t t0, int64_t t1, int) {
+        Scratch t = make_scratch();
+        std::vector<uint8_t> tile_codes(static_cast<size_t>(16 * row_bytes));
+        std::vector<uint8_t> tile_scales(tiled_scales ? static_cast<size_t>(16 * s) * scale_size
+                                                      : 0);
+        for (int64_t tile = t0; tile < t1; ++tile) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t r = tile * 16 + i;
+            uint8_t* row_scales = tiled_scales
+                                      ? tile_scales.data() + static_cast<size_t>(i * s) * scale_size
+                                      : scales + static_cast<size_t>(r * s) * scale_size;
+            quantize_row(r, tile_codes.data() + i * row_bytes, row_scales, t);
+          }
+          scatter_code_tile(tile_codes.data(), row_bytes, codes + tile * 16 * row_bytes);
+          if (tiled_scales)
+            scatter_scale_tile(tile_scales.data(), s, scale_groups_per_tile(scheme), scale_size,
+                               scales + static_cast<size_t>(tile * 16 * s) * scale_size);
+        }
+      },
+      std::max<int64_t>(1, grain_rows / 16));
 }
 
-void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes, void* scales) {
+void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,
+                   void* scales) {
   // A view over the caller's rows (never freed by it): the fast path reads them in place.
-  auto storage = Storage::wrap(const_cast<float*>(rows), static_cast<size_t>(n * k) * sizeof(float), Device::cpu(),
-                               [] {}, /*writable=*/false);
-  quantize_tensor(scheme, Tensor::from_storage(storage, DType::f32, {n, k}), codes, scales, Layout::strided);
+  auto storage = Storage::wrap(
+      const_cast<float*>(rows), static_cast<size_t>(n * k) * sizeof(float), Device::cpu(), [] {},
+      /*writable=*/false);
+  quantize_tensor(scheme, Tensor::from_storage(storage, DType::f32, {n, k}), codes, scales,
+                  Layout::strided);
 }
 
 }  // namespace refit

@@ -18,6 +18,7 @@ namespace refit {
 // `layout`: strided (plain), shuffled_16x16 (needs n % 16 == 0 and code rows of a multiple
 // of 32 bytes) or interleaved_4x16 (1-byte codes: Q8_0); the parameter checked these when
 // it took the transform. Runs parallel_for itself (inline when already inside one).
-void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes, void* scales, Layout layout);
+void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes, void* scales,
+                     Layout layout);
 
 }  // namespace refit

@@ -11,7 +11,8 @@ std::vector<char> GlooTcpStore::get(const std::string& key) {
   return std::vector<char>(v.begin(), v.end());
 }
 
-void GlooTcpStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void GlooTcpStore::wait(const std::vector<std::string>& keys,
+                        const std::chrono::milliseconds& timeout) {
   std::vector<std::string> full;
   full.reserve(keys.size());
   for (const std::string& k : keys) full.push_back(prefix_ + k);

@@ -15,12 +15,14 @@ namespace refit {
 class GlooTcpStore final : public gloo::rendezvous::Store {
  public:
   // `prefix` is c10d PrefixStore's joined form: "<group>/<group>/" for torch 1.13's helper.
-  GlooTcpStore(TcpStoreClient& client, std::string prefix) : client_(client), prefix_(std::move(prefix)) {}
+  GlooTcpStore(TcpStoreClient& client, std::string prefix)
+      : client_(client), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override { wait(keys, client_.timeout()); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
  private:
   TcpStoreClient& client_;

@@ -55,9 +55,10 @@ std::string local_address_towards(const std::string& host, int port) {
     socklen_t len = sizeof local;
     char text[INET6_ADDRSTRLEN] = {};
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* addr = local.ss_family == AF_INET6
-                             ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                             : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      const void* addr =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
       if (::inet_ntop(local.ss_family, addr, text, sizeof text)) out = text;
     }
   }
@@ -93,19 +94,23 @@ std::vector<std::shared_ptr<gloo::transport::Device>> make_devices(const TorchGr
 
 // The trainer's rank-0 address key appears once its ProcessGroupGloo is connecting: which
 // of the prefixes it is under says how the trainer built its group.
-std::string detect_prefix(TcpStoreClient& store, const TorchGroupOptions& o, Clock::time_point deadline) {
+std::string detect_prefix(TcpStoreClient& store, const TorchGroupOptions& o,
+                          Clock::time_point deadline) {
   const std::string g = o.group_name;
   const std::vector<std::string> candidates = {g + "/" + g + "/",  // SGLang's helper on torch 1.13
-                                               g + "/"};           // ProcessGroupGloo on PrefixStore(g)
+                                               g + "/"};  // ProcessGroupGloo on PrefixStore(g)
   auto pause = std::chrono::milliseconds(5);
   while (true) {
     for (const std::string& p : candidates)
       if (store.check({p + "0/0"})) return p;
     if (Clock::now() >= deadline)
-      fail("weight sync: the trainer at {} did not create process group '{}' within {} ms (no rank-0 address at "
-           "'/{}0/0' or '/{}0/0' in its TCPStore); check group_name, world_size and that the trainer calls "
-           "init_custom_process_group at the same time",
-           store.address(), g, o.timeout.count(), candidates[0], candidates[1]);
+      fail(
+          "weight sync: the trainer at {} did not create process group '{}' within {} ms (no "
+          "rank-0 address at "
+          "'/{}0/0' or '/{}0/0' in its TCPStore); check group_name, world_size and that the "
+          "trainer calls "
+          "init_custom_process_group at the same time",
+          store.address(), g, o.timeout.count(), candidates[0], candidates[1]);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
   }
@@ -115,13 +120,16 @@ std::string detect_prefix(TcpStoreClient& store, const TorchGroupOptions& o, Clo
 
 std::unique_ptr<TorchProcessGroup> TorchProcessGroup::join(const TorchGroupOptions& o) {
   if (o.backend == "nccl")
-    fail("backend 'nccl' needs GPUs and NCCL; this refit runs on CPUs and joins 'gloo' groups: create the "
-         "trainer's group with backend='gloo' and pass backend 'gloo'");
+    fail(
+        "backend 'nccl' needs GPUs and NCCL; this refit runs on CPUs and joins 'gloo' groups: "
+        "create the "
+        "trainer's group with backend='gloo' and pass backend 'gloo'");
   if (o.backend != "gloo") fail("unknown backend '{}' (this refit supports 'gloo')", o.backend);
-  if (o.world_size < 2) fail("world_size must be at least 2 (the trainer and this engine), got {}", o.world_size);
+  if (o.world_size < 2)
+    fail("world_size must be at least 2 (the trainer and this engine), got {}", o.world_size);
   if (o.rank < 1 || o.rank >= o.world_size)
-    fail("rank {} is outside 1..{}: rank 0 is the trainer's (it hosts the TCPStore and broadcasts)", o.rank,
-         o.world_size - 1);
+    fail("rank {} is outside 1..{}: rank 0 is the trainer's (it hosts the TCPStore and broadcasts)",
+         o.rank, o.world_size - 1);
   if (o.group_name.empty()) fail("group_name must not be empty");
   if (o.master_address.empty()) fail("master_address must not be empty");
   if (o.timeout.count() <= 0) fail("the timeout must be positive");
@@ -151,8 +159,8 @@ std::unique_ptr<TorchProcessGroup> TorchProcessGroup::join(const TorchGroupOptio
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // gloo::IoException, gloo::EnforceNotMet, system errors
-    fail("weight sync: joining process group '{}' at {}:{} as rank {} of {} failed: {}", o.group_name,
-         o.master_address, o.master_port, o.rank, o.world_size, e.what());
+    fail("weight sync: joining process group '{}' at {}:{} as rank {} of {} failed: {}",
+         o.group_name, o.master_address, o.master_port, o.rank, o.world_size, e.what());
   }
   return std::unique_ptr<TorchProcessGroup>(new TorchProcessGroup(std::move(impl)));
 }
@@ -169,8 +177,8 @@ TorchProcessGroup::~TorchProcessGroup() {
 void TorchProcessGroup::broadcast(void* data, size_t bytes, int root) {
   Impl& m = *impl_;
   if (!m.broken_reason.empty())
-    fail("weight sync group '{}' is broken ({}): destroy it and init a new one", m.options.group_name,
-         m.broken_reason);
+    fail("weight sync group '{}' is broken ({}): destroy it and init a new one",
+         m.options.group_name, m.broken_reason);
   if (root < 0 || root >= m.options.world_size)
     fail("broadcast root {} is outside the group of {}", root, m.options.world_size);
   const uint32_t tag = m.next_tag++;
@@ -194,8 +202,8 @@ void TorchProcessGroup::broadcast(void* data, size_t bytes, int root) {
       m.contexts.clear();
     } catch (...) {
     }
-    fail("weight sync group '{}': broadcast #{} ({} bytes from rank {}) failed: {}", m.options.group_name, tag, bytes,
-         root, error);
+    fail("weight sync group '{}': broadcast #{} ({} bytes from rank {}) failed: {}",
+         m.options.group_name, tag, bytes, root, error);
   }
 }
 
@@ -205,9 +213,10 @@ const std::string& TorchProcessGroup::broken_reason() const { return impl_->brok
 
 std::string TorchProcessGroup::describe() const {
   const TorchGroupOptions& o = impl_->options;
-  return fmt::format("group '{}': rank {} of {}, store {}:{} (keys under '/{}'), {} gloo device(s), {} broadcasts",
-                     o.group_name, o.rank, o.world_size, o.master_address, o.master_port, impl_->prefix,
-                     impl_->contexts.size(), impl_->next_tag);
+  return fmt::format(
+      "group '{}': rank {} of {}, store {}:{} (keys under '/{}'), {} gloo device(s), {} broadcasts",
+      o.group_name, o.rank, o.world_size, o.master_address, o.master_port, impl_->prefix,
+      impl_->contexts.size(), impl_->next_tag);
 }
 
 }  // namespace refit
