@@ -22,15 +22,18 @@ void merge_fused_checkpoint_rows(std::vector<SubShard>& shards, const std::strin
       SubShard& m = merged.back();
       // Sources of one tensor are listed together, so their local rows follow one another.
       if (m.local_row_offset + m.local_rows != s.local_row_offset)
-        fail("{}: rows of the fused checkpoint tensor {} are not consecutive in the parameter", name,
-             s.checkpoint_name);
+        fail("{}: rows of the fused checkpoint tensor {} are not consecutive in the parameter",
+             name, s.checkpoint_name);
       // The range this source continues: the first, or the last one added.
       int64_t& last_start = m.more_slices.empty() ? m.slice_start : m.more_slices.back().start;
       int64_t& last_length = m.more_slices.empty() ? m.slice_length : m.more_slices.back().length;
-      if (last_start + last_length == s.slice_start) last_length += s.slice_length;
-      else m.more_slices.push_back({s.slice_start, s.slice_length});
+      if (last_start + last_length == s.slice_start)
+        last_length += s.slice_length;
+      else
+        m.more_slices.push_back({s.slice_start, s.slice_length});
       m.local_rows += s.local_rows;
-      if (m.more_slices.empty() && m.slice_start == 0 && m.slice_length == m.checkpoint_shape[0]) m.split_dim = -1;
+      if (m.more_slices.empty() && m.slice_start == 0 && m.slice_length == m.checkpoint_shape[0])
+        m.split_dim = -1;
       continue;
     }
     merged.push_back(std::move(s));
@@ -40,9 +43,9 @@ void merge_fused_checkpoint_rows(std::vector<SubShard>& shards, const std::strin
 
 }  // namespace
 
-Linear Linear::column(ParameterSet& params, const std::string& name, std::vector<LinearSource> sources,
-                      int64_t in_features, bool bias, DType dtype, const TensorParallel& tp,
-                      bool replicated) {
+Linear Linear::column(ParameterSet& params, const std::string& name,
+                      std::vector<LinearSource> sources, int64_t in_features, bool bias,
+                      DType dtype, const TensorParallel& tp, bool replicated) {
   Linear l;
   l.style_ = replicated ? ParallelStyle::replicated : ParallelStyle::column;
   l.communicator_ = tp.communicator;
@@ -51,15 +54,27 @@ Linear Linear::column(ParameterSet& params, const std::string& name, std::vector
   int64_t offset = 0;
   for (const LinearSource& s : sources) {
     if (s.out_features % s.unit_rows != 0)
-      fail("{}: {} rows are not whole units of {}", s.checkpoint_prefix, s.out_features, s.unit_rows);
-    auto [first_unit, units] = split_units(s.out_features / s.unit_rows, rank, world, s.checkpoint_prefix);
+      fail("{}: {} rows are not whole units of {}", s.checkpoint_prefix, s.out_features,
+           s.unit_rows);
+    auto [first_unit, units] =
+        split_units(s.out_features / s.unit_rows, rank, world, s.checkpoint_prefix);
     const int64_t start = first_unit * s.unit_rows, rows = units * s.unit_rows;
     const int64_t total = s.checkpoint_rows > 0 ? s.checkpoint_rows : s.out_features;
     const bool whole = world == 1 && s.checkpoint_row0 == 0 && total == s.out_features;
     const int64_t split = whole ? -1 : 0;
-    weight_shards.push_back({s.checkpoint_prefix + ".weight", {total, in_features}, split,
-                             s.checkpoint_row0 + start, rows, offset, rows});
-    bias_shards.push_back({s.checkpoint_prefix + ".bias", {total}, split, s.checkpoint_row0 + start, rows, offset,
+    weight_shards.push_back({s.checkpoint_prefix + ".weight",
+                             {total, in_features},
+                             split,
+                             s.checkpoint_row0 + start,
+                             rows,
+                             offset,
+                             rows});
+    bias_shards.push_back({s.checkpoint_prefix + ".bias",
+                           {total},
+                           split,
+                           s.checkpoint_row0 + start,
+                           rows,
+                           offset,
                            rows});
     l.local_rows_.push_back(rows);
     offset += rows;
@@ -67,29 +82,30 @@ Linear Linear::column(ParameterSet& params, const std::string& name, std::vector
   merge_fused_checkpoint_rows(weight_shards, name);
   merge_fused_checkpoint_rows(bias_shards, name);
   l.local_out_ = offset;
-  l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{offset, in_features}, dtype,
-                                                      weight_shards, rank, world));
+  l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{offset, in_features},
+                                                      dtype, weight_shards, rank, world));
   if (bias)
-    l.bias_ = &params.add(std::make_unique<Parameter>(name + ".bias", Shape{offset}, DType::f32, bias_shards,
-                                                      rank, world));
+    l.bias_ = &params.add(std::make_unique<Parameter>(name + ".bias", Shape{offset}, DType::f32,
+                                                      bias_shards, rank, world));
   return l;
 }
 
 Linear Linear::row(ParameterSet& params, const std::string& name, const std::string& prefix,
-                   int64_t in_features, int64_t out_features, int64_t in_unit, bool bias, DType dtype,
-                   const TensorParallel& tp) {
+                   int64_t in_features, int64_t out_features, int64_t in_unit, bool bias,
+                   DType dtype, const TensorParallel& tp) {
   Linear l;
   l.style_ = ParallelStyle::row;
   l.communicator_ = tp.communicator;
   auto [first_unit, units] = split_units(in_features / in_unit, tp.rank(), tp.world(), prefix);
   if (tp.world() > 1 && units * tp.world() != in_features / in_unit)
-    fail("{}: row-parallel input of {} features cannot be replicated across {} ranks", prefix, in_features,
-         tp.world());
+    fail("{}: row-parallel input of {} features cannot be replicated across {} ranks", prefix,
+         in_features, tp.world());
   const int64_t start = first_unit * in_unit, cols = units * in_unit;
   const int64_t split = tp.world() > 1 ? 1 : -1;
   SubShard w{prefix + ".weight", {out_features, in_features}, split, start, cols, 0, out_features};
-  l.weight_ = &params.add(std::make_unique<Parameter>(name + ".weight", Shape{out_features, cols}, dtype,
-                                                      std::vector<SubShard>{w}, tp.rank(), tp.world()));
+  l.weight_ =
+      &params.add(std::make_unique<Parameter>(name + ".weight", Shape{out_features, cols}, dtype,
+                                              std::vector<SubShard>{w}, tp.rank(), tp.world()));
   if (bias)  // replicated: added once, after the all-reduce
     l.bias_ = &params.add(name + ".bias", {out_features}, DType::f32);
   l.local_out_ = out_features;
@@ -115,8 +131,8 @@ void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias,
     activation_scale = Tensor::empty({x.size(0)}, DType::f32);
     ops::quantize_per_token_fp8(x, activations, activation_scale);
   }
-  ops::matmul_quantized(activations, activation_scale, weight.data(), weight.scale(), weight.scale_group(), bias,
-                        out);
+  ops::matmul_quantized(activations, activation_scale, weight.data(), weight.scale(),
+                        weight.scale_group(), bias, out);
 }
 
 Tensor Linear::forward(const Tensor& x) const {

@@ -44,13 +44,13 @@ struct LinearSource {
 class Linear {
  public:
   // Column-parallel (or replicated) layer fused from `sources`.
-  static Linear column(ParameterSet& params, const std::string& name, std::vector<LinearSource> sources,
-                       int64_t in_features, bool bias, DType dtype, const TensorParallel& tp,
-                       bool replicated = false);
+  static Linear column(ParameterSet& params, const std::string& name,
+                       std::vector<LinearSource> sources, int64_t in_features, bool bias,
+                       DType dtype, const TensorParallel& tp, bool replicated = false);
   // Row-parallel layer: input features split in units of `in_unit` columns.
-  static Linear row(ParameterSet& params, const std::string& name, const std::string& checkpoint_prefix,
-                    int64_t in_features, int64_t out_features, int64_t in_unit, bool bias, DType dtype,
-                    const TensorParallel& tp);
+  static Linear row(ParameterSet& params, const std::string& name,
+                    const std::string& checkpoint_prefix, int64_t in_features, int64_t out_features,
+                    int64_t in_unit, bool bias, DType dtype, const TensorParallel& tp);
 
   // x: f32 [T, local in]; returns f32 [T, local out] (row-parallel: full out, reduced).
   Tensor forward(const Tensor& x) const;

@@ -38,7 +38,8 @@ DecodedBatch decode_batch(const std::string& payload) {
   WireReader r(payload, "tensor-parallel serving");
   DecodedBatch d;
   const int64_t B = r.i64();
-  if (B < 0 || B > (int64_t{1} << 24)) fail("tensor-parallel serving: a forward command with {} sequences", B);
+  if (B < 0 || B > (int64_t{1} << 24))
+    fail("tensor-parallel serving: a forward command with {} sequences", B);
   d.tokens.resize(static_cast<size_t>(B));
   d.tables.resize(static_cast<size_t>(B));
   d.sequences.resize(static_cast<size_t>(B));
@@ -48,7 +49,8 @@ DecodedBatch decode_batch(const std::string& payload) {
       fail("tensor-parallel serving: unknown logits request {}", logits);
     d.tokens[b] = r.i32s(n_tokens);
     d.tables[b] = r.i32s(n_table);
-    d.sequences[b] = BatchSequence{d.tokens[b], start, d.tables[b], static_cast<LogitsWanted>(logits)};
+    d.sequences[b] =
+        BatchSequence{d.tokens[b], start, d.tables[b], static_cast<LogitsWanted>(logits)};
   }
   return d;
 }
@@ -56,7 +58,9 @@ DecodedBatch decode_batch(const std::string& payload) {
 }  // namespace
 
 RankGroup::RankGroup(Engine& engine, std::shared_ptr<Communicator> communicator)
-    : engine_(engine), communicator_(std::move(communicator)), main_thread_(std::this_thread::get_id()) {
+    : engine_(engine),
+      communicator_(std::move(communicator)),
+      main_thread_(std::this_thread::get_id()) {
   if (!communicator_) fail("tensor-parallel serving needs a communicator");
   if (communicator_->world_size() != engine_.world_size())
     fail("tensor-parallel serving: the communicator has {} ranks, the model is sharded {} ways",
@@ -174,12 +178,13 @@ bool RankGroup::agree(const std::string& error, const char* what) {
   communicator_->all_reduce_sum(&refusals, 1);
   if (refusals == 0) return true;
   if (!lead()) {
-    if (!error.empty()) fmt::print(stderr, "refit serve (rank {}): {} refused: {}\n", rank(), what, error);
+    if (!error.empty())
+      fmt::print(stderr, "refit serve (rank {}): {} refused: {}\n", rank(), what, error);
     return false;
   }
   if (!error.empty()) throw Error(error);
-  fail("the {} was refused by {} of {} tensor-parallel ranks (see their stderr); nothing changed", what,
-       static_cast<int>(refusals), world_size());
+  fail("the {} was refused by {} of {} tensor-parallel ranks (see their stderr); nothing changed",
+       what, static_cast<int>(refusals), world_size());
 }
 
 void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdate>()>& stage) {
@@ -263,7 +268,8 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
       if (lead()) {
         WeightPiece failed = root == 0 ? mine : WeightPiece{};
         failed.status = static_cast<int>(header[0]);
-        if (failed.error.empty()) failed.error = fmt::format("rank {} could not read the tensor", root);
+        if (failed.error.empty())
+          failed.error = fmt::format("rank {} could not read the tensor", root);
         pieces.push_back(std::move(failed));
       }
       continue;
@@ -274,7 +280,8 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
         ranges[2 * i] = mine.slices[i].start;
         ranges[2 * i + 1] = mine.slices[i].length;
       }
-    if (!ranges.empty()) communicator_->broadcast(ranges.data(), ranges.size() * sizeof(int64_t), root);
+    if (!ranges.empty())
+      communicator_->broadcast(ranges.data(), ranges.size() * sizeof(int64_t), root);
     Shape shape(header + 4, header + 4 + header[3]);
     Tensor values = root == rank() ? mine.values : Tensor::empty(shape, DType::f32);
     broadcast_bytes(values.raw_data(), values.nbytes(), root);
@@ -283,7 +290,8 @@ std::vector<WeightPiece> RankGroup::exchange_pieces(const std::string& name, int
     piece.values = values;
     piece.split_dim = header[1];
     piece.slices.clear();
-    for (size_t i = 0; i < ranges.size(); i += 2) piece.slices.push_back({ranges[i], ranges[i + 1]});
+    for (size_t i = 0; i < ranges.size(); i += 2)
+      piece.slices.push_back({ranges[i], ranges[i + 1]});
     piece.head_rows = mine.head_rows;  // the same model everywhere: the same leading rows
     pieces.push_back(std::move(piece));
   }
@@ -545,12 +553,14 @@ void RankGroup::run_worker() {
           if (kv && cache) cache->discard_memory();
           if (weights) engine_.release_weights();
         } catch (const std::exception& e) {
-          fmt::print(stderr, "refit serve (rank {}): memory release failed: {}\n", rank(), e.what());
+          fmt::print(stderr, "refit serve (rank {}): memory release failed: {}\n", rank(),
+                     e.what());
         }
         break;
       }
       default:
-        fail("tensor-parallel serving: unknown command {} from the lead", static_cast<int64_t>(command));
+        fail("tensor-parallel serving: unknown command {} from the lead",
+             static_cast<int64_t>(command));
     }
   }
 }

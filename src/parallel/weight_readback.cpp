@@ -26,7 +26,8 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
     for (LayoutTransform tr : p->transforms())
       if (tr != LayoutTransform::transpose) {
         piece.status = 400;
-        piece.error = fmt::format("'{}' is stored in a kernel tile layout; read it with a plain layout", name);
+        piece.error = fmt::format(
+            "'{}' is stored in a kernel tile layout; read it with a plain layout", name);
         return piece;
       }
   Tensor t = p->data();  // quantized: the codes, for their rows' shape and position only
@@ -49,7 +50,8 @@ WeightPiece local_weight_piece(const Engine& engine, const std::string& name, in
   int64_t cols = 1;
   for (size_t d = 1; d < piece.full_shape.size(); ++d) cols *= piece.full_shape[d];
   wanted = std::max<int64_t>(wanted, 0);
-  piece.head_rows = cols > 0 ? std::min(full_rows, wanted / cols + (wanted % cols != 0)) : full_rows;
+  piece.head_rows =
+      cols > 0 ? std::min(full_rows, wanted / cols + (wanted % cols != 0)) : full_rows;
   if (t.dim() == 0) {
     piece.values = Tensor::from_floats(t.shape(), t.to_floats());
     return piece;
@@ -98,17 +100,18 @@ Tensor assemble_weight(const std::vector<WeightPiece>& pieces) {
     const int64_t dim = piece.split_dim;
     int64_t taken = 0;  // of the piece's values along dim
     for (const SliceRange& r : piece.slices) {
-      if (dim != first.split_dim || r.start < 0 || r.length < 0 || r.start + r.length > full.size(dim) ||
-          taken + r.length > piece.values.size(dim) || (dim != 0 && piece.values.size(0) != full.size(0)))
-        fail("assemble_weight: a rank's slice [{}, {}) along dim {} does not fit {}", r.start, r.start + r.length,
-             dim, shape_str(head));
+      if (dim != first.split_dim || r.start < 0 || r.length < 0 ||
+          r.start + r.length > full.size(dim) || taken + r.length > piece.values.size(dim) ||
+          (dim != 0 && piece.values.size(0) != full.size(0)))
+        fail("assemble_weight: a rank's slice [{}, {}) along dim {} does not fit {}", r.start,
+             r.start + r.length, dim, shape_str(head));
       Tensor dst = full.narrow(dim, r.start, r.length);
       dst.copy_from(piece.values.narrow(dim, taken, r.length));
       taken += r.length;
     }
     if (taken != piece.values.size(dim))
-      fail("assemble_weight: a rank's ranges hold {} of its {} values along dim {}", taken, piece.values.size(dim),
-           dim);
+      fail("assemble_weight: a rank's ranges hold {} of its {} values along dim {}", taken,
+           piece.values.size(dim), dim);
   }
   return full;
 }

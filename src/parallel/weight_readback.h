@@ -18,13 +18,13 @@ namespace refit {
 class Engine;
 
 struct WeightPiece {
-  int status = 200;       // 404: no such name; 400: stored in a kernel tile layout
-  std::string error;      // set when status != 200
-  Tensor values;          // this rank's part of the leading rows, f32, contiguous, in the
-                          // checkpoint's orientation
-  Shape full_shape;       // the whole checkpoint tensor's shape
-  std::string dtype;      // the checkpoint's dtype (a quantized weight's values are decoded)
-  int64_t split_dim = -1; // dim of the full tensor this piece is a slice of (-1: whole)
+  int status = 200;        // 404: no such name; 400: stored in a kernel tile layout
+  std::string error;       // set when status != 200
+  Tensor values;           // this rank's part of the leading rows, f32, contiguous, in the
+                           // checkpoint's orientation
+  Shape full_shape;        // the whole checkpoint tensor's shape
+  std::string dtype;       // the checkpoint's dtype (a quantized weight's values are decoded)
+  int64_t split_dim = -1;  // dim of the full tensor this piece is a slice of (-1: whole)
   // Where `values` go along split_dim, in order: one range, or several for a tensor the
   // checkpoint stores fused (Phi-3's qkv_proj under --tp: this rank's q, k and v heads),
   // each cut to the leading rows read.

@@ -11,8 +11,11 @@ namespace refit {
 
 Parameter::Parameter(std::string name, Shape local_shape, DType stored_dtype,
                      std::vector<SubShard> sub_shards, int64_t rank, int64_t world)
-    : name_(std::move(name)), local_shape_(std::move(local_shape)), sub_shards_(std::move(sub_shards)),
-      rank_(rank), world_(world) {
+    : name_(std::move(name)),
+      local_shape_(std::move(local_shape)),
+      sub_shards_(std::move(sub_shards)),
+      rank_(rank),
+      world_(world) {
   REFIT_ASSERT(!sub_shards_.empty());
   logical_shape_ = sub_shards_[0].checkpoint_shape;
   if (sub_shards_.size() > 1) {
@@ -39,8 +42,10 @@ Parameter::Parameter(std::string name, Shape shape, DType stored_dtype)
 // from one checkpoint row, and readback can put every rank's rows back where they came from.
 void Parameter::check_ranges(const SubShard& s) const {
   if (s.split_dim != 0 || s.checkpoint_shape.empty())
-    fail("parameter '{}': '{}' has several ranges along dim {}; only row ranges (dim 0) are supported", name_,
-         s.checkpoint_name, s.split_dim);
+    fail(
+        "parameter '{}': '{}' has several ranges along dim {}; only row ranges (dim 0) are "
+        "supported",
+        name_, s.checkpoint_name, s.split_dim);
   std::vector<SliceRange> ranges = s.slices();
   int64_t total = 0;
   for (const SliceRange& r : ranges) {
@@ -49,13 +54,14 @@ void Parameter::check_ranges(const SubShard& s) const {
            s.checkpoint_name, s.checkpoint_shape[0]);
     total += r.length;
   }
-  std::sort(ranges.begin(), ranges.end(), [](const SliceRange& a, const SliceRange& b) { return a.start < b.start; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const SliceRange& a, const SliceRange& b) { return a.start < b.start; });
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].start < ranges[i - 1].start + ranges[i - 1].length)
       fail("parameter '{}': ranges of '{}' overlap ({})", name_, s.checkpoint_name, s.slices_str());
   if (total != s.local_rows)
-    fail("parameter '{}': ranges of '{}' ({}) hold {} rows, not its {} local rows", name_, s.checkpoint_name,
-         s.slices_str(), total, s.local_rows);
+    fail("parameter '{}': ranges of '{}' ({}) hold {} rows, not its {} local rows", name_,
+         s.checkpoint_name, s.slices_str(), total, s.local_rows);
 }
 
 const SubShard* Parameter::find_sub_shard(const std::string& checkpoint_name) const {
@@ -72,8 +78,8 @@ std::string Parameter::sharding_str() const {
   if (world_ == 1 && sub_shards_.size() == 1) return "replicated";
   std::string s = fmt::format("rank {} of {}, row dim {}:", rank_, world_, row_dim());
   for (const SubShard& sub : sub_shards_) {
-    s += fmt::format(" rows {}..{} <- {}", sub.local_row_offset, sub.local_row_offset + sub.local_rows,
-                     sub.checkpoint_name);
+    s += fmt::format(" rows {}..{} <- {}", sub.local_row_offset,
+                     sub.local_row_offset + sub.local_rows, sub.checkpoint_name);
     if (sub.split_dim >= 0) s += fmt::format("[dim {}: {}]", sub.split_dim, sub.slices_str());
   }
   return s;
@@ -87,18 +93,27 @@ Tensor Parameter::writable() const {
   return w;
 }
 
-void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dtype, Device device) const {
+void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dtype,
+                               Device device) const {
   const std::string& what = sub.checkpoint_name;
   if (shape != sub.checkpoint_shape)
-    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape), shape_str(shape));
+    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape),
+         shape_str(shape));
   switch (dtype) {
-    case DType::f32: case DType::f16: case DType::bf16: case DType::f64: break;
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+    case DType::f64:
+      break;
     default:
       // A quantized weight is sent as the float tensor a trainer holds (it is re-quantized
       // here); its stored codes, as state_dict() exports them, are not a weight update.
       if (quant_.enabled())
-        fail("'{}': dtype {} is not a weight; this parameter is stored {} and re-quantizes what it is sent "
-             "(send f32, f16 or bf16)", what, dtype_name(dtype), quant_.name());
+        fail(
+            "'{}': dtype {} is not a weight; this parameter is stored {} and re-quantizes what it "
+            "is sent "
+            "(send f32, f16 or bf16)",
+            what, dtype_name(dtype), quant_.name());
       fail("'{}': dtype {} cannot be converted to the parameter's {} (send f32, f16 or bf16)", what,
            dtype_name(dtype), dtype_name(data_.dtype()));
   }
@@ -121,9 +136,15 @@ Tensor Parameter::transformed(const Tensor& rows) const {
   Tensor t = rows;
   for (LayoutTransform tr : transforms_) {
     switch (tr) {
-      case LayoutTransform::transpose: t = t.transpose(0, 1).contiguous(); break;
-      case LayoutTransform::shuffle_16x16: t = shuffle_16x16(t); break;
-      case LayoutTransform::interleave_4x16: t = interleave_4x16(t); break;  // quantized only
+      case LayoutTransform::transpose:
+        t = t.transpose(0, 1).contiguous();
+        break;
+      case LayoutTransform::shuffle_16x16:
+        t = shuffle_16x16(t);
+        break;
+      case LayoutTransform::interleave_4x16:
+        t = interleave_4x16(t);
+        break;  // quantized only
     }
   }
   return t;
@@ -150,7 +171,9 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
   Tensor rows = Tensor::empty(sub.local_shape(), data_.dtype());
   copy_slices(sub, full, rows);
   if (local_shape_.size() <= 1) {  // vectors: no layout transforms
-    writable().narrow(0, sub.local_row_offset, sub.local_rows).copy_from(rows.view({sub.local_rows}));
+    writable()
+        .narrow(0, sub.local_row_offset, sub.local_rows)
+        .copy_from(rows.view({sub.local_rows}));
     return;
   }
   Tensor stored_rows = transformed(rows);
@@ -180,7 +203,8 @@ void Parameter::copy_slices(const SubShard& sub, const Tensor& full, Tensor dst)
 
 void Parameter::load(const Tensor& full) {
   if (sub_shards_.size() != 1)
-    fail("parameter '{}' is fused from {} checkpoint tensors; load each by name", name_, sub_shards_.size());
+    fail("parameter '{}' is fused from {} checkpoint tensors; load each by name", name_,
+         sub_shards_.size());
   load(sub_shards_[0], full);
 }
 
@@ -189,23 +213,30 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
   if (quant_.enabled()) {
     if (t == LayoutTransform::transpose) return "quantized weights keep their [N, K] code layout";
     if (std::find(transforms_.begin(), transforms_.end(), t) != transforms_.end())
-      return fmt::format("already {} (the transform is not idempotent)", layout_name(data_.layout()));
+      return fmt::format("already {} (the transform is not idempotent)",
+                         layout_name(data_.layout()));
     if (!transforms_.empty())
-      return fmt::format("already in kernel layout {}; one kernel layout per weight", layout_name(data_.layout()));
+      return fmt::format("already in kernel layout {}; one kernel layout per weight",
+                         layout_name(data_.layout()));
     if (t == LayoutTransform::interleave_4x16) {
       // Only the integer-dot W8A8 kernel reads this layout (the f32-activation Q8_0
       // kernels would find no kernel for it).
       if (quant_.method != QuantMethod::q8_0 || !quant_.w8a8)
-        return fmt::format("interleave_4x16 is read by the q8_0-w8a8 kernel only; this weight is {}", quant_.name());
+        return fmt::format(
+            "interleave_4x16 is read by the q8_0-w8a8 kernel only; this weight is {}",
+            quant_.name());
       return {};
     }
     const int64_t row_bytes = code_row_bytes(quant_, local_shape_[1]);
-    if (local_shape_[0] % 16 != 0) return fmt::format("N = {} is not a multiple of 16", local_shape_[0]);
-    if (row_bytes % 32 != 0) return fmt::format("rows of {} code bytes do not tile into 32-byte tiles", row_bytes);
+    if (local_shape_[0] % 16 != 0)
+      return fmt::format("N = {} is not a multiple of 16", local_shape_[0]);
+    if (row_bytes % 32 != 0)
+      return fmt::format("rows of {} code bytes do not tile into 32-byte tiles", row_bytes);
     for (const SubShard& s : sub_shards_)
       if (s.local_row_offset % 16 != 0 || s.local_rows % 16 != 0)
-        return fmt::format("rows of '{}' ({}..{}) do not start and end on 16-row tiles", s.checkpoint_name,
-                           s.local_row_offset, s.local_row_offset + s.local_rows);
+        return fmt::format("rows of '{}' ({}..{}) do not start and end on 16-row tiles",
+                           s.checkpoint_name, s.local_row_offset,
+                           s.local_row_offset + s.local_rows);
     return {};
   }
   switch (t) {
@@ -216,12 +247,14 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
       if (std::find(transforms_.begin(), transforms_.end(), t) != transforms_.end())
         return "already shuffled (the shuffle is not idempotent)";
       if (transposed()) return "a transposed weight cannot be shuffled";
-      std::string why = shuffle_16x16_unsupported_reason(local_shape_[0], local_shape_[1], data_.dtype());
+      std::string why =
+          shuffle_16x16_unsupported_reason(local_shape_[0], local_shape_[1], data_.dtype());
       if (!why.empty()) return why;
       for (const SubShard& s : sub_shards_)
         if (s.local_row_offset % 16 != 0 || s.local_rows % 16 != 0)
           return fmt::format("rows of '{}' ({}..{}) do not start and end on 16-row tiles",
-                             s.checkpoint_name, s.local_row_offset, s.local_row_offset + s.local_rows);
+                             s.checkpoint_name, s.local_row_offset,
+                             s.local_row_offset + s.local_rows);
       return {};
     }
     case LayoutTransform::interleave_4x16:
@@ -232,7 +265,8 @@ std::string Parameter::transform_unsupported_reason(LayoutTransform t) const {
 
 void Parameter::apply_transform(LayoutTransform t) {
   std::string why = transform_unsupported_reason(t);
-  if (!why.empty()) fail("parameter '{}': cannot apply {}: {}", name_, layout_transform_name(t), why);
+  if (!why.empty())
+    fail("parameter '{}': cannot apply {}: {}", name_, layout_transform_name(t), why);
   if (quant_.enabled()) {
     relayout_quantized(t);
     transforms_.push_back(t);
@@ -241,9 +275,15 @@ void Parameter::apply_transform(LayoutTransform t) {
   Tensor current = data_.clone();  // transient copy of one parameter
   Tensor result;
   switch (t) {
-    case LayoutTransform::transpose: result = current.transpose(0, 1).contiguous(); break;
-    case LayoutTransform::shuffle_16x16: result = shuffle_16x16(current); break;
-    case LayoutTransform::interleave_4x16: result = interleave_4x16(current); break;  // refused above
+    case LayoutTransform::transpose:
+      result = current.transpose(0, 1).contiguous();
+      break;
+    case LayoutTransform::shuffle_16x16:
+      result = shuffle_16x16(current);
+      break;
+    case LayoutTransform::interleave_4x16:
+      result = interleave_4x16(current);
+      break;  // refused above
   }
   // Same storage, new view: the address never changes.
   void* before = data_.storage()->data();
@@ -274,7 +314,8 @@ void Parameter::set_quantization(const QuantScheme& scheme) {
   // Allocated once, before any load; every later load writes into these two storages.
   data_ = Tensor::empty(local_shape_, scheme.code_dtype());
   data_.set_read_only(true);
-  scale_ = Tensor::empty({local_shape_[0], scheme.scale_cols(local_shape_[1])}, scheme.scale_dtype());
+  scale_ =
+      Tensor::empty({local_shape_[0], scheme.scale_cols(local_shape_[1])}, scheme.scale_dtype());
   scale_.set_read_only(true);
 }
 
@@ -289,30 +330,39 @@ void Parameter::load_quantized(const SubShard& sub, const Tensor& rows) {
   auto* code_base = static_cast<uint8_t*>(data_.storage()->data());
   auto* scale_base = static_cast<uint8_t*>(scale_.storage()->data());
   quantize_tensor(quant_, rows, code_base + sub.local_row_offset * row_bytes,
-                  scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, data_.layout());
+                  scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size,
+                  data_.layout());
 }
 
 Tensor Parameter::dequantized(int64_t row0, int64_t rows) const {
   if (!quant_.enabled()) fail("parameter '{}' is not quantized", name_);
   const int64_t n = local_shape_[0], k = local_shape_[1];
   if (rows < 0) rows = n - row0;
-  if (row0 < 0 || row0 + rows > n) fail("parameter '{}': rows [{}, {}) outside its {}", name_, row0, row0 + rows, n);
+  if (row0 < 0 || row0 + rows > n)
+    fail("parameter '{}': rows [{}, {}) outside its {}", name_, row0, row0 + rows, n);
   // Shuffled codes and scales are decoded by whole 16-row tiles (each tile stands alone).
   const bool tiles = data_.layout() == Layout::shuffled_16x16;
-  const int64_t first = tiles ? row0 / 16 * 16 : row0, end = tiles ? std::min(n, (row0 + rows + 15) / 16 * 16) : row0 + rows;
+  const int64_t first = tiles ? row0 / 16 * 16 : row0,
+                end = tiles ? std::min(n, (row0 + rows + 15) / 16 * 16) : row0 + rows;
   const int64_t count = end - first, s = scale_.size(1);
   const size_t scale_row = static_cast<size_t>(s) * dtype_nbytes(scale_.dtype(), 1);
   Tensor codes = code_bytes(first, count);
   codes.set_layout(data_.layout());
-  if (codes.layout() == Layout::shuffled_16x16) codes = unshuffle_16x16(codes);
-  else if (codes.layout() == Layout::interleaved_4x16) codes = deinterleave_4x16(codes);
+  if (codes.layout() == Layout::shuffled_16x16)
+    codes = unshuffle_16x16(codes);
+  else if (codes.layout() == Layout::interleaved_4x16)
+    codes = deinterleave_4x16(codes);
   std::vector<uint8_t> scales(static_cast<size_t>(count) * scale_row);
-  std::memcpy(scales.data(), static_cast<const uint8_t*>(scale_.storage()->data()) + first * scale_row, scales.size());
+  std::memcpy(scales.data(),
+              static_cast<const uint8_t*>(scale_.storage()->data()) + first * scale_row,
+              scales.size());
   if (scale_.layout() == Layout::shuffled_16x16)
-    shuffle_scales_16(scales.data(), count, s, scale_groups_per_tile(quant_), dtype_nbytes(scale_.dtype(), 1),
+    shuffle_scales_16(scales.data(), count, s, scale_groups_per_tile(quant_),
+                      dtype_nbytes(scale_.dtype(), 1),
                       /*inverse=*/true);
   Tensor out = Tensor::empty({count, k}, DType::f32);
-  dequantize_rows(quant_, codes.contiguous().raw_data(), scales.data(), count, k, out.data<float>());
+  dequantize_rows(quant_, codes.contiguous().raw_data(), scales.data(), count, k,
+                  out.data<float>());
   return out.narrow(0, row0 - first, rows).contiguous();
 }
 
@@ -320,8 +370,8 @@ void Parameter::relayout_quantized(LayoutTransform t) {
   const int64_t n = local_shape_[0];
   void* before = data_.storage()->data();
   // The transforms write a new tensor, so the codes are read in place and copied back.
-  const Tensor relaid =
-      t == LayoutTransform::interleave_4x16 ? interleave_4x16(code_bytes(0, n)) : shuffle_16x16(code_bytes(0, n));
+  const Tensor relaid = t == LayoutTransform::interleave_4x16 ? interleave_4x16(code_bytes(0, n))
+                                                              : shuffle_16x16(code_bytes(0, n));
   std::memcpy(before, relaid.raw_data(), relaid.nbytes());
   data_.set_layout(relaid.layout());
   // The scales follow the shuffle's tiles (Q8_0, MXFP4), never the interleave.
@@ -335,7 +385,8 @@ void Parameter::relayout_quantized(LayoutTransform t) {
 
 Tensor Parameter::code_bytes(int64_t first, int64_t count) const {
   const int64_t row_bytes = code_row_bytes(quant_, local_shape_[1]);
-  return Tensor::from_storage(data_.storage(), DType::u8, {count, row_bytes}, {}, first * row_bytes);
+  return Tensor::from_storage(data_.storage(), DType::u8, {count, row_bytes}, {},
+                              first * row_bytes);
 }
 
 }  // namespace refit

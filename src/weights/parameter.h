@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "weights/layout_transform.h"
 #include "kernels/quant/quant_scheme.h"
+#include "weights/layout_transform.h"
 #include "weights/shard.h"
 
 namespace refit {
@@ -29,8 +29,8 @@ class Parameter {
  public:
   // A parameter of local (this rank's, untransformed) shape `local_shape` filled from
   // `sub_shards` (rows concatenated along dim 0), stored in `stored_dtype`.
-  Parameter(std::string name, Shape local_shape, DType stored_dtype, std::vector<SubShard> sub_shards,
-            int64_t rank = 0, int64_t world = 1);
+  Parameter(std::string name, Shape local_shape, DType stored_dtype,
+            std::vector<SubShard> sub_shards, int64_t rank = 0, int64_t world = 1);
   // Convenience: an unfused, replicated parameter whose checkpoint tensor has its name.
   Parameter(std::string name, Shape shape, DType stored_dtype);
   Parameter(const Parameter&) = delete;
@@ -65,9 +65,11 @@ class Parameter {
 
   // Throws (naming this parameter and the checkpoint tensor, expected and actual) unless
   // `full` can be loaded as `sub_shard`; writes nothing. check_finite scans the values.
-  void check_loadable(const SubShard& sub_shard, const Tensor& full, bool check_finite = false) const;
+  void check_loadable(const SubShard& sub_shard, const Tensor& full,
+                      bool check_finite = false) const;
   // The same checks from a declared shape, dtype and device (for tensors produced later).
-  void check_declared(const SubShard& sub_shard, const Shape& shape, DType dtype, Device device) const;
+  void check_declared(const SubShard& sub_shard, const Shape& shape, DType dtype,
+                      Device device) const;
   // check_loadable, then slice, convert, re-apply the recorded transforms and write the
   // rows of `sub_shard` in place.
   void load(const SubShard& sub_shard, const Tensor& full);

@@ -33,7 +33,8 @@ Shape SubShard::local_shape() const {
 
 std::string SubShard::slices_str() const {
   std::string s;
-  for (const SliceRange& r : slices()) s += fmt::format("{}{}..{}", s.empty() ? "" : ", ", r.start, r.start + r.length);
+  for (const SliceRange& r : slices())
+    s += fmt::format("{}{}..{}", s.empty() ? "" : ", ", r.start, r.start + r.length);
   return s;
 }
 

@@ -27,12 +27,12 @@ struct SliceRange {
 };
 
 struct SubShard {
-  std::string checkpoint_name;  // "model.layers.0.self_attn.k_proj.weight"
-  Shape checkpoint_shape;       // full shape, as a trainer sends it
-  int64_t split_dim = -1;       // dim of the checkpoint tensor split across ranks
-  int64_t slice_start = 0;      // the (first) range along split_dim
-  int64_t slice_length = 0;     // (unused when replicated)
-  int64_t local_row_offset = 0; // first row of this sub-shard in the local parameter
+  std::string checkpoint_name;   // "model.layers.0.self_attn.k_proj.weight"
+  Shape checkpoint_shape;        // full shape, as a trainer sends it
+  int64_t split_dim = -1;        // dim of the checkpoint tensor split across ranks
+  int64_t slice_start = 0;       // the (first) range along split_dim
+  int64_t slice_length = 0;      // (unused when replicated)
+  int64_t local_row_offset = 0;  // first row of this sub-shard in the local parameter
   int64_t local_rows = 0;
   // Ranges after the first, in local row order (split_dim 0 only); empty for one range.
   std::vector<SliceRange> more_slices = {};

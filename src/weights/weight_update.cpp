@@ -55,7 +55,8 @@ void WeightUpdate::abort() {
 
 void WeightUpdate::apply() {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
-  if (failed()) fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
+  if (failed())
+    fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
   for (Staged& s : pending_) {
     Tensor tensor = s.tensor.defined() ? s.tensor : s.produce();
     s.target.parameter->load(*s.target.sub_shard, tensor);

@@ -24,7 +24,8 @@ struct UpdateOptions {
 
 class WeightUpdate {
  public:
-  WeightUpdate(const ParameterSet& params, UpdateOptions options) : params_(params), options_(options) {}
+  WeightUpdate(const ParameterSet& params, UpdateOptions options)
+      : params_(params), options_(options) {}
 
   // Validates and stages a reference. Throws Error naming the tensor and the problem;
   // the transaction is then failed.

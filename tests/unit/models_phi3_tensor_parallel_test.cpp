@@ -74,7 +74,9 @@ const Reference& reference() {
 std::vector<SliceRange> qkv_rows(int64_t r) {
   return {{r * kQ / 2, kQ / 2}, {kQ + r * kKv / 2, kKv / 2}, {kQ + kKv + r * kKv / 2, kKv / 2}};
 }
-std::vector<SliceRange> gate_up_rows(int64_t r) { return {{r * kFfn / 2, kFfn / 2}, {kFfn + r * kFfn / 2, kFfn / 2}}; }
+std::vector<SliceRange> gate_up_rows(int64_t r) {
+  return {{r * kFfn / 2, kFfn / 2}, {kFfn + r * kFfn / 2, kFfn / 2}};
+}
 
 Tensor rows_of(const Tensor& full, const std::vector<SliceRange>& ranges) {
   int64_t n = 0;
@@ -92,7 +94,8 @@ Tensor rows_of(const Tensor& full, const std::vector<SliceRange>& ranges) {
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
 }
 
@@ -138,15 +141,17 @@ TEST(Phi3TensorParallel, EachRankHoldsItsRowsOfTheFusedTensor) {
       EXPECT_EQ(p.logical_shape(), ref.weights.at(name).shape()) << name;
       const Tensor want = rows_of(ref.weights.at(name).to(p.dtype()), ranges);
       ASSERT_EQ(p.data().shape(), want.shape()) << name;
-      EXPECT_EQ(std::memcmp(p.data().raw_data(), want.raw_data(), want.nbytes()), 0) << name << " rank " << rank;
+      EXPECT_EQ(std::memcmp(p.data().raw_data(), want.raw_data(), want.nbytes()), 0)
+          << name << " rank " << rank;
       // The sharding names every range.
       const std::string sharding = p.sharding_str();
       EXPECT_NE(sharding.find(fmt::format("rank {} of 2", rank)), std::string::npos) << sharding;
       EXPECT_NE(sharding.find(s.slices_str()), std::string::npos) << sharding;
     }
-    EXPECT_NE(params.target(kQkv).parameter->sharding_str().find(
-                  rank == 0 ? "[dim 0: 0..32, 64..80, 96..112]" : "[dim 0: 32..64, 80..96, 112..128]"),
-              std::string::npos)
+    EXPECT_NE(
+        params.target(kQkv).parameter->sharding_str().find(
+            rank == 0 ? "[dim 0: 0..32, 64..80, 96..112]" : "[dim 0: 32..64, 80..96, 112..128]"),
+        std::string::npos)
         << params.target(kQkv).parameter->sharding_str();
   });
   // At TP=1 the three sources join into the whole tensor, as before.
@@ -166,9 +171,14 @@ TEST(Phi3TensorParallel, RefitIsBitwiseAFreshLoadAtTheSameAddresses) {
   testing::TensorMap partial = ref.weights;
   partial[kQkv] = sent.at(kQkv);
   partial[kGateUp] = sent.at(kGateUp);
-  for (const auto& [quant, layout] : std::vector<std::pair<std::string, std::string>>{
-           {"", "plain"}, {"", "transpose"}, {"", "shuffle16x16"}, {"q8_0", "plain"}, {"q8_0-w8a8", "interleave4x16"},
-           {"fp8", "plain"}, {"q8_0", "shuffle16x16"}}) {
+  for (const auto& [quant, layout] :
+       std::vector<std::pair<std::string, std::string>>{{"", "plain"},
+                                                        {"", "transpose"},
+                                                        {"", "shuffle16x16"},
+                                                        {"q8_0", "plain"},
+                                                        {"q8_0-w8a8", "interleave4x16"},
+                                                        {"fp8", "plain"},
+                                                        {"q8_0", "shuffle16x16"}}) {
     const std::string what = quant + "/" + layout;
     testing::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> comm) {
       const TensorParallel tp = tp_of(comm);
@@ -187,7 +197,8 @@ TEST(Phi3TensorParallel, RefitIsBitwiseAFreshLoadAtTheSameAddresses) {
         u.update(kGateUp, sent.at(kGateUp));
         u.apply();
       }
-      testing::expect_same_bytes(*model, *testing::fresh_model(ref.config, tp, partial, quant, layout),
+      testing::expect_same_bytes(*model,
+                                 *testing::fresh_model(ref.config, tp, partial, quant, layout),
                                  what + " partial rank " + std::to_string(rank));
       // Every tensor.
       {
@@ -209,8 +220,10 @@ TEST(Phi3TensorParallel, WrongShapedFusedTensorIsRefusedAndNothingChanges) {
     const TensorParallel tp = tp_of(comm);
     auto model = testing::fresh_model(ref.config, tp, ref.weights, "", "plain");
     WeightUpdate u(model->parameters(), {});
-    u.update("model.layers.0.self_attn.o_proj.weight", sent.at("model.layers.0.self_attn.o_proj.weight"));
-    const Tensor bad = Tensor::zeros({kQ + kKv, ref.config.dim}, DType::f32);  // no v rows: not [q + 2 kv, dim]
+    u.update("model.layers.0.self_attn.o_proj.weight",
+             sent.at("model.layers.0.self_attn.o_proj.weight"));
+    const Tensor bad =
+        Tensor::zeros({kQ + kKv, ref.config.dim}, DType::f32);  // no v rows: not [q + 2 kv, dim]
     try {
       u.update(kQkv, bad);
       ADD_FAILURE() << "a wrong-shaped qkv_proj was accepted";
@@ -232,13 +245,15 @@ TEST(Phi3TensorParallel, WrongShapedFusedTensorIsRefusedAndNothingChanges) {
       refused = std::string(e.what()).find(kQkv) != std::string::npos;
     }
     EXPECT_FALSE(refused) << "rank " << rank << " refused a NaN in the other rank's q rows";
-    nan.data<float>()[(kQ + kKv + rank * kKv / 2) * ref.config.dim + 5] = NAN;  // in this rank's v rows
+    nan.data<float>()[(kQ + kKv + rank * kKv / 2) * ref.config.dim + 5] =
+        NAN;  // in this rank's v rows
     EXPECT_THROW(finite.update(kQkv, nan), Error);
     EXPECT_TRUE(u.failed());
     EXPECT_THROW(u.apply(), Error);
     EXPECT_TRUE(finite.failed());
     EXPECT_THROW(finite.apply(), Error);
-    testing::expect_same_bytes(*model, *testing::fresh_model(ref.config, tp, ref.weights, "", "plain"),
+    testing::expect_same_bytes(*model,
+                               *testing::fresh_model(ref.config, tp, ref.weights, "", "plain"),
                                "after refusals, rank " + std::to_string(rank));
   });
 }
@@ -314,7 +329,8 @@ TEST(Phi3TensorParallel, RankGroupReadsBackAndRefitsTheFusedTensor) {
         group.run_worker();
       }
     }
-    testing::expect_same_bytes(engine.model(), *testing::fresh_model(ref.config, tp_of(comm), sent, "", "plain"),
+    testing::expect_same_bytes(engine.model(),
+                               *testing::fresh_model(ref.config, tp_of(comm), sent, "", "plain"),
                                "rank group refit, rank " + std::to_string(rank));
     EXPECT_EQ(testing::addresses(engine.model()), before);
   });
