@@ -19,9 +19,12 @@ bool is_plain_ggml(GgmlType t) {
 
 DType dtype_of_ggml(GgmlType t) {
   switch (t) {
-    case GgmlType::f16: return DType::f16;
-    case GgmlType::bf16: return DType::bf16;
-    default: return DType::f32;  // f32, and quantized types dequantized at load
+    case GgmlType::f16:
+      return DType::f16;
+    case GgmlType::bf16:
+      return DType::bf16;
+    default:
+      return DType::f32;  // f32, and quantized types dequantized at load
   }
 }
 
@@ -55,18 +58,24 @@ Tensor llama2c_tensor(const Llama2cModel& m, const std::string& name) {
   if (std::regex_match(name, match, layer_re)) {
     int64_t l = std::stoll(match[1]);
     static const std::pair<const char*, const char*> map[] = {
-        {"input_layernorm.weight", "rms_att_weight"}, {"self_attn.q_proj.weight", "wq"},
-        {"self_attn.k_proj.weight", "wk"},            {"self_attn.v_proj.weight", "wv"},
-        {"self_attn.o_proj.weight", "wo"},            {"post_attention_layernorm.weight", "rms_ffn_weight"},
-        {"mlp.gate_proj.weight", "w1"},               {"mlp.down_proj.weight", "w2"},
+        {"input_layernorm.weight", "rms_att_weight"},
+        {"self_attn.q_proj.weight", "wq"},
+        {"self_attn.k_proj.weight", "wk"},
+        {"self_attn.v_proj.weight", "wv"},
+        {"self_attn.o_proj.weight", "wo"},
+        {"post_attention_layernorm.weight", "rms_ffn_weight"},
+        {"mlp.gate_proj.weight", "w1"},
+        {"mlp.down_proj.weight", "w2"},
         {"mlp.up_proj.weight", "w3"}};
     for (auto [suffix, file_name] : map)
       if (match[2] == suffix) {
         const Tensor* t = m.find_tensor(file_name);
         if (!t || l >= t->size(0)) return Tensor();
         Tensor layer = t->select(0, l);
-        if (match[2] == "self_attn.q_proj.weight") return permute_rows_for_gguf_rope(layer, m.config().n_heads, true);
-        if (match[2] == "self_attn.k_proj.weight") return permute_rows_for_gguf_rope(layer, m.config().n_kv_heads, true);
+        if (match[2] == "self_attn.q_proj.weight")
+          return permute_rows_for_gguf_rope(layer, m.config().n_heads, true);
+        if (match[2] == "self_attn.k_proj.weight")
+          return permute_rows_for_gguf_rope(layer, m.config().n_kv_heads, true);
         return layer;
       }
     return Tensor();
@@ -89,28 +98,36 @@ Tensor decode_hf_fp8(const HfFolder& hf, const std::string& name, const Tensor& 
   std::string scale_name = name + "_scale_inv";
   if (!hf.has_tensor(scale_name)) scale_name = name + "_scale";
   if (!hf.has_tensor(scale_name))
-    throw FormatError(fmt::format("{}: FP8 tensor '{}' has no '{}_scale_inv' or '{}_scale' beside it", hf.path(), name,
-                                  name, name));
-  if (codes.dim() != 2) throw FormatError(fmt::format("{}: FP8 tensor '{}' is not 2-D", hf.path(), name));
+    throw FormatError(
+        fmt::format("{}: FP8 tensor '{}' has no '{}_scale_inv' or '{}_scale' beside it", hf.path(),
+                    name, name, name));
+  if (codes.dim() != 2)
+    throw FormatError(fmt::format("{}: FP8 tensor '{}' is not 2-D", hf.path(), name));
   const int64_t n = codes.size(0), k = codes.size(1);
   const Tensor scale_t = hf.tensor(scale_name);
   const std::vector<float> scale = scale_t.to_floats();
   const int64_t bn = (n + 127) / 128, bk = (k + 127) / 128;
   enum { per_tensor, per_row, per_block } kind;
-  if (scale.size() == 1) kind = per_tensor;
-  else if (static_cast<int64_t>(scale.size()) == n && (scale_t.dim() == 1 || scale_t.size(-1) == 1)) kind = per_row;
-  else if (scale_t.dim() == 2 && scale_t.size(0) == bn && scale_t.size(1) == bk) kind = per_block;
+  if (scale.size() == 1)
+    kind = per_tensor;
+  else if (static_cast<int64_t>(scale.size()) == n && (scale_t.dim() == 1 || scale_t.size(-1) == 1))
+    kind = per_row;
+  else if (scale_t.dim() == 2 && scale_t.size(0) == bn && scale_t.size(1) == bk)
+    kind = per_block;
   else
-    throw FormatError(fmt::format("{}: '{}' has shape {}; expected a scalar, [{}], [{}, 1] or [{}, {}] for '{}' {}",
-                                  hf.path(), scale_name, shape_str(scale_t.shape()), n, n, bn, bk, name,
-                                  shape_str(codes.shape())));
+    throw FormatError(fmt::format(
+        "{}: '{}' has shape {}; expected a scalar, [{}], [{}, 1] or [{}, {}] for '{}' {}",
+        hf.path(), scale_name, shape_str(scale_t.shape()), n, n, bn, bk, name,
+        shape_str(codes.shape())));
   const Tensor contiguous = codes.contiguous();
   const auto* c = static_cast<const uint8_t*>(contiguous.raw_data());
   Tensor out = Tensor::empty({n, k}, DType::f32);
   float* o = out.data<float>();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < k; ++j) {
-      const float s = kind == per_tensor ? scale[0] : kind == per_row ? scale[r] : scale[(r / 128) * bk + j / 128];
+      const float s = kind == per_tensor ? scale[0]
+                      : kind == per_row  ? scale[r]
+                                         : scale[(r / 128) * bk + j / 128];
       o[r * k + j] = f8_e4m3fn_to_f32(c[r * k + j]) * s;
     }
   return out;
@@ -137,7 +154,8 @@ ModelConfig read_model_config(const Checkpoint& ck) {
         throw FormatError(fmt::format("{}: token_embd.weight must be 2-d", g.path()));
       c.vocab_size = embd->shape[0];
       c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
-      if (const GgufTensorInfo* q = g.find_tensor(first_matmul(c).gguf_name)) c.weight_dtype = dtype_of_ggml(q->type);
+      if (const GgufTensorInfo* q = g.find_tensor(first_matmul(c).gguf_name))
+        c.weight_dtype = dtype_of_ggml(q->type);
       // LongRoPE (Phi-3): per-frequency factors for within and beyond the original context.
       if (g.find_tensor("rope_factors_long.weight") && g.find_tensor("rope_factors_short.weight")) {
         c.rope_scaling.kind = RopeScalingKind::longrope;
@@ -241,7 +259,8 @@ Tensor undo_gguf_change(const Tensor& t, const GgufChangeToUndo& change) {
   Tensor out = t;
   // llama.cpp's converter permuted q/k rows for its adjacent-pair rope; undo it so
   // parameters hold Hugging Face order (refit's canonical form) and use rotate_half.
-  if (change.rope_permute_heads > 0) out = permute_rows_for_gguf_rope(out, change.rope_permute_heads, true);
+  if (change.rope_permute_heads > 0)
+    out = permute_rows_for_gguf_rope(out, change.rope_permute_heads, true);
   // Gemma's converter stored norm weights as (1 + w): the parameter holds w.
   if (change.offset != 0.0f) {
     Tensor f = Tensor::empty(out.shape(), DType::f32);
@@ -283,20 +302,22 @@ void apply_weight_layout(Model& model, const std::string& layout) {
   // within noise: bench/RESULTS.md, session 8) and plain for everything else.
   const bool automatic = layout.empty() || layout == "auto";
   std::optional<LayoutTransform> forced;
-  if (layout == "transpose") forced = LayoutTransform::transpose;
+  if (layout == "transpose")
+    forced = LayoutTransform::transpose;
   else if (layout == "shuffle16x16" || layout == "shuffle_16x16" || layout == "shuffle")
     forced = LayoutTransform::shuffle_16x16;
   else if (layout == "interleave4x16" || layout == "interleave_4x16" || layout == "interleave")
     forced = LayoutTransform::interleave_4x16;
   else if (!automatic && layout != "plain")
-    fail("unknown weight layout '{}' (use auto, plain, transpose, shuffle16x16 or interleave4x16)", layout);
+    fail("unknown weight layout '{}' (use auto, plain, transpose, shuffle16x16 or interleave4x16)",
+         layout);
   if (!automatic && !forced) return;
   const std::string embedding = hf_tensor_name(model.config(), TensorSlot::token_embd);
   for (const auto& p : model.parameters().all()) {
     if (p->local_shape().size() != 2 || p->name() == embedding) continue;
     std::optional<LayoutTransform> t = forced;
-    if (automatic &&
-        preferred_weight_layout(p->quantization(), p->logical_dtype(), p->local_shape()) == Layout::interleaved_4x16)
+    if (automatic && preferred_weight_layout(p->quantization(), p->logical_dtype(),
+                                             p->local_shape()) == Layout::interleaved_4x16)
       t = LayoutTransform::interleave_4x16;
     if (t && p->transform_unsupported_reason(*t).empty()) p->apply_transform(*t);
   }
@@ -305,8 +326,8 @@ void apply_weight_layout(Model& model, const std::string& layout) {
 void limit_context(ModelConfig& config, int64_t max_model_len, const std::string& source) {
   if (max_model_len == 0) return;
   if (max_model_len < 0 || max_model_len > config.max_seq_len)
-    fail("{}: max_model_len {} must be positive and at most the model's context of {} positions", source,
-         max_model_len, config.max_seq_len);
+    fail("{}: max_model_len {} must be positive and at most the model's context of {} positions",
+         source, max_model_len, config.max_seq_len);
   config.max_seq_len = max_model_len;
 }
 

@@ -57,7 +57,8 @@ class CheckpointWeights {
  private:
   const Checkpoint& checkpoint_;
   std::unordered_map<std::string, std::string> gguf_names_;  // canonical -> GGUF
-  std::unordered_map<std::string, GgufChangeToUndo> gguf_changes_;  // what the converter did, by name
+  std::unordered_map<std::string, GgufChangeToUndo>
+      gguf_changes_;  // what the converter did, by name
 };
 
 std::unique_ptr<Model> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
