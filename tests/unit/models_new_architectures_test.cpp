@@ -12,6 +12,7 @@
 #include "formats/checkpoint.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
+#include "reference_files.h"
 #include "refit_test_support.h"
 #include "runtime/generator.h"
 #include "weights/weight_update.h"
@@ -21,35 +22,9 @@ namespace {
 
 const std::string kData = "tests/data/llamacpp";
 
-std::map<std::string, std::string> read_key_values(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  std::map<std::string, std::string> kv;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto colon = line.find(':');
-    if (colon != std::string::npos) kv[line.substr(0, colon)] = line.substr(colon + 1);
-  }
-  return kv;
-}
-
-std::vector<int32_t> ids_of(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::istringstream in(text);
-  int32_t id;
-  while (in >> id) ids.push_back(id);
-  return ids;
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
+using testing::ids_of;
+using testing::read_floats;
+using testing::read_key_values;
 
 std::vector<float> teacher_forced(const Model& model, const std::vector<int32_t>& sequence) {
   KvCache cache = model.make_cache(static_cast<int64_t>(sequence.size()));

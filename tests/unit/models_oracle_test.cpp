@@ -12,6 +12,7 @@
 
 #include "formats/checkpoint.h"
 #include "models/model_loader.h"
+#include "reference_files.h"
 #include "runtime/generator.h"
 #include "tokenizer/vocab_loaders.h"
 
@@ -20,37 +21,9 @@ namespace {
 
 const std::string kOracle = std::string(REFIT_SHARED_DIR) + "/oracle";
 
-std::map<std::string, std::string> read_key_values(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  std::map<std::string, std::string> kv;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto colon = line.find(':');
-    if (line.empty() || line[0] == '#' || colon == std::string::npos) continue;
-    std::string value = line.substr(colon + 1);
-    kv[line.substr(0, colon)] = value;
-  }
-  return kv;
-}
-
-std::vector<int32_t> ids_of(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::istringstream in(text);
-  int32_t id;
-  while (in >> id) ids.push_back(id);
-  return ids;
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  EXPECT_TRUE(in) << path;
-  std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()),
-          static_cast<std::streamsize>(v.size() * sizeof(float)));
-  return v;
-}
+using testing::ids_of;
+using testing::read_floats;
+using testing::read_key_values;
 
 struct LogitError {
   double max_abs = 0, mean_abs = 0;
