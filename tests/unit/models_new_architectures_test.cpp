@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "formats/checkpoint.h"
@@ -216,6 +217,41 @@ TEST(Gemma3TensorParallel, TwoRanksMatchOne) {
     EXPECT_LT(max_abs, 1e-3);
   }
   EXPECT_EQ(got[0], got[1]);
+}
+
+// Config fields the architecture cannot honour are refused by name, not ignored.
+TEST(NewArchitectureConfigs, UnsupportedFieldsAreRefusedByName) {
+  std::ifstream in(kData + "/gemma3-micro/hf/config.json");
+  const nlohmann::json base = nlohmann::json::parse(in);
+  auto refusal = [](const nlohmann::json& j) {
+    try {
+      config_from_hf_json(j.dump(), "config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal(base), "");
+  nlohmann::json j = base;
+  j["attn_logit_softcapping"] = 50.0;
+  EXPECT_NE(refusal(j).find("attn_logit_softcapping is not supported"), std::string::npos)
+      << refusal(j);
+  j = base;
+  j["hidden_activation"] = "relu";
+  EXPECT_NE(refusal(j).find("hidden_activation 'relu'"), std::string::npos) << refusal(j);
+  j = base;
+  j["layer_types"].erase(0);
+  EXPECT_NE(refusal(j).find("layer_types has 6 entries for 7 layers"), std::string::npos)
+      << refusal(j);
+  j = base;
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_NE(refusal(j).find("rope_scaling type 'dynamic' is not supported"), std::string::npos)
+      << refusal(j);
+  std::ifstream phi(kData + "/phi3-micro/hf/config.json");
+  j = nlohmann::json::parse(phi);
+  j["rope_scaling"]["long_factor"].erase(0);
+  EXPECT_NE(refusal(j).find("longrope has 8 short and 7 long factors"), std::string::npos)
+      << refusal(j);
 }
 
 INSTANTIATE_TEST_SUITE_P(
