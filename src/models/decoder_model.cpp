@@ -36,20 +36,11 @@ DecoderModel::DecoderModel(const ModelConfig& config, DType weight_dtype, const 
                                               c.tied_embeddings ? &embed_->weight() : nullptr);
 }
 
-void DecoderModel::add_block(int64_t l) {
-  const ModelConfig& c = config_;
-  auto name = [&](TensorSlot s) { return hf_tensor_name(c, s, l); };
-  Block b;
-  b.config = c.layer(l);
-  // Layers with the same rope settings share one table.
-  size_t rope = 0;
-  while (rope < ropes_.size() && !(ropes_[rope] == b.config.rope)) ++rope;
-  if (rope == ropes_.size()) {
-    ropes_.push_back(b.config.rope);
-    rope_tables_.push_back(rope_cos_sin_table(b.config.rope, c.max_seq_len));
-  }
-  b.rope_table = static_cast<int64_t>(rope);
+namespace {
 
+// Layer l's attention from the config and the architecture's tensor names.
+AttentionSpec attention_spec(const ModelConfig& c, int64_t l, const LayerConfig& layer) {
+  auto name = [&](TensorSlot s) { return hf_tensor_name(c, s, l); };
   AttentionSpec a;
   a.dim = c.dim;
   a.n_heads = c.n_heads;
@@ -59,8 +50,8 @@ void DecoderModel::add_block(int64_t l) {
   a.norm_eps = c.rms_eps;
   a.norm_weight_offset = c.norm_weight_offset;
   a.scale = c.softmax_scale();
-  a.window = b.config.window;
-  a.rope_style = b.config.rope.style;
+  a.window = layer.window;
+  a.rope_style = layer.rope.style;
   if (has_slot(c, TensorSlot::attn_qkv)) {  // stored fused: row ranges of one tensor
     const std::string fused = prefix_of(name(TensorSlot::attn_qkv));
     const int64_t total = c.q_dim() + 2 * c.kv_dim();
@@ -76,15 +67,20 @@ void DecoderModel::add_block(int64_t l) {
              {prefix_of(name(TensorSlot::attn_v)), c.kv_dim(), c.head_dim}};
   }
   a.o_proj = prefix_of(name(TensorSlot::attn_output));
-  if (b.config.qk_norm) {
+  if (layer.qk_norm) {
     a.q_norm = name(TensorSlot::attn_q_norm);
     a.k_norm = name(TensorSlot::attn_k_norm);
   }
+  return a;
+}
 
+// Layer l's FFN from the config and the architecture's tensor names.
+FeedForwardSpec ffn_spec(const ModelConfig& c, int64_t l, const LayerConfig& layer) {
+  auto name = [&](TensorSlot s) { return hf_tensor_name(c, s, l); };
   FeedForwardSpec f;
   f.dim = c.dim;
   f.hidden = c.ffn_dim;
-  f.gelu_tanh = b.config.activation == Activation::gelu_tanh;
+  f.gelu_tanh = layer.activation == Activation::gelu_tanh;
   if (has_slot(c, TensorSlot::ffn_gate_up)) {
     const std::string fused = prefix_of(name(TensorSlot::ffn_gate_up));
     f.gate_up_name = fused;
@@ -96,15 +92,34 @@ void DecoderModel::add_block(int64_t l) {
     f.gate_up = {{gate, c.ffn_dim}, {prefix_of(name(TensorSlot::ffn_up)), c.ffn_dim}};
   }
   f.down_proj = prefix_of(name(TensorSlot::ffn_down));
+  return f;
+}
+
+}  // namespace
+
+void DecoderModel::add_block(int64_t l) {
+  const ModelConfig& c = config_;
+  auto name = [&](TensorSlot s) { return hf_tensor_name(c, s, l); };
+  Block b;
+  b.config = c.layer(l);
+  // Layers with the same rope settings share one table.
+  size_t rope = 0;
+  while (rope < ropes_.size() && !(ropes_[rope] == b.config.rope)) ++rope;
+  if (rope == ropes_.size()) {
+    ropes_.push_back(b.config.rope);
+    rope_tables_.push_back(rope_cos_sin_table(b.config.rope, c.max_seq_len));
+  }
+  b.rope_table = static_cast<int64_t>(rope);
 
   // Parameters in checkpoint order: norm, attention, (post-norm), norm, FFN, (post-norm).
-  b.attn_norm = &params_.add(name(TensorSlot::attn_norm), {c.dim}, DType::f32);
-  b.attention = std::make_unique<SelfAttention>(params_, a, weight_dtype_, tp_);
   const bool sandwich = b.config.norms == NormPlacement::sandwich;
+  b.attn_norm = &params_.add(name(TensorSlot::attn_norm), {c.dim}, DType::f32);
+  b.attention =
+      std::make_unique<SelfAttention>(params_, attention_spec(c, l, b.config), weight_dtype_, tp_);
   if (sandwich)
     b.post_attn_norm = &params_.add(name(TensorSlot::post_attn_norm), {c.dim}, DType::f32);
   b.ffn_norm = &params_.add(name(TensorSlot::ffn_norm), {c.dim}, DType::f32);
-  b.ffn = std::make_unique<FeedForward>(params_, f, weight_dtype_, tp_);
+  b.ffn = std::make_unique<FeedForward>(params_, ffn_spec(c, l, b.config), weight_dtype_, tp_);
   if (sandwich)
     b.post_ffn_norm = &params_.add(name(TensorSlot::post_ffn_norm), {c.dim}, DType::f32);
   blocks_.push_back(std::move(b));
@@ -118,30 +133,34 @@ void DecoderModel::norm(const Tensor& x, const Parameter& w, Tensor& out) const 
   ops::rms_norm(x, w.data(), config_.rms_eps, out, config_.norm_weight_offset);
 }
 
-BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, KvStore& kv) const {
-  const ModelConfig& c = config_;
+namespace {
+
+// The batch's new tokens stacked into one activation: ids and positions per row, and the
+// rows each sequence wants logits for (result.first_row / n_rows filled).
+struct StackedBatch {
+  Tensor ids, positions;
+  std::vector<int64_t> logit_rows;
+};
+
+StackedBatch stack_batch(std::span<const BatchSequence> batch, int64_t max_seq_len,
+                         BatchForwardResult& result) {
   const int64_t B = static_cast<int64_t>(batch.size());
   if (B == 0) fail("batched_forward: empty batch");
   int64_t N = 0;
   for (int64_t b = 0; b < B; ++b) {
     const BatchSequence& s = batch[static_cast<size_t>(b)];
     const int64_t T = static_cast<int64_t>(s.tokens.size());
-    if (s.start_pos < 0 || s.start_pos + T > c.max_seq_len)
+    if (s.start_pos < 0 || s.start_pos + T > max_seq_len)
       fail("batched_forward: sequence {} positions {}..{} exceed the context of {}", b, s.start_pos,
-           s.start_pos + T - 1, c.max_seq_len);
+           s.start_pos + T - 1, max_seq_len);
     if (T == 0 && s.logits != LogitsWanted::none)
       fail("batched_forward: sequence {} has no new tokens but wants logits", b);
     N += T;
   }
   if (N == 0) fail("batched_forward: no tokens in the batch");
-  kv.begin(batch);
-
-  // Stack the new tokens; note the rows that need logits.
-  Tensor ids = Tensor::empty({N}, DType::i32), positions = Tensor::empty({N}, DType::i32);
-  int32_t* idp = ids.data<int32_t>();
-  int32_t* pp = positions.data<int32_t>();
-  BatchForwardResult result;
-  std::vector<int64_t> logit_rows;
+  StackedBatch st{Tensor::empty({N}, DType::i32), Tensor::empty({N}, DType::i32), {}};
+  int32_t* idp = st.ids.data<int32_t>();
+  int32_t* pp = st.positions.data<int32_t>();
   int64_t row = 0;
   for (const BatchSequence& s : batch) {
     const int64_t T = static_cast<int64_t>(s.tokens.size());
@@ -149,23 +168,31 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
       idp[row + t] = s.tokens[static_cast<size_t>(t)];
       pp[row + t] = static_cast<int32_t>(s.start_pos + t);
     }
-    result.first_row.push_back(static_cast<int64_t>(logit_rows.size()));
+    result.first_row.push_back(static_cast<int64_t>(st.logit_rows.size()));
     if (s.logits == LogitsWanted::all)
-      for (int64_t t = 0; t < T; ++t) logit_rows.push_back(row + t);
+      for (int64_t t = 0; t < T; ++t) st.logit_rows.push_back(row + t);
     else if (s.logits == LogitsWanted::last)
-      logit_rows.push_back(row + T - 1);
-    result.n_rows.push_back(static_cast<int64_t>(logit_rows.size()) - result.first_row.back());
+      st.logit_rows.push_back(row + T - 1);
+    result.n_rows.push_back(static_cast<int64_t>(st.logit_rows.size()) - result.first_row.back());
     row += T;
   }
+  return st;
+}
 
-  Tensor x = embed_->forward(ids);  // [N, dim]
-  if (c.embedding_scale != 1.0f) ops::scale(x, c.embedding_scale, x);
-  Tensor h = Tensor::empty({N, c.dim}, DType::f32);
+}  // namespace
+
+BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, KvStore& kv) const {
+  BatchForwardResult result;
+  const StackedBatch st = stack_batch(batch, config_.max_seq_len, result);
+  kv.begin(batch);
+  Tensor x = embed_->forward(st.ids);  // [N, dim]
+  if (config_.embedding_scale != 1.0f) ops::scale(x, config_.embedding_scale, x);
+  Tensor h = Tensor::empty({x.size(0), config_.dim}, DType::f32);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& blk = blocks_[l];
     norm(x, *blk.attn_norm, h);
     Tensor o =
-        blk.attention->forward(h, positions, rope_tables_[static_cast<size_t>(blk.rope_table)],
+        blk.attention->forward(h, st.positions, rope_tables_[static_cast<size_t>(blk.rope_table)],
                                static_cast<int64_t>(l), kv);
     if (blk.post_attn_norm) norm(o, *blk.post_attn_norm, o);
     ops::add(x, o, x);
@@ -174,19 +201,19 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
     if (blk.post_ffn_norm) norm(f, *blk.post_ffn_norm, f);
     ops::add(x, f, x);
   }
-
-  const int64_t R = static_cast<int64_t>(logit_rows.size());
-  if (R == 0) {
-    result.logits = Tensor::empty({0, c.vocab_size}, DType::f32);
-    return result;
-  }
-  Tensor picked = Tensor::empty({R, c.dim}, DType::f32);
-  for (int64_t r = 0; r < R; ++r)
-    picked.select(0, r).copy_from(x.select(0, logit_rows[static_cast<size_t>(r)]));
-  Tensor normed = Tensor::empty({R, c.dim}, DType::f32);
-  norm(picked, *final_norm_, normed);
-  result.logits = lm_head_->forward(normed);
+  result.logits = logits(x, st.logit_rows);
   return result;
+}
+
+Tensor DecoderModel::logits(const Tensor& x, const std::vector<int64_t>& rows) const {
+  const int64_t R = static_cast<int64_t>(rows.size());
+  if (R == 0) return Tensor::empty({0, config_.vocab_size}, DType::f32);
+  Tensor picked = Tensor::empty({R, config_.dim}, DType::f32);
+  for (int64_t r = 0; r < R; ++r)
+    picked.select(0, r).copy_from(x.select(0, rows[static_cast<size_t>(r)]));
+  Tensor normed = Tensor::empty({R, config_.dim}, DType::f32);
+  norm(picked, *final_norm_, normed);
+  return lm_head_->forward(normed);
 }
 
 }  // namespace refit

@@ -57,6 +57,8 @@ class DecoderModel : public Model {
 
  private:
   void add_block(int64_t layer);
+  // f32 logits of rows `rows` of the final activation x [N, dim].
+  Tensor logits(const Tensor& x, const std::vector<int64_t>& rows) const;
   // out = rmsnorm(x) * (w + the config's weight offset)
   void norm(const Tensor& x, const Parameter& w, Tensor& out) const;
 
