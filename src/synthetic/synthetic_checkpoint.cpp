@@ -76,6 +76,9 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
     case Architecture::qwen3:
       architecture = "Qwen3ForCausalLM", model_type = "qwen3";
       break;
+    default:
+      fail("synthetic checkpoints of architecture {} are not written yet",
+           architecture_name(c.arch));
   }
   j["architectures"] = {architecture};
   j["model_type"] = model_type;

@@ -117,10 +117,11 @@ void walk(const KernelRegistry& registry, const std::string& which) {
     EXPECT_GT(accepted, 0) << k->name << " accepts none of the " << found->second.size()
                            << " cases of '" << k->op << "' (last refusal: " << last_reason
                            << "): add cases at its limits";
-    if (k->selectable && k->device == DeviceType::cpu)
+    if (k->selectable && k->device == DeviceType::cpu) {
       EXPECT_TRUE(reached.count(k->name))
           << k->name << " accepts cases but dispatch never chooses it: a higher row "
           << "takes every input it does (make it a reference row or give it a niche)";
+    }
   }
 }
 

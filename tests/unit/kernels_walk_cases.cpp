@@ -136,9 +136,10 @@ std::vector<Case> matmul_cases() {
     Tensor skip = Tensor::from_storage(wide.storage(), dt, {6, 40}, {80, 2});
     cases.push_back(matmul_case(fmt::format("strided x, every-other-column w {}", dtype_name(dt)),
                                 x, skip, Tensor()));
-    cases.push_back(matmul_case(fmt::format("strided x, padded-row w {}", dtype_name(dt)), x,
-                                padded_rows(6, 40, 3, seed++).contiguous().to(dt),
-                                random_tensor({6}, seed++)));
+    Tensor padded = padded_rows(6, 40, 3, seed++).contiguous().to(dt);
+    Tensor bias = random_tensor({6}, seed++);
+    cases.push_back(
+        matmul_case(fmt::format("strided x, padded-row w {}", dtype_name(dt)), x, padded, bias));
   }
   return cases;
 }
