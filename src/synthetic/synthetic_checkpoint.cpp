@@ -76,9 +76,12 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
     case Architecture::qwen3:
       architecture = "Qwen3ForCausalLM", model_type = "qwen3";
       break;
-    default:
-      fail("synthetic checkpoints of architecture {} are not written yet",
-           architecture_name(c.arch));
+    case Architecture::gemma3:
+      architecture = "Gemma3ForCausalLM", model_type = "gemma3_text";
+      break;
+    case Architecture::phi3:
+      architecture = "Phi3ForCausalLM", model_type = "phi3";
+      break;
   }
   j["architectures"] = {architecture};
   j["model_type"] = model_type;
@@ -118,9 +121,25 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       j["sliding_window"] = c.max_seq_len;
       j["max_window_layers"] = c.n_layers;
       break;
-    default:
-      fail("synthetic checkpoints of architecture {} are not written yet",
-           architecture_name(c.arch));
+    case Architecture::gemma3: {
+      j.erase("hidden_act");
+      j["hidden_activation"] = "gelu_pytorch_tanh";
+      j["query_pre_attn_scalar"] = c.head_dim;
+      j["rope_local_base_freq"] = json_float(c.layer(0).rope.theta);
+      nlohmann::json kinds = nlohmann::json::array();
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        const int64_t w = c.layer(l).window;
+        if (w > 0) j["sliding_window"] = w;
+        kinds.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      }
+      j["layer_types"] = kinds;
+      j["final_logit_softcapping"] = nullptr;
+      j["attn_logit_softcapping"] = nullptr;
+      break;
+    }
+    case Architecture::phi3:
+      j["sliding_window"] = nullptr;
+      break;
   }
   return j;
 }
@@ -228,6 +247,8 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   w.add_f32(key("attention.layer_norm_rms_epsilon"), c.rms_eps);
   w.add_f32(key("rope.freq_base"), c.rope_theta);
   w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.rotary_dim()));
+  if (c.arch == Architecture::gemma3 && c.layer(0).window > 0)  // layer 0 is a local one
+    w.add_u32(key("attention.sliding_window"), static_cast<uint32_t>(c.layer(0).window));
   add_gguf_tokenizer_metadata(w, synthetic_vocab(c.vocab_size));
 
   const std::vector<TensorSpec> specs = model_tensor_specs(c);
@@ -250,6 +271,11 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
     Tensor t = synthetic_tensor(c, spec, weight_dtype, o.seed);
     if (spec.gguf_rope_permute_heads > 0)
       t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
+    if (spec.gguf_offset != 0.0f) {  // as llama.cpp's converter stores Gemma's norms: 1 + w
+      std::vector<float> v = t.to_floats();
+      for (float& x : v) x += spec.gguf_offset;
+      t = Tensor::from_floats(t.shape(), v);
+    }
     if (quantized(spec)) {
       const int64_t n = t.numel();
       blocks.resize(static_cast<size_t>(n / kQK8_0));

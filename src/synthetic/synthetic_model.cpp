@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
+#include "models/architecture.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -52,8 +54,22 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
       c.rms_eps = 1e-6f;
       c.rope_theta = 1000000.0f;
       break;
-    default:
-      fail("there is no synthetic preset for architecture {} yet", architecture_name(arch));
+    case Architecture::gemma3:
+    case Architecture::phi3: {
+      // The architecture's own config reading, from the fields a real config.json sets.
+      c.rms_eps = 1e-6f;
+      c.rope_theta = arch == Architecture::gemma3 ? 1000000.0f : 10000.0f;
+      c.tied_embeddings = arch == Architecture::gemma3;
+      nlohmann::json j = arch == Architecture::gemma3
+                             ? nlohmann::json{{"sliding_window", 512},
+                                              {"sliding_window_pattern", 6},
+                                              {"rope_local_base_freq", 10000.0},
+                                              {"query_pre_attn_scalar", c.head_dim},
+                                              {"tie_word_embeddings", true}}
+                             : nlohmann::json::object();
+      architecture_def(arch).configure_hf(j, c, fmt::format("synthetic preset '{}'", preset));
+      break;
+    }
   }
   // HF checkpoints rotate halves; the GGUF writer permutes llama q/k rows to match
   // llama.cpp's adjacent-pair rope, and config_from_gguf() selects that style on load.
@@ -66,10 +82,6 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
 void synthetic_f32_to_f16(const float* in, uint16_t* out, int64_t n);
 
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -152,8 +164,11 @@ SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) 
   switch (spec.role) {
     case TensorRole::norm: {
       float std = 0.2f;
-      float mean = 1.0f;
-      if (name == "model.norm.weight") mean *= 4.0f, std *= 4.0f;  // the oracle's output_norm × 4
+      // The gain a norm multiplies by is about 1: w itself, or 1 + w where the
+      // architecture stores the offset (Gemma).
+      float mean = 1.0f - config.norm_weight_offset;
+      if (spec.slot == TensorSlot::output_norm)
+        mean += 3.0f, std *= 4.0f;  // the oracle's output_norm × 4
       return {mean, std};
     }
     case TensorRole::bias:
@@ -163,17 +178,27 @@ SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) 
     case TensorRole::matmul:
       break;
   }
-  struct Scale {
-    std::string_view suffix;
-    float std;
-  };
-  static constexpr Scale kScales[] = {
-      {"q_proj.weight", 0.10f},    {"k_proj.weight", 0.10f},    {"v_proj.weight", 0.08f},
-      {"o_proj.weight", 0.20f},    {"gate_proj.weight", 0.08f}, {"up_proj.weight", 0.08f},
-      {"down_proj.weight", 0.15f}, {"lm_head.weight", 0.18f},
-  };
-  for (const Scale& s : kScales)
-    if (ends_with(name, s.suffix)) return {0.0f, s.std * rescale};
+  // The oracle's stds (../shared/oracle/llamacpp/README.md), by what the tensor is.
+  switch (spec.slot) {
+    case TensorSlot::attn_q:
+    case TensorSlot::attn_k:
+    case TensorSlot::attn_qkv:
+      return {0.0f, 0.10f * rescale};
+    case TensorSlot::attn_v:
+      return {0.0f, 0.08f * rescale};
+    case TensorSlot::attn_output:
+      return {0.0f, 0.20f * rescale};
+    case TensorSlot::ffn_gate:
+    case TensorSlot::ffn_up:
+    case TensorSlot::ffn_gate_up:
+      return {0.0f, 0.08f * rescale};
+    case TensorSlot::ffn_down:
+      return {0.0f, 0.15f * rescale};
+    case TensorSlot::output:
+      return {0.0f, 0.18f * rescale};
+    default:
+      break;
+  }
   fail("synthetic weights: no initialisation is defined for tensor '{}'", name);
 }
 

@@ -85,7 +85,8 @@ TEST_P(SynthCli, gguf_and_hf_give_the_same_tokens_and_logits) {
   EXPECT_LT(rms, 30.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, SynthCli, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Arch, SynthCli,
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma3", "phi3"));
 
 TEST(SynthCliArgs, bad_arguments_fail_with_a_message) {
   TempDir dir;
