@@ -1,8 +1,34 @@
 #include "layers/rotary.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace refit {
+
+namespace {
+
+// transformers' _compute_yarn_parameters (>= 4.56, as vLLM and llama.cpp): frequency i
+// blends its interpolated (f / factor) and original values by a linear ramp over the
+// dims whose wavelengths fall between beta_fast and beta_slow rotations of the original
+// context.
+double yarn_frequency(const RopeConfig& c, int64_t i, double f) {
+  const RopeScaling& s = c.scaling;
+  const double dim = static_cast<double>(c.dim);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(s.original_max_position) / (rotations * 2 * M_PI)) /
+           (2 * std::log(static_cast<double>(c.theta)));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+  const double extrapolation = 1 - ramp;
+  return f / s.factor * (1 - extrapolation) + f * extrapolation;
+}
+
+}  // namespace
 
 std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
   const int64_t rot = c.dim;
@@ -28,6 +54,8 @@ std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
       }
     } else if (s.kind == RopeScalingKind::linear) {
       f /= s.factor;
+    } else if (s.kind == RopeScalingKind::yarn) {
+      f = yarn_frequency(c, i, f);
     } else if (s.kind == RopeScalingKind::longrope) {
       f /= longrope[static_cast<size_t>(i)];
     }
@@ -40,8 +68,9 @@ std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
 Tensor rope_cos_sin_table(const RopeConfig& c, int64_t max_positions) {
   const int64_t rot = c.dim, half = rot / 2;
   std::vector<double> freqs = rope_frequencies(c, max_positions);
-  const float mscale =
-      c.scaling.kind == RopeScalingKind::longrope ? c.scaling.attention_factor : 1.0f;
+  const bool scaled =
+      c.scaling.kind == RopeScalingKind::longrope || c.scaling.kind == RopeScalingKind::yarn;
+  const float mscale = scaled ? c.scaling.attention_factor : 1.0f;
   Tensor table = Tensor::empty({max_positions, rot}, DType::f32);
   float* t = table.data<float>();
   for (int64_t p = 0; p < max_positions; ++p)

@@ -17,6 +17,7 @@ enum class RopeScalingKind : uint8_t {
   linear,    // positions divided by `factor` (HF rope_type "linear")
   llama3,    // Llama 3.1's frequency-dependent slow-down (HF rope_type "llama3")
   longrope,  // Phi-3's per-frequency factors and attention factor (HF rope_type "longrope")
+  yarn,      // YaRN: interpolate low frequencies by `factor`, keep high ones, ramp between
 };
 
 struct RopeScaling {
@@ -31,7 +32,11 @@ struct RopeScaling {
   // length), the choice is made once for the served context, so a cached key never
   // changes meaning.
   std::vector<float> short_factors, long_factors;
-  float attention_factor = 1.0f;
+  float attention_factor = 1.0f;  // longrope and yarn: multiplies cos and sin
+  // yarn: the correction range from original_max_position (rotations beta_fast..beta_slow),
+  // rounded outwards unless !truncate.
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  bool truncate = true;
   bool operator==(const RopeScaling&) const = default;
 };
 

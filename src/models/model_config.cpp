@@ -82,7 +82,8 @@ void ModelConfig::validate(const std::string& source) const {
          static_cast<int64_t>(r.scaling.long_factors.size()) != r.dim / 2))
       fail("{}: longrope has {} short and {} long factors, expected {} each (rotary dimension / 2)",
            source, r.scaling.short_factors.size(), r.scaling.long_factors.size(), r.dim / 2);
-    if ((r.scaling.kind == RopeScalingKind::linear || r.scaling.kind == RopeScalingKind::llama3) &&
+    if ((r.scaling.kind == RopeScalingKind::linear || r.scaling.kind == RopeScalingKind::llama3 ||
+         r.scaling.kind == RopeScalingKind::yarn) &&
         !(r.scaling.factor > 0))
       fail("{}: rope_scaling factor must be positive", source);
     if (!(r.theta > 0)) fail("{}: rope_theta must be positive", source);
@@ -141,6 +142,26 @@ void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::st
             ? rs["attention_factor"].get<float>()
         : scale <= 1.0 ? 1.0f
                        : static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original)));
+  } else if (type == "yarn") {
+    s.kind = RopeScalingKind::yarn;
+    const int64_t original = rs.value("original_max_position_embeddings",
+                                      j.value("original_max_position_embeddings", c.max_seq_len));
+    s.factor = rs.contains("factor") && rs["factor"].is_number()
+                   ? rs["factor"].get<float>()
+                   : static_cast<float>(c.max_seq_len) / static_cast<float>(original);
+    s.original_max_position = original;
+    if (rs.contains("mscale") || rs.contains("mscale_all_dim"))
+      throw FormatError(
+          fmt::format("{}: yarn's mscale / mscale_all_dim are not supported", source));
+    s.attention_factor = rs.contains("attention_factor") && rs["attention_factor"].is_number()
+                             ? rs["attention_factor"].get<float>()
+                         : s.factor <= 1 ? 1.0f
+                                         : static_cast<float>(0.1 * std::log(s.factor) + 1.0);
+    if (rs.contains("beta_fast") && rs["beta_fast"].is_number())
+      s.beta_fast = rs["beta_fast"].get<float>();
+    if (rs.contains("beta_slow") && rs["beta_slow"].is_number())
+      s.beta_slow = rs["beta_slow"].get<float>();
+    s.truncate = rs.value("truncate", true);
   } else if (!type.empty() && type != "default") {
     throw FormatError(fmt::format("{}: rope_scaling type '{}' is not supported", source, type));
   }

@@ -168,7 +168,8 @@ TEST(ServeChoiceStream, stop_strings_cut_the_text_hold_back_partial_matches_and_
   auto handle = std::make_shared<RequestHandle>();
   ChoiceStream c(handle, nullptr, {"13 14"}, 3);
   auto token = [](int32_t id) {
-    RequestHandle::Event e{RequestHandle::Event::token, {}, {}, {}, false};
+    RequestHandle::Event e{};
+    e.kind = RequestHandle::Event::token;
     e.token_event.token = id;
     e.token_event.logprob = -0.5f;
     e.token_event.weight_version = 4;
