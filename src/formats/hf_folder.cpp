@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 
+#include "formats/json_depth.h"
+
 namespace refit {
 
 namespace fs = std::filesystem;
@@ -17,7 +19,7 @@ nlohmann::json read_json_file(const std::string& path, size_t max_bytes) {
   if (src.size() == 0) format_fail(path, "empty file, expected JSON");
   const char* text = reinterpret_cast<const char*>(src.data());
   try {
-    return nlohmann::json::parse(text, text + src.size());
+    return parse_json_limited(text, text + src.size(), path);
   } catch (const nlohmann::json::exception& e) {
     format_fail(path, "not valid JSON: {}", e.what());
   }

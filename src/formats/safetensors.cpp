@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "formats/json_depth.h"
+
 namespace refit {
 
 std::optional<DType> safetensors_dtype(std::string_view name) {
@@ -74,7 +76,7 @@ void SafetensorsFile::parse_header() {
       }
       return true;
     };
-    header = nlohmann::json::parse(text, text + n, on_event);
+    header = parse_json_limited(text, text + n, path + " header", on_event);
   } catch (const nlohmann::json::exception& e) {
     format_fail(path, "header is not valid JSON: {}", e.what());
   }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/json_depth.h"
 #include "models/architecture.h"
 #include "models/tensor_table.h"
 
@@ -172,8 +173,8 @@ void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::st
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const std::exception& e) {
+    j = parse_json_limited(json_text.data(), json_text.data() + json_text.size(), source);
+  } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: invalid JSON: {}", source, e.what()));
   }
   if (!j.is_object()) throw FormatError(fmt::format("{}: expected a JSON object", source));

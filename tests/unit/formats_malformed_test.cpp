@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include "formats/gguf.h"
+#include "formats/hf_folder.h"
 #include "formats/llama2c.h"
 #include "formats/safetensors.h"
 #include "formats_test_util.h"
+#include "models/model_config.h"
 
 namespace refit {
 namespace {
@@ -267,6 +269,51 @@ TEST(FormatsMalformed, llama2c_tokenizers_that_lie) {
   put<int32_t>(neg, -5);
   path = dir.write("t3.bin", neg);
   expect_format_error([&] { read_llama2c_tokenizer(path); }, {path, "length -5"});
+}
+
+}  // namespace
+}  // namespace refit
+
+namespace refit {
+namespace {
+
+// A file nested a million levels deep is refused while parsing (destroying or printing
+// such a value would overflow the stack), naming the file.
+TEST(FormatsMalformed, json_files_nested_too_deep_are_refused_by_name) {
+  TempDir dir;
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  const std::string config = dir.write("config.json", "{\"a\": " + deep + "}");
+  try {
+    read_json_file(config);
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: JSON nests deeper than 128 levels"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    config_from_hf_json("{\"hidden_size\": " + deep + "}", "cfg.json");
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("cfg.json: JSON nests deeper"), std::string::npos)
+        << e.what();
+  }
+  std::string header = "{\"__metadata__\": " + deep + "}";
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  const std::string st = dir.write("deep.safetensors", bytes + header);
+  try {
+    SafetensorsFile::open(st);
+    FAIL() << "accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("JSON nests deeper than 128 levels"), std::string::npos)
+        << e.what();
+  }
+  // Real files nest a few levels: a 100-deep value is still read.
+  const std::string ok =
+      dir.write("ok.json", "{\"a\": " + std::string(100, '[') + std::string(100, ']') + "}");
+  EXPECT_TRUE(read_json_file(ok).contains("a"));
 }
 
 }  // namespace
