@@ -45,6 +45,19 @@ TEST(DLPackParameters, every_parameter_of_a_qwen2_model_exports_including_biases
   expect_every_parameter_exports(engine);
 }
 
+// Gemma 3's sandwich and q/k norms, Phi-3's parameters filled from fused checkpoint tensors.
+TEST(DLPackParameters, every_parameter_of_gemma3_and_phi3_exports) {
+  for (const char* model : {"tests/data/llamacpp/gemma3-micro/gemma3-micro.gguf",
+                            "tests/data/llamacpp/phi3-micro/hf"}) {
+    SCOPED_TRACE(model);
+    EngineOptions options;
+    options.model_path = model;
+    Engine engine(options);
+    EXPECT_FALSE(engine.named_parameters().empty());
+    expect_every_parameter_exports(engine);
+  }
+}
+
 TEST(DLPackParameters, transformed_parameters_export_too) {
   for (const char* layout : {"transpose", "shuffle16x16"}) {
     EngineOptions options;
