@@ -133,13 +133,6 @@ Tensor decode_hf_fp8(const HfFolder& hf, const std::string& name, const Tensor& 
   return out;
 }
 
-// The first layer's first matmul weight: its dtype is the checkpoint's weight dtype.
-TensorSpec first_matmul(const ModelConfig& c) {
-  for (const TensorSpec& s : model_tensor_specs(c))
-    if (s.role == TensorRole::matmul && s.layer == 0) return s;
-  fail("architecture {} has no matmul weight", architecture_name(c.arch));
-}
-
 }  // namespace
 
 ModelConfig read_model_config(const Checkpoint& ck) {
@@ -154,7 +147,7 @@ ModelConfig read_model_config(const Checkpoint& ck) {
         throw FormatError(fmt::format("{}: token_embd.weight must be 2-d", g.path()));
       c.vocab_size = embd->shape[0];
       c.tied_embeddings = g.find_tensor("output.weight") == nullptr;
-      if (const GgufTensorInfo* q = g.find_tensor(first_matmul(c).gguf_name))
+      if (const GgufTensorInfo* q = g.find_tensor(first_block_matmul(c).gguf_name))
         c.weight_dtype = dtype_of_ggml(q->type);
       // LongRoPE (Phi-3): per-frequency factors for within and beyond the original context.
       if (g.find_tensor("rope_factors_long.weight") && g.find_tensor("rope_factors_short.weight")) {
@@ -175,7 +168,7 @@ ModelConfig read_model_config(const Checkpoint& ck) {
       if (!hf) fail("{}: a lone .safetensors file has no config.json; pass its folder", ck.path());
       c = config_from_hf_json(hf->config().dump(), hf->path() + "/config.json");
       if (!hf->has_tensor(hf_tensor_name(c, TensorSlot::output))) c.tied_embeddings = true;
-      const std::string q = first_matmul(c).hf_name;
+      const std::string q = first_block_matmul(c).hf_name;
       if (hf->has_tensor(q)) {
         DType dt = hf->tensor_info(q).dtype;
         c.weight_dtype = (dt == DType::bf16 || dt == DType::f16) ? dt : DType::f32;

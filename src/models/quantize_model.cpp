@@ -36,10 +36,8 @@ bool is_linear_weight(const Parameter& p, const std::unordered_set<std::string>&
 
 // A GGUF's first block matmul (blk.0.attn_q, or attn_qkv where q/k/v are stored fused):
 // its type is the file's weight scheme.
-const GgufTensorInfo* first_block_matmul(const GgufFile& g) {
-  for (const TensorSpec& s : model_tensor_specs(config_from_gguf(g.metadata())))
-    if (s.role == TensorRole::matmul && s.layer == 0) return g.find_tensor(s.gguf_name);
-  return nullptr;
+const GgufTensorInfo* first_gguf_matmul(const GgufFile& g) {
+  return g.find_tensor(first_block_matmul(config_from_gguf(g.metadata())).gguf_name);
 }
 
 }  // namespace
@@ -80,7 +78,7 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
 //    is again an e2m1 value, so the decoded values are the same (the bytes may differ).
 bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
   if (ck.format() != CheckpointFormat::gguf) return false;
-  const GgufTensorInfo* q = first_block_matmul(*ck.gguf());
+  const GgufTensorInfo* q = first_gguf_matmul(*ck.gguf());
   const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
   if (!out) out = ck.gguf()->find_tensor("token_embd.weight");  // tied: the table is the head
   return q && out && out->type == q->type &&
@@ -90,7 +88,7 @@ bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
 QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   QuantScheme s;
   if (ck.format() == CheckpointFormat::gguf) {
-    const GgufTensorInfo* q = first_block_matmul(*ck.gguf());
+    const GgufTensorInfo* q = first_gguf_matmul(*ck.gguf());
     if (q && q->type == GgmlType::q8_0) s.method = QuantMethod::q8_0;
     if (q && q->type == GgmlType::mxfp4) s.method = QuantMethod::mxfp4;
     return s;

@@ -186,6 +186,12 @@ bool has_slot(const ModelConfig& c, TensorSlot slot) {
   return false;
 }
 
+TensorSpec first_block_matmul(const ModelConfig& c) {
+  for (const TensorSpec& s : model_tensor_specs(c))
+    if (s.role == TensorRole::matmul && s.layer == 0) return s;
+  fail("architecture {} has no matmul weight", architecture_name(c.arch));
+}
+
 std::string hf_tensor_name(const ModelConfig& c, TensorSlot slot, int64_t layer) {
   for (const TensorName& n : architecture_def(c.arch).tensors)
     if (n.slot == slot)

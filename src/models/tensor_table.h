@@ -84,6 +84,9 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
 // throws when the architecture has no such slot.
 std::string hf_tensor_name(const ModelConfig& config, TensorSlot slot, int64_t layer = -1);
 bool has_slot(const ModelConfig& config, TensorSlot slot);
+// The first layer's first matmul weight (q_proj, or qkv_proj where q/k/v are stored fused):
+// its dtype or GGUF type is the checkpoint's weight format.
+TensorSpec first_block_matmul(const ModelConfig& config);
 
 // HF row order -> llama.cpp GGUF row order for a q/k weight or bias of `n_heads` heads:
 // view rows as [n_heads, 2, head_dim/2], swap the last two, i.e. rows

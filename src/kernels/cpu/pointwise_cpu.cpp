@@ -300,55 +300,45 @@ void softmax_hwy(Tensor& x) {
       rows_grain(D));
 }
 
-void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
-  init_cpu_isa();
-  const float* g = gate.data<const float>();
-  const float* u = up.data<const float>();
-  float* o = out.data<float>();
-  parallel_for(
-      gate.numel(),
-      [&](int64_t i0, int64_t i1, int) {
-        HWY_DYNAMIC_DISPATCH(SiluMul)(g + i0, u + i0, i1 - i0, o + i0);
-      },
-      kMinElementsPerChunk);
-}
+namespace {
 
-void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
-  init_cpu_isa();
-  const float* g = gate.data<const float>();
-  const float* u = up.data<const float>();
-  float* o = out.data<float>();
-  parallel_for(
-      gate.numel(),
-      [&](int64_t i0, int64_t i1, int) {
-        HWY_DYNAMIC_DISPATCH(GeluTanhMul)(g + i0, u + i0, i1 - i0, o + i0);
-      },
-      kMinElementsPerChunk);
-}
-
-void scale_hwy(const Tensor& x, float s, Tensor& out) {
-  init_cpu_isa();
-  const float* xp = x.data<const float>();
-  float* o = out.data<float>();
-  parallel_for(
-      x.numel(),
-      [&](int64_t i0, int64_t i1, int) {
-        HWY_DYNAMIC_DISPATCH(Scale)(xp + i0, s, i1 - i0, o + i0);
-      },
-      kMinElementsPerChunk);
-}
-
-void add_hwy(const Tensor& a, const Tensor& b, Tensor& out) {
+// out[i] = row_fn(a, b) element-wise over the whole tensors, split across the pool; the
+// chunk boundaries do not change a value (each element is computed alone).
+template <class RowFn>
+void binary_elementwise(const Tensor& a, const Tensor& b, Tensor& out, RowFn row_fn) {
   init_cpu_isa();
   const float* ap = a.data<const float>();
   const float* bp = b.data<const float>();
   float* o = out.data<float>();
   parallel_for(
-      a.numel(),
-      [&](int64_t i0, int64_t i1, int) {
-        HWY_DYNAMIC_DISPATCH(Add)(ap + i0, bp + i0, i1 - i0, o + i0);
-      },
+      a.numel(), [&](int64_t i0, int64_t i1, int) { row_fn(ap + i0, bp + i0, i1 - i0, o + i0); },
       kMinElementsPerChunk);
+}
+
+}  // namespace
+
+void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
+  binary_elementwise(gate, up, out, [](const float* g, const float* u, int64_t n, float* o) {
+    HWY_DYNAMIC_DISPATCH(SiluMul)(g, u, n, o);
+  });
+}
+
+void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
+  binary_elementwise(gate, up, out, [](const float* g, const float* u, int64_t n, float* o) {
+    HWY_DYNAMIC_DISPATCH(GeluTanhMul)(g, u, n, o);
+  });
+}
+
+void scale_hwy(const Tensor& x, float s, Tensor& out) {
+  binary_elementwise(x, x, out, [s](const float* xp, const float*, int64_t n, float* o) {
+    HWY_DYNAMIC_DISPATCH(Scale)(xp, s, n, o);
+  });
+}
+
+void add_hwy(const Tensor& a, const Tensor& b, Tensor& out) {
+  binary_elementwise(a, b, out, [](const float* ap, const float* bp, int64_t n, float* o) {
+    HWY_DYNAMIC_DISPATCH(Add)(ap, bp, n, o);
+  });
 }
 
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out) {
