@@ -10,7 +10,8 @@ PACKAGES=(
   libopenblas-dev libhwy-dev nlohmann-json3-dev libpcre2-dev libcli11-dev libfmt-dev
   libdlpack-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libcpp-httplib-dev libgloo-dev
-  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-jinja2
+  libutf8proc-dev
   clang clang-format libclang-rt-14-dev
 )
 
