@@ -25,6 +25,7 @@ using SoftmaxFn = void (*)(Tensor& x);
 using SiluMulFn = void (*)(const Tensor& gate, const Tensor& up, Tensor& out);
 // select() args: {gate, up, out}
 using GeluTanhMulFn = void (*)(const Tensor& gate, const Tensor& up, Tensor& out);
+using GeluErfMulFn = void (*)(const Tensor& gate, const Tensor& up, Tensor& out);
 // select() args: {x, out}
 using ScaleFn = void (*)(const Tensor& x, float s, Tensor& out);
 // select() args: {table, ids, out}

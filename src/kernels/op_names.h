@@ -15,6 +15,7 @@ inline constexpr const char* rope = "rope";
 inline constexpr const char* softmax = "softmax";
 inline constexpr const char* silu_mul = "silu_mul";
 inline constexpr const char* gelu_tanh_mul = "gelu_tanh_mul";
+inline constexpr const char* gelu_erf_mul = "gelu_erf_mul";
 inline constexpr const char* scale = "scale";
 inline constexpr const char* embedding = "embedding";
 inline constexpr const char* add = "add";
@@ -22,20 +23,9 @@ inline constexpr const char* attention = "attention";
 inline constexpr const char* paged_attention = "paged_attention";
 
 inline constexpr const char* kAllOps[] = {
-    matmul,
-    matmul_quantized,
-    quantize_per_token_fp8,
-    quantize_per_block_q8,
-    rms_norm,
-    rope,
-    softmax,
-    silu_mul,
-    gelu_tanh_mul,
-    scale,
-    embedding,
-    add,
-    attention,
-    paged_attention,
+    matmul,  matmul_quantized, quantize_per_token_fp8, quantize_per_block_q8, rms_norm, rope,
+    softmax, silu_mul,         gelu_tanh_mul,          gelu_erf_mul,          scale,    embedding,
+    add,     attention,        paged_attention,
 };
 
 }  // namespace refit::op_names

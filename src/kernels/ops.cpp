@@ -131,6 +131,16 @@ void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   fn(gate, up, out);
 }
 
+void gelu_erf_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  constexpr const char* op = op_names::gelu_erf_mul;
+  need_dims(op, "gate", gate, 2, "[T, F]");
+  need_shape(op, "up", up, gate.shape(), "(same as gate)");
+  need_shape(op, "out", out, gate.shape(), "(same as gate)");
+  need_writable(op, "out", out);
+  auto fn = dispatch<kernels::GeluErfMulFn>(op, tensors(gate, up, out));
+  fn(gate, up, out);
+}
+
 void scale(const Tensor& x, float s, Tensor& out) {
   constexpr const char* op = op_names::scale;
   need_defined(op, "x", x);

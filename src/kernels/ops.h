@@ -39,6 +39,10 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 // PyTorch's gelu(approximate="tanh") = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
+// out[T, F] = gelu(gate) * up with the exact GELU, 0.5 g (1 + erf(g / sqrt(2))): Hugging
+// Face's hidden_act "gelu" (torch.nn.functional.gelu, approximate="none"). gate, up, out f32.
+void gelu_erf_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+
 // out = x * s, same shape, f32 (out may alias x). Gemma scales its embeddings by
 // sqrt(hidden).
 void scale(const Tensor& x, float s, Tensor& out);

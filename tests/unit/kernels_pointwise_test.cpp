@@ -1,5 +1,5 @@
-// rms_norm (with Gemma's weight offset), rope, softmax, silu_mul, gelu_tanh_mul, scale,
-// embedding and add against the scalar reference over odd sizes, under every SIMD target,
+// rms_norm (with Gemma's weight offset), rope, softmax, silu_mul, gelu_tanh_mul, gelu_erf_mul,
+// scale, embedding and add against the scalar reference over odd sizes, under every SIMD target,
 // plus the refusals ops.cpp promises.
 #include <gtest/gtest.h>
 
@@ -235,6 +235,41 @@ TEST(KernelsPointwise, gelu_tanh_mul_known_values_and_rows_independent_of_batch)
       EXPECT_TRUE(testing::bitwise_equal(all.narrow(0, t, 1), one)) << "row " << t;
     }
   });
+}
+
+// PyTorch's exact gelu (approximate="none", f64) at the same points: far enough from the
+// tanh form (3e-4 at -3) that a kernel computing the approximation fails. Rows are
+// independent of the batch, as for the other element-wise kernels.
+TEST(KernelsPointwise, gelu_erf_mul_known_values_reference_and_rows_independent_of_batch) {
+  const float xs[] = {-3.0f, -1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 3.0f, 20.0f, -20.0f};
+  const double want[] = {-0.00404969409489031,
+                         -0.15865525393145702,
+                         -0.15426876936299344,
+                         0.0,
+                         0.34573123063700656,
+                         0.841344746068543,
+                         2.99595030590511,
+                         20.0,
+                         -0.0};
+  Tensor g = Tensor::from_floats({1, 9}, std::vector<float>(std::begin(xs), std::end(xs)));
+  Tensor u = Tensor::from_floats({1, 9}, std::vector<float>(9, 1.0f)),
+         out = Tensor::empty({1, 9}, DType::f32);
+  ops::gelu_erf_mul(g, u, out);
+  for (int i = 0; i < 9; ++i)
+    EXPECT_NEAR(out.data<float>()[i], want[i], 2e-6 * (1 + std::fabs(want[i]))) << xs[i];
+  uint32_t seed = 470;
+  for (int64_t F : kSizes) {
+    Tensor gg = random_tensor({3, F}, seed++, -8, 8), uu = random_tensor({3, F}, seed++);
+    Tensor all = Tensor::empty({3, F}, DType::f32), ref = Tensor::empty({3, F}, DType::f32);
+    ops::gelu_erf_mul(gg, uu, all);
+    cpu::reference::gelu_erf_mul(gg, uu, ref);
+    EXPECT_LT(nmse(all, ref), 1e-12) << "F=" << F;
+    for (int64_t t = 0; t < 3; ++t) {
+      Tensor one = Tensor::empty({1, F}, DType::f32);
+      ops::gelu_erf_mul(gg.narrow(0, t, 1).contiguous(), uu.narrow(0, t, 1).contiguous(), one);
+      EXPECT_TRUE(testing::bitwise_equal(all.narrow(0, t, 1), one)) << "row " << t;
+    }
+  }
 }
 
 TEST(KernelsPointwise, scale_matches_reference_exactly_and_may_alias_its_output) {

@@ -525,6 +525,8 @@ const std::map<std::string, Generator>& generators() {
       {op_names::silu_mul, [] { return binary_cases(&cpu::reference::silu_mul, 100.0f, 1100); }},
       {op_names::gelu_tanh_mul,
        [] { return binary_cases(&cpu::reference::gelu_tanh_mul, 12.0f, 1200); }},
+      {op_names::gelu_erf_mul,
+       [] { return binary_cases(&cpu::reference::gelu_erf_mul, 12.0f, 1250); }},
       {op_names::scale, scale_cases},
       {op_names::embedding, embedding_cases},
       {op_names::add, [] { return binary_cases(&cpu::reference::add, 1.0f, 1300); }},

@@ -38,6 +38,8 @@ void rope_hwy(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::Ro
 void softmax_hwy(Tensor& x);
 void silu_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
 void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out);
+// Scalar std::erf per element (Highway has no erf), split across the pool.
+void gelu_erf_mul_cpu(const Tensor& gate, const Tensor& up, Tensor& out);
 void scale_hwy(const Tensor& x, float s, Tensor& out);
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out);
 void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);

@@ -329,6 +329,17 @@ void gelu_tanh_mul_hwy(const Tensor& gate, const Tensor& up, Tensor& out) {
   });
 }
 
+// Each element alone through std::erf in f32 (within an ulp or two of the exact value), so a
+// row's values do not depend on the chunking: batch-invariant like the SIMD kernels.
+void gelu_erf_mul_cpu(const Tensor& gate, const Tensor& up, Tensor& out) {
+  binary_elementwise(gate, up, out, [](const float* g, const float* u, int64_t n, float* o) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float gv = g[i];
+      o[i] = 0.5f * gv * (1.0f + std::erf(gv * 0.70710678118654752f)) * u[i];
+    }
+  });
+}
+
 void scale_hwy(const Tensor& x, float s, Tensor& out) {
   binary_elementwise(x, x, out, [s](const float* xp, const float*, int64_t n, float* o) {
     HWY_DYNAMIC_DISPATCH(Scale)(xp, s, n, o);

@@ -111,6 +111,17 @@ void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   }
 }
 
+void gelu_erf_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  const int64_t n = gate.numel();
+  const float* g = gate.data<const float>();
+  const float* u = up.data<const float>();
+  float* o = f32_ptr(out);
+  for (int64_t i = 0; i < n; ++i) {
+    const double gv = g[i];
+    o[i] = static_cast<float>(0.5 * gv * (1.0 + std::erf(gv / std::sqrt(2.0))) * u[i]);
+  }
+}
+
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
   const int64_t n = gate.numel();
   const float* g = gate.data<const float>();

@@ -18,6 +18,7 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, ops::RopeSt
 void softmax(Tensor& x);
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out);
+void gelu_erf_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 void scale(const Tensor& x, float s, Tensor& out);
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);

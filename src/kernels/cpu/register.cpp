@@ -132,6 +132,10 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}, {2, all}}, "all contiguous",
                     kernel_fn<kernels::GeluTanhMulFn>(&cpu::gelu_tanh_mul_hwy)));
+  registry.add(make(op_names::gelu_erf_mul, "gelu_erf_mul.cpu.scalar", 10,
+                    {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    kernel_fn<kernels::GeluErfMulFn>(&cpu::gelu_erf_mul_cpu)));
   registry.add(make(op_names::scale, "scale.cpu.hwy", 10, {arg("x", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}}, "all contiguous",
                     kernel_fn<kernels::ScaleFn>(&cpu::scale_hwy)));
