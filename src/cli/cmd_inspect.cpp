@@ -1,10 +1,12 @@
 // `refit inspect PATH [--json]`: what a checkpoint holds — format, architecture,
-// hyper-parameters, vocabulary summary and every tensor (name, dtype, shape, bytes).
+// hyper-parameters, vocabulary summary, what refit applies from the config (and the fields
+// it does not recognise), and every tensor (name, dtype, shape, bytes).
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "cli/command.h"
+#include "cli/inspect_config.h"
 #include "formats/checkpoint.h"
 
 namespace refit::cli {
@@ -35,6 +37,7 @@ nlohmann::ordered_json to_json(const Checkpoint& c) {
         {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"bytes", t.nbytes}});
   j["tensors"] = tensors;
   j["total_bytes"] = c.total_bytes();
+  j["config"] = config_section_json(c);
   return j;
 }
 
@@ -76,6 +79,7 @@ void print_text(const Checkpoint& c) {
     special("eos", v.eos_id, v.eos_text);
     fmt::print("\n               from {}\n", v.source);
   }
+  print_config_section(c);
   fmt::print("tensors:       {} ({} bytes)\n", c.tensors().size(), c.total_bytes());
   size_t width = 4;
   for (const auto& t : c.tensors()) width = std::max(width, t.name.size());

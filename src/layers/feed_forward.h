@@ -1,5 +1,6 @@
-// Gated feed-forward: down(act(gate(x)) * up(x)) with SwiGLU (silu) or GeGLU (tanh GELU),
-// gate/up fused into one merged column-parallel weight and down row-parallel.
+// Gated feed-forward: down(act(gate(x)) * up(x)) with SwiGLU (silu) or GeGLU (tanh or exact
+// GELU), gate/up fused into one merged column-parallel weight and down row-parallel, with
+// optional biases (Llama's mlp_bias; down's bias is added once, after the all-reduce).
 #pragma once
 
 #include <string>
@@ -9,12 +10,20 @@
 
 namespace refit {
 
+// The gate's activation (Hugging Face hidden_act).
+enum class Activation : uint8_t {
+  silu,       // SwiGLU: silu(gate) * up ("silu", "swish")
+  gelu_tanh,  // GeGLU with PyTorch's tanh-approximated GELU ("gelu_pytorch_tanh", "gelu_new")
+  gelu_erf,   // GeGLU with the exact, erf GELU ("gelu")
+};
+
 struct FeedForwardSpec {
   std::string gate_up_name;           // the fused parameter: "model.layers.0.mlp.gate_up_proj"
   std::vector<LinearSource> gate_up;  // gate rows, then up rows (separate or one fused tensor)
   std::string down_proj;              // checkpoint prefix
   int64_t dim = 0, hidden = 0;
-  bool gelu_tanh = false;  // GeGLU instead of SwiGLU
+  Activation activation = Activation::silu;
+  bool bias = false;  // gate, up and down biases
 };
 
 class FeedForward {
@@ -25,7 +34,7 @@ class FeedForward {
 
  private:
   Linear gate_up_proj_, down_proj_;
-  bool gelu_tanh_;
+  Activation activation_;
 };
 
 }  // namespace refit

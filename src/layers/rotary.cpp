@@ -36,8 +36,17 @@ std::vector<double> rope_frequencies(const RopeConfig& c, int64_t context) {
   const std::vector<float>& longrope =
       context > s.original_max_position ? s.long_factors : s.short_factors;
   std::vector<double> freqs(rot / 2);
+  double base = static_cast<double>(c.theta);
+  if (s.kind == RopeScalingKind::dynamic) {
+    // transformers' _compute_dynamic_ntk_parameters at seq_len = original * factor (vLLM).
+    const double factor = s.factor;
+    const double seq_len = static_cast<double>(s.original_max_position) * factor;
+    const double d = static_cast<double>(rot);
+    base *= std::pow(factor * seq_len / static_cast<double>(s.original_max_position) - (factor - 1),
+                     d / (d - 2));
+  }
   for (int64_t i = 0; i < rot / 2; ++i) {
-    double f = std::pow(static_cast<double>(c.theta), -2.0 * i / rot);
+    double f = std::pow(base, -2.0 * i / rot);
     if (s.kind == RopeScalingKind::llama3) {
       // Hugging Face's _compute_llama3_parameters: long wavelengths are slowed by
       // `factor`, short ones kept, the band between interpolated smoothly.

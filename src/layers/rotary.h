@@ -18,6 +18,7 @@ enum class RopeScalingKind : uint8_t {
   llama3,    // Llama 3.1's frequency-dependent slow-down (HF rope_type "llama3")
   longrope,  // Phi-3's per-frequency factors and attention factor (HF rope_type "longrope")
   yarn,      // YaRN: interpolate low frequencies by `factor`, keep high ones, ramp between
+  dynamic,   // dynamic NTK: the base raised for original_max_position * factor positions
 };
 
 struct RopeScaling {
@@ -37,6 +38,9 @@ struct RopeScaling {
   // rounded outwards unless !truncate.
   float beta_fast = 32.0f, beta_slow = 1.0f;
   bool truncate = true;
+  // dynamic: transformers recomputes the base from each sequence's length beyond
+  // original_max_position; refit, as vLLM, fixes it once for original_max_position * factor
+  // (the served context): base * (factor^2 - factor + 1)^(dim / (dim - 2)).
   bool operator==(const RopeScaling&) const = default;
 };
 

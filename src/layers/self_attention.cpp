@@ -10,7 +10,7 @@ SelfAttention::SelfAttention(ParameterSet& params, const AttentionSpec& s, DType
     : spec_(s),
       qkv_proj_(Linear::column(params, s.qkv_name, s.qkv, s.dim, s.bias, weight_dtype, tp)),
       o_proj_(Linear::row(params, s.o_proj, s.o_proj, s.n_heads * s.head_dim, s.dim, s.head_dim,
-                          false, weight_dtype, tp)) {
+                          s.o_bias, weight_dtype, tp)) {
   local_heads_ = qkv_proj_.local_rows()[0] / s.head_dim;
   local_kv_heads_ = qkv_proj_.local_rows()[1] / s.head_dim;
   if (!s.q_norm.empty()) {

@@ -27,7 +27,8 @@ struct AttentionSpec {
   std::string o_proj;             // checkpoint prefix of the output projection
   std::string q_norm, k_norm;     // per-head norm weights; empty: none
   int64_t dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  bool bias = false;
+  bool bias = false;    // q, k, v biases
+  bool o_bias = false;  // o_proj bias (added once, after the all-reduce)
   float norm_eps = 1e-5f;
   float norm_weight_offset = 0.0f;
   float scale = 0.0f;  // softmax scale

@@ -18,6 +18,12 @@ struct ArchitectureDef {
   const char* name;                   // "llama": GGUF general.architecture and refit's name
   std::vector<std::string> hf_names;  // HF "architectures"[0] classes and model_type values
   std::vector<TensorName> tensors;    // checkpoint order
+  // The config.json fields configure_hf reads beyond the common ones (config_fields.h):
+  // honoured here even where the shared table refuses them.
+  std::vector<std::string> hf_fields;
+  // Whether sliding and full-attention layers may rotate differently (transformers v5
+  // per-layer-type rope_parameters; Gemma 3's local base).
+  bool per_layer_rope = false;
   // After the common fields are read: the architecture's own. `c` has the common ones.
   void (*configure_hf)(const nlohmann::json& config, ModelConfig& c,
                        const std::string& source) = nullptr;
@@ -39,5 +45,14 @@ const ArchitectureDef& phi3_architecture();
 
 // The Llama naming that most architectures share (Mistral, Qwen2, Qwen3 reuse it).
 std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);
+
+// Shared by the hooks. The activation named by `key` (HF's ACT2FN names: silu/swish, gelu,
+// gelu_pytorch_tanh/gelu_new/gelu_fast), `fallback` when absent; any other name throws
+// naming `source` and the field.
+Activation hf_activation(const nlohmann::json& config, const char* key, const char* fallback,
+                         const std::string& source);
+// attention_bias (Llama, Mistral, Qwen3): biases on q, k, v and o_proj, as transformers.
+void read_hf_attention_bias(const nlohmann::json& config, ModelConfig& c,
+                            const std::string& source);
 
 }  // namespace refit

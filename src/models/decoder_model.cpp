@@ -47,6 +47,7 @@ AttentionSpec attention_spec(const ModelConfig& c, int64_t l, const LayerConfig&
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
   a.bias = c.qkv_bias;
+  a.o_bias = c.o_bias;
   a.norm_eps = c.rms_eps;
   a.norm_weight_offset = c.norm_weight_offset;
   a.scale = c.softmax_scale();
@@ -80,7 +81,8 @@ FeedForwardSpec ffn_spec(const ModelConfig& c, int64_t l, const LayerConfig& lay
   FeedForwardSpec f;
   f.dim = c.dim;
   f.hidden = c.ffn_dim;
-  f.gelu_tanh = layer.activation == Activation::gelu_tanh;
+  f.activation = layer.activation;
+  f.bias = c.mlp_bias;
   if (has_slot(c, TensorSlot::ffn_gate_up)) {
     const std::string fused = prefix_of(name(TensorSlot::ffn_gate_up));
     f.gate_up_name = fused;

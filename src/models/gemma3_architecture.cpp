@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "models/architecture.h"
+#include "models/hf_layer_windows.h"
 
 namespace refit {
 namespace {
@@ -16,15 +17,15 @@ namespace {
 constexpr int64_t kDefaultPattern = 6;  // every 6th layer is global
 
 // Per-layer settings from the window, the pattern (or explicit layer kinds) and the two bases.
-void set_layers(ModelConfig& c, int64_t window, const std::vector<bool>& sliding,
-                float local_base) {
+void set_layers(ModelConfig& c, int64_t window, const std::vector<bool>& sliding, float local_base,
+                const RopeScaling& local_scaling = {}) {
   std::vector<LayerConfig> layers;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerConfig lc = c.layer(l);  // the global layer: rope_theta, rope_scaling
     if (sliding[static_cast<size_t>(l)]) {
       lc.window = window;
       lc.rope.theta = local_base;
-      lc.rope.scaling = RopeScaling{};
+      lc.rope.scaling = local_scaling;
     }
     layers.push_back(lc);
   }
@@ -49,26 +50,19 @@ void common(ModelConfig& c) {
 void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
   common(c);
   c.tied_embeddings = j.value("tie_word_embeddings", true);
-  const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
-  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
-    throw FormatError(
-        fmt::format("{}: hidden_activation '{}' is not supported for gemma3", source, act));
-  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
-    if (j.contains(cap) && !j[cap].is_null())
-      throw FormatError(fmt::format("{}: {} is not supported", source, cap));
+  // transformers' Gemma 3 reads hidden_activation (hidden_act is ignored there).
+  c.activation = hf_activation(j, "hidden_activation", "gelu_pytorch_tanh", source);
   if (j.contains("query_pre_attn_scalar") && j["query_pre_attn_scalar"].is_number())
     c.attention_scale = 1.0f / std::sqrt(j["query_pre_attn_scalar"].get<float>());
   const int64_t window = j.value("sliding_window", int64_t{4096});
-  std::vector<bool> sliding;
-  if (j.contains("layer_types") && j["layer_types"].is_array()) {
-    for (const auto& t : j["layer_types"]) sliding.push_back(t == "sliding_attention");
-    if (static_cast<int64_t>(sliding.size()) != c.n_layers)
-      throw FormatError(fmt::format("{}: layer_types has {} entries for {} layers", source,
-                                    sliding.size(), c.n_layers));
-  } else {
+  std::vector<bool> sliding = hf_sliding_layer_types(j, c.n_layers, source);
+  if (sliding.empty())
     sliding = pattern_layers(c.n_layers, j.value("sliding_window_pattern", kDefaultPattern));
-  }
-  set_layers(c, window, sliding, j.value("rope_local_base_freq", 10000.0f));
+  // v5 rope_parameters.sliding_attention replaces rope_local_base_freq (and may scale).
+  if (c.sliding_rope_given)
+    set_layers(c, window, sliding, c.sliding_rope_theta, c.sliding_rope_scaling);
+  else
+    set_layers(c, window, sliding, j.value("rope_local_base_freq", 10000.0f));
 }
 
 void configure_gguf(const GgufMetadata& m, ModelConfig& c) {
@@ -119,6 +113,10 @@ const ArchitectureDef& gemma3_architecture() {
       .name = "gemma3",
       .hf_names = {"Gemma3ForCausalLM", "gemma3_text"},
       .tensors = tensors(),
+      .hf_fields = {"hidden_activation", "query_pre_attn_scalar", "sliding_window",
+                    "sliding_window_pattern", "_sliding_window_pattern", "layer_types",
+                    "rope_local_base_freq"},
+      .per_layer_rope = true,
       .configure_hf = configure_hf,
       .configure_gguf = configure_gguf,
   };

@@ -7,6 +7,8 @@
 #include "formats/gguf.h"
 #include "formats/json_depth.h"
 #include "models/architecture.h"
+#include "models/config_fields.h"
+#include "models/hf_rope_config.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -19,6 +21,8 @@ const char* activation_name(Activation a) {
       return "silu";
     case Activation::gelu_tanh:
       return "gelu_pytorch_tanh";
+    case Activation::gelu_erf:
+      return "gelu";
   }
   return "?";
 }
@@ -87,6 +91,10 @@ void ModelConfig::validate(const std::string& source) const {
          r.scaling.kind == RopeScalingKind::yarn) &&
         !(r.scaling.factor > 0))
       fail("{}: rope_scaling factor must be positive", source);
+    if (r.scaling.kind == RopeScalingKind::dynamic && !(r.scaling.factor >= 1))
+      fail("{}: dynamic rope_scaling factor must be at least 1, got {}", source, r.scaling.factor);
+    if (r.scaling.kind == RopeScalingKind::dynamic && r.dim <= 2)
+      fail("{}: dynamic rope scaling needs more than 2 rotary dimensions", source);
     if (!(r.theta > 0)) fail("{}: rope_theta must be positive", source);
     if (lc.window < 0) fail("{}: layer {} has a negative sliding window {}", source, l, lc.window);
   }
@@ -104,71 +112,48 @@ int64_t ModelConfig::n_params() const {
 
 namespace {
 
-// Hugging Face rope_scaling (or rope_parameters): the kinds every architecture may use.
-void read_hf_rope_scaling(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
-  const char* key = j.contains("rope_scaling") ? "rope_scaling" : "rope_parameters";
-  if (!j.contains(key) || !j[key].is_object()) return;
-  const auto& rs = j[key];
-  const std::string type = rs.value("rope_type", rs.value("type", std::string()));
-  RopeScaling& s = c.rope_scaling;
-  if (rs.contains("rope_theta") && rs["rope_theta"].is_number())
-    c.rope_theta = rs["rope_theta"].get<float>();
-  if (type == "llama3") {
-    s.kind = RopeScalingKind::llama3;
-    s.factor = rs.value("factor", 8.0f);
-    s.low_freq_factor = rs.value("low_freq_factor", 1.0f);
-    s.high_freq_factor = rs.value("high_freq_factor", 4.0f);
-    s.original_max_position = rs.value("original_max_position_embeddings", int64_t{8192});
-  } else if (type == "linear") {
-    s.kind = RopeScalingKind::linear;
-    s.factor = rs.value("factor", 1.0f);
-  } else if (type == "longrope" || type == "su") {
-    const int64_t original = j.value("original_max_position_embeddings",
-                                     rs.value("original_max_position_embeddings", int64_t{0}));
-    if (original <= 0)
-      throw FormatError(fmt::format("{}: longrope needs original_max_position_embeddings", source));
-    for (const char* list : {"short_factor", "long_factor"})
-      if (!rs.contains(list) || !rs[list].is_array())
-        throw FormatError(
-            fmt::format("{}: rope_scaling.{} must be a list of numbers", source, list));
-    s.kind = RopeScalingKind::longrope;
-    s.original_max_position = original;
-    s.short_factors = rs["short_factor"].get<std::vector<float>>();
-    s.long_factors = rs["long_factor"].get<std::vector<float>>();
-    // transformers' _compute_longrope_parameters: from the trained context, whatever the
-    // served one.
-    const double scale = static_cast<double>(c.max_seq_len) / static_cast<double>(original);
-    s.attention_factor =
-        rs.contains("attention_factor") && rs["attention_factor"].is_number()
-            ? rs["attention_factor"].get<float>()
-        : scale <= 1.0 ? 1.0f
-                       : static_cast<float>(std::sqrt(1 + std::log(scale) / std::log(original)));
-  } else if (type == "yarn") {
-    s.kind = RopeScalingKind::yarn;
-    const int64_t original = rs.value("original_max_position_embeddings",
-                                      j.value("original_max_position_embeddings", c.max_seq_len));
-    s.factor = rs.contains("factor") && rs["factor"].is_number()
-                   ? rs["factor"].get<float>()
-                   : static_cast<float>(c.max_seq_len) / static_cast<float>(original);
-    s.original_max_position = original;
-    if (rs.contains("mscale") || rs.contains("mscale_all_dim"))
-      throw FormatError(
-          fmt::format("{}: yarn's mscale / mscale_all_dim are not supported", source));
-    s.attention_factor = rs.contains("attention_factor") && rs["attention_factor"].is_number()
-                             ? rs["attention_factor"].get<float>()
-                         : s.factor <= 1 ? 1.0f
-                                         : static_cast<float>(0.1 * std::log(s.factor) + 1.0);
-    if (rs.contains("beta_fast") && rs["beta_fast"].is_number())
-      s.beta_fast = rs["beta_fast"].get<float>();
-    if (rs.contains("beta_slow") && rs["beta_slow"].is_number())
-      s.beta_slow = rs["beta_slow"].get<float>();
-    s.truncate = rs.value("truncate", true);
-  } else if (!type.empty() && type != "default") {
-    throw FormatError(fmt::format("{}: rope_scaling type '{}' is not supported", source, type));
-  }
-}
+struct ActivationName {
+  const char* name;
+  Activation activation;
+};
+
+// transformers' ACT2FN names refit runs. gelu_new and gelu_fast are the tanh formula
+// written out (NewGELUActivation, FastGELUActivation): the same function.
+constexpr ActivationName kActivations[] = {
+    {"silu", Activation::silu},
+    {"swish", Activation::silu},
+    {"gelu", Activation::gelu_erf},
+    {"gelu_python", Activation::gelu_erf},
+    {"gelu_pytorch_tanh", Activation::gelu_tanh},
+    {"gelu_new", Activation::gelu_tanh},
+    {"gelu_fast", Activation::gelu_tanh},
+    {"gelu_tanh", Activation::gelu_tanh},
+};
 
 }  // namespace
+
+Activation hf_activation(const nlohmann::json& j, const char* key, const char* fallback,
+                         const std::string& source) {
+  std::string name = fallback;
+  if (j.contains(key) && !j[key].is_null()) {
+    if (!j[key].is_string()) throw FormatError(fmt::format("{}: {} must be a string", source, key));
+    name = j[key].get<std::string>();
+  }
+  std::string known;
+  for (const ActivationName& a : kActivations) {
+    if (name == a.name) return a.activation;
+    known += known.empty() ? a.name : fmt::format(", {}", a.name);
+  }
+  throw FormatError(
+      fmt::format("{}: {} '{}' is not supported (refit runs {})", source, key, name, known));
+}
+
+void read_hf_attention_bias(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
+  if (!j.contains("attention_bias") || j["attention_bias"].is_null()) return;
+  if (!j["attention_bias"].is_boolean())
+    throw FormatError(fmt::format("{}: attention_bias must be true or false", source));
+  c.qkv_bias = c.o_bias = j["attention_bias"].get<bool>();
+}
 
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source) {
   nlohmann::json j;
@@ -223,13 +208,26 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   c.rope_theta = get_float("rope_theta", 10000.0);
   c.rope_style = ops::RopeStyle::neox;  // HF checkpoints use rotate_half
   c.tied_embeddings = j.value("tie_word_embeddings", false);
-  if (j.contains("attention_bias") && j["attention_bias"].is_boolean())
-    c.qkv_bias = j["attention_bias"].get<bool>();
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_id = j["bos_token_id"].get<int32_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_id = j["eos_token_id"].get<int32_t>();
-  read_hf_rope_scaling(j, c, source);
+  // Every field is honoured, harmless, refused by name here, or reported (config_fields.h).
+  c.unrecognised_fields = check_hf_config_fields(j, arch, source);
+  c.activation = hf_activation(j, "hidden_act", "silu", source);
+  // transformers: rotary dims = int(head_dim * partial_rotary_factor), truncated.
+  if (const double f = hf_partial_rotary_factor(j); f != 1.0) {
+    if (!architecture_honours(arch, "partial_rotary_factor"))
+      throw FormatError(
+          fmt::format("{}: partial_rotary_factor {} is not supported for {} "
+                      "(transformers rotates whole heads there)",
+                      source, f, arch.name));
+    if (!(f > 0 && f <= 1))
+      throw FormatError(
+          fmt::format("{}: partial_rotary_factor must be in (0, 1], got {}", source, f));
+    c.rope_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * f);
+  }
+  read_hf_rope(j, c, source, arch.per_layer_rope);
   std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
   c.weight_dtype = torch_dtype == "bfloat16"  ? DType::bf16
                    : torch_dtype == "float16" ? DType::f16

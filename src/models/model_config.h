@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "layers/feed_forward.h"
 #include "layers/rotary.h"
 
 namespace refit {
@@ -25,11 +26,7 @@ enum class NormPlacement : uint8_t {
   sandwich,  // x += post_norm(f(norm(x)))         (Gemma 2/3: both)
 };
 enum class FfnKind : uint8_t { dense };
-enum class Activation : uint8_t {
-  silu,       // SwiGLU: silu(gate) * up
-  gelu_tanh,  // GeGLU with PyTorch's tanh-approximated GELU (Gemma)
-};
-const char* activation_name(Activation a);
+const char* activation_name(Activation a);  // Activation: layers/feed_forward.h
 
 // What one layer computes; sizes are model-wide.
 struct LayerConfig {
@@ -67,7 +64,9 @@ struct ModelConfig {
   NormPlacement norms = NormPlacement::pre;
   std::vector<LayerConfig> layers;  // empty, or one per layer
 
-  bool qkv_bias = false;  // Qwen2
+  bool qkv_bias = false;  // biases on q, k and v (Qwen2; attention_bias)
+  bool o_bias = false;    // a bias on o_proj (attention_bias in Llama, Mistral, Qwen3)
+  bool mlp_bias = false;  // biases on gate, up and down (Llama's mlp_bias)
   bool tied_embeddings = false;
   float embedding_scale = 1.0f;     // Gemma: token embeddings times sqrt(dim)
   float norm_weight_offset = 0.0f;  // Gemma: RMSNorm multiplies by (1 + w)
@@ -75,6 +74,15 @@ struct ModelConfig {
   int32_t bos_id = 1;
   int32_t eos_id = 2;
   DType weight_dtype = DType::f32;  // dtype of the checkpoint's matmul weights (informational)
+  // transformers v5 per-layer-type rope_parameters: the "sliding_attention" layers' rope when
+  // it differs from the model-wide (full-attention) one; the architecture that assigns the
+  // windows applies it (Gemma 3).
+  bool sliding_rope_given = false;
+  float sliding_rope_theta = 10000.0f;
+  RopeScaling sliding_rope_scaling;
+  // config.json fields in none of refit's tables (models/config_fields.h): ignored, and
+  // said so in a warning at load and by `refit inspect`, never silently.
+  std::vector<std::string> unrecognised_fields;
 
   int64_t rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }
   int64_t q_dim() const { return n_heads * head_dim; }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "kernels/weight_layout.h"
+#include "models/config_fields.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -167,6 +168,9 @@ ModelConfig read_model_config(const Checkpoint& ck) {
       const HfFolder* hf = ck.hf();
       if (!hf) fail("{}: a lone .safetensors file has no config.json; pass its folder", ck.path());
       c = config_from_hf_json(hf->config().dump(), hf->path() + "/config.json");
+      // Never silently: what the config says that refit does not know is said at load.
+      if (std::string w = unrecognised_fields_warning(c, hf->path() + "/config.json"); !w.empty())
+        fmt::print(stderr, "refit: warning: {}\n", w);
       if (!hf->has_tensor(hf_tensor_name(c, TensorSlot::output))) c.tied_embeddings = true;
       const std::string q = first_block_matmul(c).hf_name;
       if (hf->has_tensor(q)) {

@@ -13,10 +13,8 @@ namespace refit {
 namespace {
 
 void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
-  if (j.contains("partial_rotary_factor") && j["partial_rotary_factor"].is_number()) {
-    const double f = j["partial_rotary_factor"].get<double>();
-    c.rope_dim = static_cast<int64_t>(std::llround(f * static_cast<double>(c.head_dim)));
-  }
+  // partial_rotary_factor is read by the common code (it may sit in rope_parameters);
+  // transformers' Phi-3 rotates the first int(head_dim * factor) dims and passes the rest.
   if (j.contains("sliding_window") && j["sliding_window"].is_number_integer())
     c.sliding_window = j["sliding_window"].get<int64_t>();
 }
@@ -57,6 +55,7 @@ const ArchitectureDef& phi3_architecture() {
       .name = "phi3",
       .hf_names = {"Phi3ForCausalLM"},
       .tensors = tensors(),
+      .hf_fields = {"partial_rotary_factor", "sliding_window"},
       .configure_hf = configure_hf,
       .configure_gguf = configure_gguf,
   };

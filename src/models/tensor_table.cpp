@@ -33,6 +33,14 @@ const char* slot_name(TensorSlot slot) {
       return "attn_k_norm";
     case TensorSlot::attn_output:
       return "attn_output";
+    case TensorSlot::attn_output_bias:
+      return "attn_output_bias";
+    case TensorSlot::ffn_gate_bias:
+      return "ffn_gate_bias";
+    case TensorSlot::ffn_up_bias:
+      return "ffn_up_bias";
+    case TensorSlot::ffn_down_bias:
+      return "ffn_down_bias";
     case TensorSlot::post_attn_norm:
       return "post_attn_norm";
     case TensorSlot::ffn_norm:
@@ -68,6 +76,12 @@ bool slot_used(const ModelConfig& c, TensorSlot s, int64_t layer) {
     case TensorSlot::attn_k_bias:
     case TensorSlot::attn_v_bias:
       return c.qkv_bias;
+    case TensorSlot::attn_output_bias:
+      return c.o_bias;
+    case TensorSlot::ffn_gate_bias:
+    case TensorSlot::ffn_up_bias:
+    case TensorSlot::ffn_down_bias:
+      return c.mlp_bias;
     case TensorSlot::attn_q_norm:
     case TensorSlot::attn_k_norm:
       return c.layer(layer).qk_norm;
@@ -91,7 +105,12 @@ Shape slot_shape(const ModelConfig& c, TensorSlot s) {
     case TensorSlot::ffn_norm:
     case TensorSlot::post_ffn_norm:
     case TensorSlot::output_norm:
+    case TensorSlot::attn_output_bias:
+    case TensorSlot::ffn_down_bias:
       return {c.dim};
+    case TensorSlot::ffn_gate_bias:
+    case TensorSlot::ffn_up_bias:
+      return {c.ffn_dim};
     case TensorSlot::attn_q:
       return {c.q_dim(), c.dim};
     case TensorSlot::attn_k:
@@ -127,6 +146,10 @@ TensorRole slot_role(TensorSlot s) {
     case TensorSlot::attn_q_bias:
     case TensorSlot::attn_k_bias:
     case TensorSlot::attn_v_bias:
+    case TensorSlot::attn_output_bias:
+    case TensorSlot::ffn_gate_bias:
+    case TensorSlot::ffn_up_bias:
+    case TensorSlot::ffn_down_bias:
       return TensorRole::bias;
     case TensorSlot::attn_norm:
     case TensorSlot::attn_q_norm:

@@ -17,27 +17,31 @@ namespace refit {
 struct ModelConfig;
 
 enum class TensorSlot : uint8_t {
-  token_embd,      // [vocab, dim]
-  attn_norm,       // [dim]     before attention
-  attn_q,          // [q_dim, dim]
-  attn_k,          // [kv_dim, dim]
-  attn_v,          // [kv_dim, dim]
-  attn_qkv,        // [q_dim + 2 kv_dim, dim]: q, k, v rows fused in the checkpoint (Phi-3)
-  attn_q_bias,     // [q_dim]
-  attn_k_bias,     // [kv_dim]
-  attn_v_bias,     // [kv_dim]
-  attn_q_norm,     // [head_dim]
-  attn_k_norm,     // [head_dim]
-  attn_output,     // [dim, q_dim]
-  post_attn_norm,  // [dim]     on the attention output (sandwich norms)
-  ffn_norm,        // [dim]     before the FFN
-  ffn_gate,        // [ffn, dim]
-  ffn_up,          // [ffn, dim]
-  ffn_gate_up,     // [2 ffn, dim]: gate rows then up rows, fused in the checkpoint (Phi-3)
-  ffn_down,        // [dim, ffn]
-  post_ffn_norm,   // [dim]     on the FFN output (sandwich norms)
-  output_norm,     // [dim]
-  output,          // [vocab, dim] (absent when tied to token_embd)
+  token_embd,        // [vocab, dim]
+  attn_norm,         // [dim]     before attention
+  attn_q,            // [q_dim, dim]
+  attn_k,            // [kv_dim, dim]
+  attn_v,            // [kv_dim, dim]
+  attn_qkv,          // [q_dim + 2 kv_dim, dim]: q, k, v rows fused in the checkpoint (Phi-3)
+  attn_q_bias,       // [q_dim]
+  attn_k_bias,       // [kv_dim]
+  attn_v_bias,       // [kv_dim]
+  attn_q_norm,       // [head_dim]
+  attn_k_norm,       // [head_dim]
+  attn_output,       // [dim, q_dim]
+  attn_output_bias,  // [dim]  (attention_bias in Llama, Mistral, Qwen3)
+  post_attn_norm,    // [dim]     on the attention output (sandwich norms)
+  ffn_norm,          // [dim]     before the FFN
+  ffn_gate,          // [ffn, dim]
+  ffn_up,            // [ffn, dim]
+  ffn_gate_up,       // [2 ffn, dim]: gate rows then up rows, fused in the checkpoint (Phi-3)
+  ffn_down,          // [dim, ffn]
+  ffn_gate_bias,     // [ffn]   (Llama's mlp_bias)
+  ffn_up_bias,       // [ffn]
+  ffn_down_bias,     // [dim]
+  post_ffn_norm,     // [dim]     on the FFN output (sandwich norms)
+  output_norm,       // [dim]
+  output,            // [vocab, dim] (absent when tied to token_embd)
 };
 const char* slot_name(TensorSlot slot);
 

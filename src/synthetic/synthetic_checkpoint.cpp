@@ -107,8 +107,8 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
   j["transformers_version"] = "4.51.0";
   switch (c.arch) {
     case Architecture::llama:
-      j["attention_bias"] = c.qkv_bias;
-      j["mlp_bias"] = false;
+      j["attention_bias"] = c.qkv_bias || c.o_bias;  // transformers: q, k, v and o together
+      j["mlp_bias"] = c.mlp_bias;
       j["pretraining_tp"] = 1;
       break;
     case Architecture::mistral:
@@ -116,7 +116,7 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       break;
     case Architecture::qwen2:  // q/k/v biases are implied by the architecture
     case Architecture::qwen3:
-      if (c.arch == Architecture::qwen3) j["attention_bias"] = c.qkv_bias;
+      if (c.arch == Architecture::qwen3) j["attention_bias"] = c.qkv_bias || c.o_bias;
       j["use_sliding_window"] = false;
       j["sliding_window"] = c.max_seq_len;
       j["max_window_layers"] = c.n_layers;

@@ -234,7 +234,9 @@ TEST(NewArchitectureConfigs, UnsupportedFieldsAreRefusedByName) {
   EXPECT_EQ(refusal(base), "");
   nlohmann::json j = base;
   j["attn_logit_softcapping"] = 50.0;
-  EXPECT_NE(refusal(j).find("attn_logit_softcapping is not supported"), std::string::npos)
+  EXPECT_NE(refusal(j).find("'attn_logit_softcapping' = 50.0 (soft-capping of attention logits) "
+                            "is not supported for gemma3"),
+            std::string::npos)
       << refusal(j);
   j = base;
   j["hidden_activation"] = "relu";
@@ -244,8 +246,8 @@ TEST(NewArchitectureConfigs, UnsupportedFieldsAreRefusedByName) {
   EXPECT_NE(refusal(j).find("layer_types has 6 entries for 7 layers"), std::string::npos)
       << refusal(j);
   j = base;
-  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
-  EXPECT_NE(refusal(j).find("rope_scaling type 'dynamic' is not supported"), std::string::npos)
+  j["rope_scaling"] = {{"rope_type", "proportional"}, {"factor", 2.0}};
+  EXPECT_NE(refusal(j).find("rope_scaling type 'proportional' is not supported"), std::string::npos)
       << refusal(j);
   std::ifstream phi(kData + "/phi3-micro/hf/config.json");
   j = nlohmann::json::parse(phi);
