@@ -9,6 +9,7 @@
 #include "core/float_formats.h"
 #include "kernels/weight_layout.h"
 #include "models/config_fields.h"
+#include "models/fp8_checkpoint_tensor.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -90,50 +91,6 @@ Tensor llama2c_tensor(const Llama2cModel& m, const std::string& name) {
   return Tensor();
 }
 
-// A Hugging Face FP8 weight (F8_E4M3 with `<name>_scale_inv`, DeepSeek/Qwen style, or
-// `<name>_scale`, vLLM/compressed-tensors style) decoded to f32: code * scale, the scale a
-// scalar (per tensor), one per row ([N] or [N, 1]) or one per 128 x 128 block
-// ([ceil(N/128), ceil(K/128)]). The parameter re-quantizes it (Engine picks the
-// checkpoint's scheme from quantization_config).
-Tensor decode_hf_fp8(const HfFolder& hf, const std::string& name, const Tensor& codes) {
-  std::string scale_name = name + "_scale_inv";
-  if (!hf.has_tensor(scale_name)) scale_name = name + "_scale";
-  if (!hf.has_tensor(scale_name))
-    throw FormatError(
-        fmt::format("{}: FP8 tensor '{}' has no '{}_scale_inv' or '{}_scale' beside it", hf.path(),
-                    name, name, name));
-  if (codes.dim() != 2)
-    throw FormatError(fmt::format("{}: FP8 tensor '{}' is not 2-D", hf.path(), name));
-  const int64_t n = codes.size(0), k = codes.size(1);
-  const Tensor scale_t = hf.tensor(scale_name);
-  const std::vector<float> scale = scale_t.to_floats();
-  const int64_t bn = (n + 127) / 128, bk = (k + 127) / 128;
-  enum { per_tensor, per_row, per_block } kind;
-  if (scale.size() == 1)
-    kind = per_tensor;
-  else if (static_cast<int64_t>(scale.size()) == n && (scale_t.dim() == 1 || scale_t.size(-1) == 1))
-    kind = per_row;
-  else if (scale_t.dim() == 2 && scale_t.size(0) == bn && scale_t.size(1) == bk)
-    kind = per_block;
-  else
-    throw FormatError(fmt::format(
-        "{}: '{}' has shape {}; expected a scalar, [{}], [{}, 1] or [{}, {}] for '{}' {}",
-        hf.path(), scale_name, shape_str(scale_t.shape()), n, n, bn, bk, name,
-        shape_str(codes.shape())));
-  const Tensor contiguous = codes.contiguous();
-  const auto* c = static_cast<const uint8_t*>(contiguous.raw_data());
-  Tensor out = Tensor::empty({n, k}, DType::f32);
-  float* o = out.data<float>();
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      const float s = kind == per_tensor ? scale[0]
-                      : kind == per_row  ? scale[r]
-                                         : scale[(r / 128) * bk + j / 128];
-      o[r * k + j] = f8_e4m3fn_to_f32(c[r * k + j]) * s;
-    }
-  return out;
-}
-
 }  // namespace
 
 ModelConfig read_model_config(const Checkpoint& ck) {
@@ -213,8 +170,9 @@ Tensor CheckpointWeights::find(const std::string& name) const {
     case CheckpointFormat::hf_folder:
     case CheckpointFormat::safetensors:
       if (!ck.hf() || !ck.hf()->has_tensor(name)) return Tensor();
-      if (ck.hf()->tensor_info(name).dtype == DType::f8_e4m3fn)
-        return decode_hf_fp8(*ck.hf(), name, ck.hf()->tensor(name));
+      // FP8 by value (code * scale); a parameter of the file's scheme takes the codes
+      // themselves instead (fp8_codes_to_store, in load_weights and refit from disk).
+      if (auto fp8 = read_hf_fp8(*ck.hf(), name)) return decode_fp8(*fp8);
       return ck.hf()->tensor(name);
     case CheckpointFormat::llama2c:
       return llama2c_tensor(*ck.llama2c(), name);
@@ -274,12 +232,18 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
   CheckpointWeights weights(ck, model.config());
   // Check every tensor exists and fits before writing any (a bad file changes nothing).
   std::vector<Tensor> tensors;
+  std::vector<std::optional<Fp8CheckpointTensor>> codes;  // FP8 stored as it is
   for (const std::string& name : names) {
-    Tensor t = weights.find(name);
-    if (!t.defined()) fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
     CheckpointTarget target = params.target(name);
+    codes.push_back(fp8_codes_to_store(ck, name, *target.parameter));
+    Tensor t = codes.back() ? Tensor() : weights.find(name);
+    if (!codes.back() && !t.defined()) fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
     try {
-      target.parameter->check_loadable(*target.sub_shard, t);
+      if (codes.back())
+        target.parameter->check_codes_loadable(*target.sub_shard, codes.back()->codes,
+                                               codes.back()->scales, codes.back()->method);
+      else
+        target.parameter->check_loadable(*target.sub_shard, t);
     } catch (const Error& e) {
       fail("{}: {}", ck.path(), e.what());
     }
@@ -287,7 +251,11 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
   }
   for (size_t i = 0; i < names.size(); ++i) {
     CheckpointTarget target = params.target(names[i]);
-    target.parameter->load(*target.sub_shard, tensors[i]);
+    if (codes[i])
+      target.parameter->load_codes(*target.sub_shard, codes[i]->codes, codes[i]->scales,
+                                   codes[i]->method);
+    else
+      target.parameter->load(*target.sub_shard, tensors[i]);
     if (options.progress) options.progress(i + 1, names.size());
   }
 }

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <unordered_set>
 
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/hf_folder.h"
+#include "models/compressed_tensors.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -42,8 +44,8 @@ const GgufTensorInfo* first_gguf_matmul(const GgufFile& g) {
 
 }  // namespace
 
-QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme,
-                                              bool lm_head) {
+QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head,
+                                              const std::unordered_set<std::string>& kept_float) {
   QuantizedModelSummary summary;
   summary.scheme = scheme;
   if (!scheme.enabled()) return summary;
@@ -55,6 +57,18 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
   const std::unordered_set<std::string> matmuls = block_matmuls(c);
   for (const auto& p : model.parameters().all()) {
     if (!is_linear_weight(*p, matmuls) && p->name() != head) continue;
+    size_t float_parts = 0;
+    for (const SubShard& sub : p->sub_shards())
+      float_parts += kept_float.count(sub.checkpoint_name);
+    if (float_parts == p->sub_shards().size()) {
+      summary.kept.push_back(fmt::format("{}: stored unquantized in the checkpoint", p->name()));
+      continue;
+    }
+    if (float_parts > 0)
+      fail(
+          "'{}' is fused from {} checkpoint tensors, of which {} are stored unquantized; refit "
+          "stores a fused weight in one scheme",
+          p->name(), p->sub_shards().size(), float_parts);
     std::string why = p->quantization_unsupported_reason(scheme);
     if (why.empty()) {
       p->set_quantization(scheme);
@@ -77,6 +91,11 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
 //    <= E, and every c times the resulting power of two (1, 2, 4 or 8 for max |c| = 6..0.5)
 //    is again an e2m1 value, so the decoded values are the same (the bytes may differ).
 bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
+  // An HF FP8 checkpoint quantizes lm_head unless its config leaves it out (compressed-tensors
+  // `ignore: ["lm_head"]`, as llm-compressor's recipes do): then the head is F8 in the file.
+  if (const HfFolder* hf = ck.hf())
+    return hf->has_tensor("lm_head.weight") &&
+           hf->tensor_info("lm_head.weight").dtype == DType::f8_e4m3fn;
   if (ck.format() != CheckpointFormat::gguf) return false;
   const GgufTensorInfo* q = first_gguf_matmul(*ck.gguf());
   const GgufTensorInfo* out = ck.gguf()->find_tensor("output.weight");
@@ -84,6 +103,60 @@ bool checkpoint_lm_head_quantized(const Checkpoint& ck) {
   return q && out && out->type == q->type &&
          (q->type == GgmlType::q8_0 || q->type == GgmlType::mxfp4);
 }
+
+namespace {
+
+const char* const kReads =
+    "refit reads quant_method fp8 (weight_scale_inv, per tensor or 128x128 blocks) and "
+    "compressed-tensors FP8 (float-quantized: per tensor, per channel or 128x128 blocks); a "
+    "bf16/f16/f32 checkpoint can be quantized at load with --quant";
+
+// The quant_methods of transformers' quantizers refit does not serve, each with what it is.
+std::string refused_method(const std::string& method) {
+  static const std::pair<const char*, const char*> known[] = {
+      {"awq", "AWQ: 4-bit integer weights in groups, packed"},
+      {"gptq", "GPTQ: 2/3/4/8-bit integer weights in groups, packed"},
+      {"bitsandbytes", "bitsandbytes: LLM.int8() or NF4/FP4 4-bit weights"},
+      {"mxfp4", "MXFP4 checkpoints (gpt-oss): e2m1 blocks with e8m0 scales in HF layout"},
+      {"modelopt", "NVIDIA ModelOpt (FP8 / NVFP4 with its own scale layout)"},
+      {"hqq", "HQQ: half-quadratic integer weights with zero points"},
+      {"eetq", "EETQ: int8 weight-only"},
+      {"fbgemm_fp8", "FBGEMM FP8: per-row scales with an activation scale upper bound"},
+      {"aqlm", "AQLM: additive codebooks"},
+      {"quanto", "optimum-quanto"},
+      {"torchao", "torchao tensor subclasses"},
+      {"auto-round", "AutoRound: integer weights in groups"},
+      {"vptq", "VPTQ: vector codebooks"},
+      {"higgs", "HIGGS: Hadamard + codebooks"},
+      {"bitnet", "BitNet: ternary weights"},
+      {"fp_quant", "FP-Quant: MXFP4/NVFP4 with rotations"},
+      {"spqr", "SpQR: sparse outliers + 3-bit weights"},
+      {"compressed_tensors", "compressed-tensors spelled with an underscore"},
+  };
+  for (const auto& [name, what] : known)
+    if (method == name) return what;
+  return "";
+}
+
+bool flag(const nlohmann::json& qc, const char* key) {
+  return qc.contains(key) && qc[key].is_boolean() && qc[key].get<bool>();
+}
+
+// quant_method "fp8": transformers' FineGrainedFP8 / DeepSeek-V3 / Qwen FP8 checkpoints.
+QuantScheme hf_fp8_scheme(const nlohmann::json& qc, const std::string& file) {
+  QuantScheme s;
+  s.method = QuantMethod::fp8_tensor;
+  if (qc.contains("weight_block_size") && !qc["weight_block_size"].is_null()) {
+    const nlohmann::json& b = qc["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || b[0] != 128 || b[1] != 128)
+      fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", file, b.dump());
+    s.method = QuantMethod::fp8_block;
+  }
+  s.w8a8 = qc.value("activation_scheme", "dynamic") == "dynamic";
+  return s;
+}
+
+}  // namespace
 
 QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   QuantScheme s;
@@ -93,27 +166,69 @@ QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
     if (q && q->type == GgmlType::mxfp4) s.method = QuantMethod::mxfp4;
     return s;
   }
-  if (const HfFolder* hf = ck.hf()) {
-    const nlohmann::json& config = hf->config();
-    if (!config.contains("quantization_config")) return s;
-    const nlohmann::json& qc = config["quantization_config"];
-    const std::string method = qc.value("quant_method", "");
-    if (method != "fp8")
-      fail(
-          "{}: quantization_config quant_method '{}' is not supported (refit reads fp8 "
-          "checkpoints)",
-          ck.path(), method);
-    s.method = QuantMethod::fp8_tensor;
-    if (qc.contains("weight_block_size") && !qc["weight_block_size"].is_null()) {
-      const nlohmann::json& b = qc["weight_block_size"];
-      if (!b.is_array() || b.size() != 2 || b[0] != 128 || b[1] != 128)
-        fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", ck.path(),
-             b.dump());
-      s.method = QuantMethod::fp8_block;
+  const HfFolder* hf = ck.hf();
+  if (!hf || !hf->config().contains("quantization_config")) return s;
+  const nlohmann::json& qc = hf->config()["quantization_config"];
+  const std::string file = ck.path() + "/config.json";
+  if (qc.is_null()) return s;
+  if (!qc.is_object()) fail("{}: quantization_config must be an object ({})", file, kReads);
+  if (flag(qc, "load_in_4bit") || flag(qc, "load_in_8bit"))
+    fail("{}: quantization_config load_in_{}bit (bitsandbytes) is not supported ({})", file,
+         flag(qc, "load_in_4bit") ? 4 : 8, kReads);
+  if (!qc.contains("quant_method") || !qc["quant_method"].is_string())
+    fail("{}: quantization_config has no quant_method ({})", file, kReads);
+  const std::string method = qc["quant_method"].get<std::string>();
+  if (method == "fp8") return hf_fp8_scheme(qc, file);
+  if (method == "compressed-tensors") return parse_compressed_tensors(qc, file).scheme;
+  const std::string what = refused_method(method);
+  fail("{}: quantization_config quant_method '{}'{} is not supported ({})", file, method,
+       what.empty() ? "" : " (" + what + ")", kReads);
+}
+
+namespace {
+
+std::string module_of(const std::string& weight) {
+  const std::string suffix = ".weight";
+  return weight.ends_with(suffix) ? weight.substr(0, weight.size() - suffix.size()) : weight;
+}
+
+bool stored_fp8(const HfFolder& hf, const std::string& name) {
+  return hf.has_tensor(name) && hf.tensor_info(name).dtype == DType::f8_e4m3fn;
+}
+
+}  // namespace
+
+QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ck,
+                                              const QuantScheme& requested) {
+  const QuantScheme stored = checkpoint_quant_scheme(ck);
+  const QuantScheme quant = requested.enabled() ? requested : stored;
+  if (!quant.enabled()) return {};
+  const bool as_stored = quant.method == stored.method;
+  const bool head = as_stored && checkpoint_lm_head_quantized(ck);
+  // Serving a pre-quantized HF checkpoint as stored: the layers it keeps in float (its
+  // ignore list, modules_to_not_convert) stay float, as vLLM keeps them.
+  std::unordered_set<std::string> kept_float;
+  const HfFolder* hf = ck.hf();
+  if (as_stored && hf && stored.enabled()) {
+    std::optional<CompressedTensorsConfig> ct;
+    const nlohmann::json& qc = hf->config()["quantization_config"];
+    if (qc.value("quant_method", "") == "compressed-tensors")
+      ct = parse_compressed_tensors(qc, ck.path() + "/config.json");
+    for (const TensorSpec& spec : model_tensor_specs(model.config())) {
+      if (spec.role != TensorRole::matmul || !hf->has_tensor(spec.hf_name)) continue;
+      const bool fp8 = stored_fp8(*hf, spec.hf_name);
+      // The config and the tensors must tell the same story: a layer the config quantizes
+      // stored in float (or the reverse) is a broken checkpoint, not something to guess at.
+      if (ct && ct->quantizes(module_of(spec.hf_name)) != fp8)
+        fail(
+            "{}: '{}' is stored {} but quantization_config (config_groups targets, ignore) says "
+            "it is {}",
+            ck.path(), spec.hf_name, dtype_name(hf->tensor_info(spec.hf_name).dtype),
+            fp8 ? "not quantized" : "quantized");
+      if (!fp8 && spec.layer >= 0) kept_float.insert(spec.hf_name);
     }
-    s.w8a8 = qc.value("activation_scheme", "dynamic") == "dynamic";
   }
-  return s;
+  return quantize_linear_weights(model, quant, head, kept_float);
 }
 
 }  // namespace refit

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "formats/checkpoint.h"
@@ -30,15 +31,30 @@ struct QuantizedModelSummary {
 // Sets `scheme` on the model's linear weights, and on the LM head too when `lm_head` is
 // set (the embedding table, when the head is tied to it). Must run after the model is created and
 // before any weight is loaded (the quantized storage is allocated here, once).
-QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme,
-                                              bool lm_head = false);
+// Parameters all of whose checkpoint tensors are in `kept_float` stay unquantized (listed
+// as kept); a fused one with only some of them there is refused.
+QuantizedModelSummary quantize_linear_weights(
+    Model& model, const QuantScheme& scheme, bool lm_head = false,
+    const std::unordered_set<std::string>& kept_float = {});
+
+// Quantizes a model created for `checkpoint` before its first load: with `requested` when
+// enabled (--quant), else in the checkpoint's own scheme (nothing for a float checkpoint).
+// Served in its own scheme, a pre-quantized HF checkpoint keeps the layers it stores in float
+// (compressed-tensors `ignore`, e.g. lm_head) unquantized, quantizes lm_head where the file
+// does, and must agree with its config about which layers those are.
+QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& checkpoint,
+                                              const QuantScheme& requested);
 
 // The scheme a checkpoint's linear weights are stored in: GGUF Q8_0 / MXFP4 tensors, or a
-// Hugging Face FP8 checkpoint (config.json quantization_config quant_method "fp8":
-// weight_block_size [128, 128] gives fp8-block, else fp8-tensor; activation_scheme
-// "dynamic" gives W8A8). Such checkpoints are served quantized without --quant: every
-// value is re-quantized from the stored codes exactly (see checkpoint_quant_scheme in
-// quantize_model.cpp for why re-quantizing decoded Q8_0/MXFP4 values gives them back).
+// Hugging Face FP8 checkpoint: quantization_config quant_method "fp8" (weight_block_size
+// [128, 128] gives fp8-block, else fp8-tensor; activation_scheme "dynamic" gives W8A8) or
+// "compressed-tensors" (models/compressed_tensors.h). Such checkpoints are served quantized
+// without --quant. HF FP8 codes and scales are stored as they are (fp8_checkpoint_tensor.h);
+// GGUF values are re-quantized from the stored codes exactly (see checkpoint_lm_head_quantized
+// in quantize_model.cpp for why re-quantizing decoded Q8_0/MXFP4 values gives them back).
+// Every other quantization_config (AWQ, GPTQ, bitsandbytes, MXFP4, ModelOpt, HQQ, EETQ, ...,
+// compressed-tensors int or packed) is refused naming config.json, the method or field, and
+// what refit reads.
 QuantScheme checkpoint_quant_scheme(const Checkpoint& checkpoint);
 
 // Whether the checkpoint stores its output projection in the scheme of its linear weights

@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "formats/checkpoint.h"
+#include "models/fp8_checkpoint_tensor.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
 #include "synthetic/demo_model.h"
@@ -48,10 +49,9 @@ Engine::Engine(const EngineOptions& options) {
       ModelConfig config = read_model_config(*checkpoint);
       limit_context(config, options.max_model_len, checkpoint->path());
       model_ = create_model(config, config.weight_dtype, tp);
-      // A head the file stores quantized stays so under the file's own method (also when
-      // asked for by name, e.g. q8_0-w8a8 on a Q8_0 GGUF); another method keeps it float.
-      const bool head = quant.method == stored.method && checkpoint_lm_head_quantized(*checkpoint);
-      description_ += " [" + quantize_linear_weights(*model_, quant, head).str() + "]";
+      // A head (and layers) the file stores quantized (or float) stays so under the file's
+      // own method, also when asked for by name (q8_0-w8a8 on a Q8_0 GGUF).
+      description_ += " [" + quantize_for_checkpoint(*model_, *checkpoint, quant).str() + "]";
       load_weights(*model_, *checkpoint, load);
     } else {
       model_ = load_model(*checkpoint, load);
@@ -234,6 +234,12 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
   const std::vector<std::string> wanted =
       names.empty() ? model_->parameters().checkpoint_names() : names;
   for (const std::string& name : wanted) {
+    // FP8 codes in the parameter's own scheme: stored as they are, as a fresh load does.
+    if (const Parameter* p = model_->parameters().target(name).parameter)
+      if (auto fp8 = fp8_codes_to_store(*checkpoint, name, *p)) {
+        update->update_codes(name, fp8->codes, fp8->scales, fp8->method);
+        continue;
+      }
     CheckpointWeights::Lazy lazy;
     if (!weights.find_lazy(name, &lazy)) {
       if (!model_->parameters().target(name).parameter)

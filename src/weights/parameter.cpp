@@ -154,6 +154,20 @@ void Parameter::load(const SubShard& sub, const Tensor& full) {
   check_loadable(sub, full);
   loaded_ = true;
   if (quant_.enabled()) {
+    if (sub.split_dim >= 0 &&
+        (quant_.method == QuantMethod::fp8_tensor || quant_.method == QuantMethod::fp8_channel)) {
+      // A TP slice of a per-tensor / per-channel weight takes the scales of the whole
+      // checkpoint tensor (its amax, each whole row's): every rank then stores its slice of
+      // what one rank stores, and a refit equals a fresh load of a checkpoint quantized from
+      // these values. The whole tensor is quantized (read in its own dtype) into one
+      // parameter's worth of staging codes and stored as a pre-quantized one would be.
+      const int64_t n = full.size(0), k = full.size(1);
+      Tensor codes = Tensor::empty({n, k}, DType::f8_e4m3fn);
+      Tensor scales = Tensor::empty({n, 1}, DType::f32);
+      quantize_tensor(quant_, full, codes.raw_data(), scales.raw_data(), Layout::strided);
+      load_codes(sub, codes, scales, quant_.method);
+      return;
+    }
     // The slice in its own dtype: the quantizer widens it row by row (no f32 copy).
     Tensor rows = sub.slice(full);
     if (rows.shape() != sub.local_shape()) rows = rows.reshape(sub.local_shape());

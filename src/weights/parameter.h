@@ -87,6 +87,18 @@ class Parameter {
   bool quantized() const { return quant_.enabled(); }
   // The scales [local rows, S] (undefined unless quantized): read-only, exportable.
   const Tensor& scale() const { return scale_; }
+  // Pre-quantized FP8 codes stored as they are, not re-quantized (parameter_codes.cpp):
+  // `codes` f8_e4m3fn of the sub-shard's checkpoint shape and `scales` f32 [checkpoint rows,
+  // S] in the scheme's per-row form (S = scale_cols of the checkpoint's K), from a checkpoint
+  // quantized with `stored`, which must be this parameter's FP8 method (the granularity a
+  // later re-quantization from floats computes, so a refit from bf16 equals a fresh load of
+  // the checkpoint holding those values quantized). This rank's rows and columns are sliced
+  // as load() slices values; the recorded kernel layout is re-applied. check_codes_loadable
+  // throws (naming the tensor) unless they fit; writes nothing.
+  void check_codes_loadable(const SubShard& sub_shard, const Tensor& codes, const Tensor& scales,
+                            QuantMethod stored, bool check_finite = false) const;
+  void load_codes(const SubShard& sub_shard, const Tensor& codes, const Tensor& scales,
+                  QuantMethod stored);
   // Columns sharing one scale (quantized only).
   int64_t scale_group() const { return quant_.group(local_shape_.back()); }
   // The values a quantized parameter computes with: f32 [rows, K] for local rows

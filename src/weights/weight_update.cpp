@@ -25,7 +25,7 @@ void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
     CheckpointTarget target = params_.target(name);
     if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
     target.parameter->check_loadable(*target.sub_shard, tensor, options_.check_finite);
-    stage(name, {target, tensor, nullptr});
+    stage(name, {target, tensor, nullptr, Tensor(), QuantMethod::none});
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();
     throw;
@@ -40,7 +40,22 @@ void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DTyp
     if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
     target.parameter->check_declared(*target.sub_shard, shape, dtype, Device::cpu());
     if (options_.check_finite) target.parameter->check_loadable(*target.sub_shard, produce(), true);
-    stage(name, {target, Tensor(), std::move(produce)});
+    stage(name, {target, Tensor(), std::move(produce), Tensor(), QuantMethod::none});
+  } catch (const Error& e) {
+    if (failure_.empty()) failure_ = e.what();
+    throw;
+  }
+}
+
+void WeightUpdate::update_codes(const std::string& name, const Tensor& codes, const Tensor& scales,
+                                QuantMethod stored) {
+  if (finished_) fail("weight update: the transaction has already been committed or aborted");
+  try {
+    CheckpointTarget target = params_.target(name);
+    if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
+    target.parameter->check_codes_loadable(*target.sub_shard, codes, scales, stored,
+                                           options_.check_finite);
+    stage(name, {target, codes, nullptr, scales, stored});
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();
     throw;
@@ -58,6 +73,11 @@ void WeightUpdate::apply() {
   if (failed())
     fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
   for (Staged& s : pending_) {
+    if (s.scales.defined()) {
+      s.target.parameter->load_codes(*s.target.sub_shard, s.tensor, s.scales, s.stored);
+      s = Staged{};
+      continue;
+    }
     Tensor tensor = s.tensor.defined() ? s.tensor : s.produce();
     s.target.parameter->load(*s.target.sub_shard, tensor);
     s = Staged{};  // release a produced tensor before making the next one

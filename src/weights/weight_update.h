@@ -35,6 +35,11 @@ class WeightUpdate {
   // by one parameter however large the update. check_finite makes it once now to scan.
   void update_lazy(const std::string& checkpoint_name, const Shape& shape, DType dtype,
                    std::function<Tensor()> produce);
+  // FP8 codes and scales a pre-quantized checkpoint holds, stored as they are
+  // (Parameter::load_codes; validated now, written at commit). Used by a refit from disk
+  // whose checkpoint is in the parameter's own FP8 scheme: bitwise a fresh load of it.
+  void update_codes(const std::string& checkpoint_name, const Tensor& codes, const Tensor& scales,
+                    QuantMethod stored);
   // Keeps something (an open checkpoint whose mapped tensors are staged) alive until
   // the transaction ends.
   void keep_alive(std::any owner) { owners_.push_back(std::move(owner)); }
@@ -56,6 +61,8 @@ class WeightUpdate {
     CheckpointTarget target;
     Tensor tensor;                    // or, when undefined:
     std::function<Tensor()> produce;  // made at commit
+    Tensor scales;                    // defined: `tensor` holds FP8 codes (update_codes)
+    QuantMethod stored = QuantMethod::none;
   };
   void stage(const std::string& name, Staged staged);
   std::vector<Staged> pending_;
