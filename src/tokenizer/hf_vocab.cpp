@@ -1,14 +1,20 @@
 // Hugging Face tokenizer.json -> VocabData. Only the BPE model is read (byte-level GPT-2 /
-// Llama 3 / Qwen style, and SentencePiece-style Llama 2 with byte_fallback); the
-// pre-tokenizer is translated into the regex sequence the RegexSplitter runs, so a new
-// tokenizer.json of a known shape needs no code change.
+// Llama 3 / Qwen style, and SentencePiece-style Llama 2 / Mistral with byte_fallback). The
+// components are translated into data the encoder runs the way tokenizers 0.23 runs them:
+// normalizer (normalizer.h), pre-tokenizer (hf_pre_tokenizer.h), post-processor and the
+// tokenizer_config.json add_bos_token / add_eos_token flags (post_processor.h); the decoder is
+// only checked. Every component type refit cannot run exactly is refused by name.
+#include <fmt/ranges.h>
+
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
 #include "core/error.h"
 #include "formats/byte_source.h"
-#include "tokenizer/pretokenizer.h"
+#include "tokenizer/hf_pre_tokenizer.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/post_processor.h"
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {
@@ -23,107 +29,27 @@ constexpr size_t kMaxTokens = 16u << 20;  // far above any real vocabulary; boun
   throw FormatError(fmt::format("{}: {}", source, message));
 }
 
-// Regex for an HF Split pattern given as a plain string: quote every character.
-std::string quote_regex(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::string_view("\\^$.|?*+()[]{}-/").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-struct PreTokenizerShape {
-  bool byte_level = false;
-  bool add_prefix_space = false;
-  bool metaspace = false;
-  bool metaspace_prepend = false;
-  bool metaspace_split = false;
-  std::vector<std::string> regexes;
-};
-
-void walk_pre_tokenizer(const json& p, const std::string& source, PreTokenizerShape& shape);
-
-void walk_sequence(const json& p, const std::string& source, PreTokenizerShape& shape) {
-  if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array())
-    hf_fail(source, "tokenizer.json pre_tokenizer Sequence has no \"pretokenizers\" array");
-  for (const json& inner : p["pretokenizers"]) walk_pre_tokenizer(inner, source, shape);
-}
-
-void walk_byte_level(const json& p, const std::string&, PreTokenizerShape& shape) {
-  shape.byte_level = true;
-  shape.add_prefix_space = p.value("add_prefix_space", false);
-  if (p.value("use_regex", true)) shape.regexes.push_back(gpt2_pre_tokenizer_regex());
-}
-
-void walk_split(const json& p, const std::string& source, PreTokenizerShape& shape) {
-  std::string behavior = p.value("behavior", "Isolated");
-  if (behavior != "Isolated" || p.value("invert", false))
-    hf_fail(source,
-            fmt::format("tokenizer.json Split pre-tokenizer with behavior '{}'{} is not supported "
-                        "(only Isolated, not inverted)",
-                        behavior, p.value("invert", false) ? " and invert" : ""));
-  const json& pattern = p.value("pattern", json::object());
-  if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
-    shape.regexes.push_back(pattern["Regex"].get<std::string>());
-  } else if (pattern.contains("String") && pattern["String"].is_string()) {
-    shape.regexes.push_back(quote_regex(pattern["String"].get<std::string>()));
-  } else {
-    hf_fail(source, "tokenizer.json Split pre-tokenizer has no Regex or String pattern");
-  }
-}
-
-void walk_digits(const json& p, const std::string&, PreTokenizerShape& shape) {
-  shape.regexes.push_back(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
-}
-
-void walk_punctuation(const json& p, const std::string&, PreTokenizerShape& shape) {
-  // HF counts ASCII punctuation and Unicode P* as punctuation.
-  std::string behavior = p.value("behavior", "Isolated");
-  shape.regexes.push_back(behavior == "Contiguous" ? R"([\p{P}!-/:-@\[-`{-~]+)"
-                                                   : R"([\p{P}!-/:-@\[-`{-~])");
-}
-
-void walk_metaspace(const json& p, const std::string&, PreTokenizerShape& shape) {
-  shape.metaspace = true;
-  std::string scheme =
-      p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-  shape.metaspace_prepend = scheme != "never";
-  shape.metaspace_split = p.value("split", true);
-}
-
-// The pre-tokenizer kinds a tokenizer.json may name, and what each adds to the shape.
-struct PreTokenizerKind {
-  std::string_view type;
-  void (*walk)(const json& p, const std::string& source, PreTokenizerShape& shape);
-};
-constexpr PreTokenizerKind kPreTokenizerKinds[] = {
-    {"Sequence", walk_sequence}, {"ByteLevel", walk_byte_level},    {"Split", walk_split},
-    {"Digits", walk_digits},     {"Punctuation", walk_punctuation}, {"Metaspace", walk_metaspace},
-};
-
-void walk_pre_tokenizer(const json& p, const std::string& source, PreTokenizerShape& shape) {
-  if (p.is_null()) return;
-  if (!p.is_object() || !p.contains("type") || !p["type"].is_string())
-    hf_fail(source, "tokenizer.json pre_tokenizer is not an object with a \"type\"");
+// tokenizer.json "decoder": only checked (refit's decode() is the same for every decoder it
+// accepts: byte-level, or ▁ -> ' ' with byte fallback), so an unknown one is refused rather
+// than decoded differently. Returns its description.
+std::string walk_decoder(const json& p, const std::string& source, int depth = 0) {
+  if (p.is_null()) return "none";
+  if (!p.is_object() || !p.contains("type") || !p["type"].is_string() || depth > 64)
+    hf_fail(source, "tokenizer.json decoder is not an object with a \"type\"");
   const std::string type = p["type"];
-  for (const PreTokenizerKind& kind : kPreTokenizerKinds)
-    if (kind.type == type) return kind.walk(p, source, shape);
-  hf_fail(source, fmt::format("tokenizer.json pre-tokenizer '{}' is not supported", type));
-}
-
-// Llama 2's SentencePiece emulation: normalizer Sequence[Prepend("▁"), Replace(" ", "▁")].
-void walk_normalizer(const json& n, bool& prepend, bool& replaces_space) {
-  if (!n.is_object()) return;
-  std::string type = n.value("type", "");
-  if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
-    for (const json& inner : n["normalizers"]) walk_normalizer(inner, prepend, replaces_space);
-  } else if (type == "Prepend") {
-    prepend = true;
-  } else if (type == "Replace") {
-    const json& pattern = n.value("pattern", json::object());
-    if (pattern.value("String", "") == " ") replaces_space = true;
+  if (type == "Sequence") {
+    if (!p.contains("decoders") || !p["decoders"].is_array())
+      hf_fail(source, "tokenizer.json decoder Sequence has no \"decoders\" array");
+    std::vector<std::string> parts;
+    for (const json& inner : p["decoders"]) parts.push_back(walk_decoder(inner, source, depth + 1));
+    return fmt::format("Sequence[{}]", fmt::join(parts, ", "));
   }
+  for (const char* known : {"ByteLevel", "Metaspace", "Replace", "ByteFallback", "Fuse", "Strip"})
+    if (type == known) return type;
+  hf_fail(source, fmt::format("tokenizer.json decoder '{}' is not supported (refit decodes "
+                              "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip and "
+                              "Sequence)",
+                              type));
 }
 
 // A token given as "text" or {"content": "text"} in tokenizer_config.json.
@@ -197,25 +123,50 @@ void read_merges(const json& model, const std::string& source, VocabData& d) {
   }
 }
 
-// Byte-level BPE or SentencePiece-style BPE, from the pre-tokenizer, normalizer and decoder.
+bool has_step(const std::vector<NormalizerStep>& steps, NormalizerStep::Kind kind) {
+  for (const NormalizerStep& s : steps)
+    if (s.kind == kind) return true;
+  return false;
+}
+
+bool replaces_space(const std::vector<NormalizerStep>& steps) {
+  for (const NormalizerStep& s : steps)
+    if (s.kind == NormalizerStep::Kind::replace && !s.regex && s.pattern == " ") return true;
+  return false;
+}
+
+// Byte-level BPE or SentencePiece-style BPE, from the pre-tokenizer, normalizer and decoder;
+// the normalizer and Metaspace then run as tokenizers runs them (hf_pipeline).
 void choose_bpe_kind(const json& tj, bool byte_fallback, const std::string& source, VocabData& d) {
-  PreTokenizerShape shape;
-  walk_pre_tokenizer(tj.value("pre_tokenizer", json()), source, shape);
-  bool prepend = false, replaces_space = false;
-  walk_normalizer(tj.value("normalizer", json()), prepend, replaces_space);
-  bool decoder_byte_level = tj.contains("decoder") && tj["decoder"].is_object() &&
-                            tj["decoder"].dump().find("\"ByteLevel\"") != std::string::npos;
+  HfPreTokenizer shape = pre_tokenizer_from_hf(tj.value("pre_tokenizer", json()), source);
+  d.normalizer = normalizer_from_hf(tj.value("normalizer", json()), source);
+  std::string decoder = walk_decoder(tj.value("decoder", json()), source);
+  bool decoder_byte_level = decoder.find("ByteLevel") != std::string::npos;
+  d.hf_pipeline = true;
+  d.components.push_back("normalizer " +
+                         (d.normalizer.empty() ? "none" : describe_normalizer(d.normalizer)));
+  d.components.push_back("pre_tokenizer " + shape.description);
+  d.components.push_back("decoder " + decoder);
 
   if (shape.byte_level || decoder_byte_level) {
+    if (shape.metaspace)
+      hf_fail(source, "tokenizer.json combines a Metaspace pre-tokenizer with a ByteLevel decoder");
     d.model = VocabModel::vocab_model_bpe;
     d.pre_regexes = shape.regexes;
     // No regex at all: the whole text is one piece.
     if (d.pre_regexes.empty()) d.pre_regexes.push_back(R"([\s\S]+)");
     d.pre_add_prefix_space = shape.add_prefix_space;
-  } else if (shape.metaspace || replaces_space || byte_fallback) {
+  } else if (shape.metaspace || replaces_space(d.normalizer) || byte_fallback) {
+    if (!shape.regexes.empty())
+      hf_fail(source,
+              fmt::format("tokenizer.json pre_tokenizer {} splits text for a SentencePiece-style "
+                          "vocabulary, which is not supported",
+                          shape.description));
     d.model = VocabModel::vocab_model_spm;
-    d.add_space_prefix = shape.metaspace ? shape.metaspace_prepend : prepend;
-    d.spm_split_words = shape.metaspace && shape.metaspace_split;
+    d.metaspace = shape.metaspace;
+    // Decoding drops the leading space that encoding put in front of the text.
+    d.add_space_prefix = shape.metaspace ? shape.metaspace->prepend != PrependScheme::never
+                                         : has_step(d.normalizer, NormalizerStep::Kind::prepend);
   } else {
     hf_fail(source,
             "tokenizer.json is neither byte-level BPE (ByteLevel pre-tokenizer/decoder) nor "
@@ -243,6 +194,9 @@ std::vector<TokenType> read_added_tokens(const json& tj, const std::string& sour
                                               : TokenType::token_type_user_defined;
     if (t.value("lstrip", false)) d.lstrip_tokens.push_back(static_cast<TokenId>(id));
     if (t.value("rstrip", false)) d.rstrip_tokens.push_back(static_cast<TokenId>(id));
+    // tokenizers' default: special tokens match the raw text, others the normalized text.
+    if (t.value("normalized", !t.value("special", false)))
+      d.normalized_tokens.push_back(static_cast<TokenId>(id));
   }
   return added_type;
 }
@@ -269,6 +223,11 @@ void fill_tokens(TokenTable& table, const std::vector<TokenType>& added_type, bo
   }
 }
 
+size_t added_count(const json& tj) {
+  return tj.contains("added_tokens") && tj["added_tokens"].is_array() ? tj["added_tokens"].size()
+                                                                      : 0;
+}
+
 TokenId id_of(const VocabData& d, const std::optional<std::string>& text) {
   if (!text) return kNoToken;
   for (size_t i = 0; i < d.tokens.size(); ++i)
@@ -288,31 +247,47 @@ void read_special_tokens(const json& model, const json& config, VocabData& d) {
   if (d.unk != kNoToken && d.types[static_cast<size_t>(d.unk)] == TokenType::token_type_normal)
     d.types[static_cast<size_t>(d.unk)] = TokenType::token_type_unknown;
   if (config.is_object()) {
-    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
-      d.add_bos = config["add_bos_token"].get<bool>();
-    if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean())
-      d.add_eos = config["add_eos_token"].get<bool>();
     if (config.contains("clean_up_tokenization_spaces") &&
         config["clean_up_tokenization_spaces"].is_boolean())
       d.clean_spaces = config["clean_up_tokenization_spaces"].get<bool>();
   }
 }
 
-// Llama 3 style: no add_bos_token, but the post-processor template starts with BOS.
-void bos_from_post_processor(const json& tj, VocabData& d) {
-  const json& post = tj.value("post_processor", json());
-  if (!d.add_bos && post.is_object() && post.value("type", "") == "TemplateProcessing" &&
-      post.contains("single") && post["single"].is_array() && !post["single"].empty()) {
-    const json& first = post["single"][0];
-    if (first.contains("SpecialToken") && first["SpecialToken"].contains("id") &&
-        first["SpecialToken"]["id"].is_string()) {
-      TokenId id = id_of(d, first["SpecialToken"]["id"].get<std::string>());
-      if (id != kNoToken) {
-        d.add_bos = true;
-        if (d.bos == kNoToken) d.bos = id;
-      }
-    }
-  }
+// tokenizer_config.json classes whose transformers tokenizer rebuilds the post-processor from
+// add_bos_token (default true) / add_eos_token even when the config does not set them.
+bool rebuilds_template_always(const json& config) {
+  if (!config.is_object() || !config.contains("tokenizer_class") ||
+      !config["tokenizer_class"].is_string())
+    return false;
+  const std::string cls = config["tokenizer_class"];
+  for (const char* c : {"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer",
+                        "CodeLlamaTokenizerFast", "GemmaTokenizer", "GemmaTokenizerFast"})
+    if (cls == c) return true;
+  return false;
+}
+
+std::optional<bool> config_flag(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  return config[key].is_boolean() && config[key].get<bool>();  // null counts as false
+}
+
+// What encode(add_special=true) adds: the post-processor's tokens (at any depth of a
+// Sequence, as Llama 3 nests its TemplateProcessing), unless tokenizer_config.json's
+// add_bos_token / add_eos_token make transformers rebuild the template.
+void special_wrap(const json& tj, const json& config, const std::string& source, VocabData& d) {
+  SpecialTokenWrap wrap =
+      post_processor_from_hf(tj.value("post_processor", json()), d.tokens, source);
+  // No bos_token/eos_token in the config: the template's own tokens are the BOS/EOS.
+  if (d.bos == kNoToken && !wrap.prefix.empty()) d.bos = wrap.prefix.front();
+  if (d.eos == kNoToken && !wrap.suffix.empty()) d.eos = wrap.suffix.back();
+  std::optional<bool> add_bos = config_flag(config, "add_bos_token");
+  std::optional<bool> add_eos = config_flag(config, "add_eos_token");
+  bool always = rebuilds_template_always(config);
+  if (add_bos || add_eos || always)
+    apply_bos_eos_flags(add_bos, add_eos, /*default_add_bos=*/always, d.bos, d.eos, d.tokens, wrap);
+  d.special_prefix = wrap.prefix;
+  d.special_suffix = wrap.suffix;
+  d.components.push_back("post_processor " + wrap.description);
 }
 
 }  // namespace
@@ -331,8 +306,14 @@ VocabData vocab_from_hf(const json& tj, const json& config, const std::string& s
   const std::vector<TokenType> added_type = read_added_tokens(tj, source, table, d);
   fill_tokens(table, added_type, byte_fallback, d);
   read_special_tokens(model, config, d);
-  bos_from_post_processor(tj, d);
-  if (!d.add_bos) d.add_bos = d.model == VocabModel::vocab_model_spm && d.bos != kNoToken;
+  special_wrap(tj, config, source, d);
+  d.components.insert(d.components.begin(),
+                      d.model == VocabModel::vocab_model_bpe
+                          ? "model BPE (byte-level)"
+                          : fmt::format("model BPE (SentencePiece-style{})",
+                                        byte_fallback ? ", byte_fallback" : ""));
+  d.components.push_back(
+      fmt::format("added_tokens {} ({} normalized)", added_count(tj), d.normalized_tokens.size()));
   return d;
 }
 

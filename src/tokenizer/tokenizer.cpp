@@ -1,8 +1,11 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/merge.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenizer.h"
 
 namespace refit {
@@ -69,12 +72,53 @@ std::vector<Fragment> partition_special(const Vocab& vocab, std::string_view tex
   return fragments;
 }
 
-// Splits SPM text before every ▁ (HF Metaspace split=true, "merged with next").
-std::vector<std::string_view> split_before_spaces(std::string_view text) {
+// Hugging Face's added-token matching: leftmost-longest over `patterns` (a match at an
+// earlier position wins over a longer one later), then lstrip/rstrip widen the match over
+// the whitespace next to it. Differs from llama.cpp's longest-token-first only when two
+// added tokens overlap in the text.
+std::vector<Fragment> partition_leftmost_longest(
+    const Vocab& vocab, std::string_view text,
+    const std::vector<std::pair<std::string, TokenId>>& patterns) {
+  std::vector<Fragment> fragments;
+  bool first_byte[256] = {};  // positions no pattern can start at are skipped cheaply
+  for (const auto& p : patterns)
+    if (!p.first.empty()) first_byte[static_cast<uint8_t>(p.first[0])] = true;
+  size_t emitted = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (!first_byte[static_cast<uint8_t>(text[i])]) {
+      ++i;
+      continue;
+    }
+    const std::pair<std::string, TokenId>* best = nullptr;
+    for (const auto& p : patterns)  // longest first: the first that matches is the longest
+      if (!p.first.empty() && text.compare(i, p.first.size(), p.first) == 0) {
+        best = &p;
+        break;
+      }
+    if (!best) {
+      ++i;
+      continue;
+    }
+    size_t begin = i, end = i + best->first.size();
+    if (vocab.lstrip(best->second))
+      while (begin > emitted && is_ascii_space(text[begin - 1])) --begin;
+    if (vocab.rstrip(best->second))
+      while (end < text.size() && is_ascii_space(text[end])) ++end;
+    if (begin > emitted) fragments.push_back({kNoToken, text.substr(emitted, begin - emitted)});
+    fragments.push_back({best->second, {}});
+    emitted = i = end;
+  }
+  if (emitted < text.size()) fragments.push_back({kNoToken, text.substr(emitted)});
+  return fragments;
+}
+
+// Splits SPM text before every `space` (HF Metaspace split=true, "merged with next").
+std::vector<std::string_view> split_before_spaces(std::string_view text,
+                                                  std::string_view space = kSpmSpace) {
   std::vector<std::string_view> words;
   size_t start = 0;
-  for (size_t hit = text.find(kSpmSpace, 1); hit != std::string_view::npos;
-       hit = text.find(kSpmSpace, hit + 1)) {
+  for (size_t hit = text.find(space, 1); hit != std::string_view::npos;
+       hit = text.find(space, hit + 1)) {
     if (hit > start) words.push_back(text.substr(start, hit - start));
     start = hit;
   }
@@ -122,6 +166,35 @@ std::string clean_up_spaces(const std::string& text) {
 Tokenizer::Tokenizer(VocabData data) : vocab_(std::move(data)) {
   if (vocab_.model() == VocabModel::vocab_model_bpe)
     splitter_ = std::make_unique<RegexSplitter>(vocab_.pre_regexes());
+  if (!vocab_.hf_pipeline()) return;
+  normalizer_ = std::make_unique<Normalizer>(vocab_.normalizer());
+  // Raw-text tokens, then tokens matched in normalized text by their normalized spelling (as
+  // tokenizers' AddedVocabulary builds its second trie); each list longest first.
+  for (TokenId id : vocab_.special_tokens()) {
+    // Only tokens listed in added_tokens are matched in text; a model's unk_token that is not
+    // one of them (typed unknown by the loader) is never spelled out by tokenizers.
+    if (vocab_.type(id) == TokenType::token_type_unknown) continue;
+    bool user = vocab_.type(id) == TokenType::token_type_user_defined;
+    auto& list = vocab_.normalized(id) ? (user ? normalized_user_ : normalized_all_)
+                                       : (user ? raw_user_ : raw_all_);
+    list.emplace_back(
+        vocab_.normalized(id) ? normalizer_->normalize(vocab_.text(id)) : vocab_.text(id), id);
+  }
+  // A user-defined token is matched whether or not control tokens are parsed.
+  auto merge = [](std::vector<std::pair<std::string, TokenId>>& all,
+                  const std::vector<std::pair<std::string, TokenId>>& user) {
+    all.insert(all.end(), user.begin(), user.end());
+    std::stable_sort(all.begin(), all.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  };
+  merge(raw_all_, raw_user_);
+  merge(normalized_all_, normalized_user_);
+  auto by_length = [](std::vector<std::pair<std::string, TokenId>>& v) {
+    std::stable_sort(v.begin(), v.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  };
+  by_length(raw_user_);
+  by_length(normalized_user_);
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -135,13 +208,15 @@ void Tokenizer::check_id(TokenId id) const {
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
   std::vector<TokenId> out;
-  if (add_special && vocab_.add_bos()) {
-    if (vocab_.bos() == kNoToken)
+  if (add_special) {
+    if (vocab_.add_bos() && vocab_.special_prefix().empty())
       throw Error(
           fmt::format("{}: the vocabulary asks for a BOS token but defines none", vocab_.source()));
-    out.push_back(vocab_.bos());
+    out = vocab_.special_prefix();
   }
-  if (!text.empty()) {
+  if (!text.empty() && vocab_.hf_pipeline()) {
+    encode_hf(text, parse_special, out);
+  } else if (!text.empty()) {
     // The SPM dummy prefix goes before the first text fragment and after each special token.
     bool prev_special = true;
     for (const Fragment& f : partition_special(vocab_, text, parse_special)) {
@@ -154,13 +229,59 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special,
       }
     }
   }
-  if (add_special && vocab_.add_eos()) {
-    if (vocab_.eos() == kNoToken)
+  if (add_special) {
+    if (vocab_.add_eos() && vocab_.special_suffix().empty())
       throw Error(fmt::format("{}: the vocabulary asks for an EOS token but defines none",
                               vocab_.source()));
-    out.push_back(vocab_.eos());
+    out.insert(out.end(), vocab_.special_suffix().begin(), vocab_.special_suffix().end());
   }
   return out;
+}
+
+// tokenizers' order: added tokens cut from the raw text; each remaining piece normalized;
+// normalized added tokens cut from that; then pre-tokenizer and model per piece.
+void Tokenizer::encode_hf(std::string_view text, bool parse_special,
+                          std::vector<TokenId>& out) const {
+  const auto& raw = parse_special ? raw_all_ : raw_user_;
+  const auto& normalized = parse_special ? normalized_all_ : normalized_user_;
+  for (const Fragment& f : partition_leftmost_longest(vocab_, text, raw)) {
+    if (f.token != kNoToken) {
+      out.push_back(f.token);
+      continue;
+    }
+    // Metaspace "first" prepends only to the piece that starts at offset 0 of the input.
+    bool at_start = f.text.data() == text.data();
+    std::string norm = normalizer_->normalize(f.text);
+    for (const Fragment& g : partition_leftmost_longest(vocab_, norm, normalized)) {
+      if (g.token != kNoToken) {
+        out.push_back(g.token);
+      } else {
+        encode_hf_piece(g.text, at_start && g.text.data() == norm.data(), out);
+      }
+    }
+  }
+}
+
+void Tokenizer::encode_hf_piece(std::string_view text, bool at_start,
+                                std::vector<TokenId>& out) const {
+  if (vocab_.model() == VocabModel::vocab_model_bpe) {
+    encode_fragment(text, false, out);  // ByteLevel's prefix space, regex split, merges
+    return;
+  }
+  const std::optional<MetaspaceOptions>& m = vocab_.metaspace();
+  if (!m) {  // the normalizer already wrote whatever ▁ the vocabulary expects
+    encode_spm(text, out);
+    return;
+  }
+  std::string s = replace_all(text, " ", m->replacement);
+  bool prepend =
+      m->prepend == PrependScheme::always || (m->prepend == PrependScheme::first && at_start);
+  if (prepend && s.rfind(m->replacement, 0) != 0) s.insert(0, m->replacement);
+  if (m->split) {
+    for (std::string_view word : split_before_spaces(s, m->replacement)) encode_spm(word, out);
+  } else {
+    encode_spm(s, out);
+  }
 }
 
 void Tokenizer::encode_fragment(std::string_view text, bool prefix_space,
@@ -170,11 +291,7 @@ void Tokenizer::encode_fragment(std::string_view text, bool prefix_space,
     if (vocab_.add_space_prefix() && prefix_space) spaced = " ";
     spaced.append(text);
     std::string escaped = replace_all(spaced, " ", kSpmSpace);
-    if (vocab_.spm_split_words()) {
-      for (std::string_view word : split_before_spaces(escaped)) encode_spm(word, out);
-    } else {
-      encode_spm(escaped, out);
-    }
+    encode_spm(escaped, out);
   } else {
     std::string prefixed;
     if (vocab_.pre_add_prefix_space() && !text.empty() && text.front() != ' ') {
@@ -255,6 +372,26 @@ void Tokenizer::encode_bpe(std::string_view piece, std::vector<TokenId>& out) co
       i += n;
     }
   }
+}
+
+std::vector<std::string> Tokenizer::components() const {
+  if (!vocab_.components().empty()) return vocab_.components();
+  // GGUF / llama2.c: llama.cpp's rules, named by what the file said.
+  std::vector<std::string> c;
+  if (vocab_.model() == VocabModel::vocab_model_spm) {
+    c.push_back(fmt::format("model SentencePiece-style BPE ({})",
+                            vocab_.has_merges() ? "merge ranks" : "scores"));
+    c.push_back(fmt::format("dummy prefix space {}", vocab_.add_space_prefix() ? "on" : "off"));
+  } else {
+    c.push_back("model byte-level BPE");
+    c.push_back(fmt::format("pre_tokenizer {} ({} regexes)",
+                            vocab_.pre_name().empty() ? "default" : vocab_.pre_name(),
+                            vocab_.pre_regexes().size()));
+  }
+  auto name = [&](TokenId id) { return id == kNoToken ? std::string("none") : vocab_.text(id); };
+  c.push_back(fmt::format("add_bos {} (bos={}), add_eos {} (eos={})", vocab_.add_bos(),
+                          name(vocab_.bos()), vocab_.add_eos(), name(vocab_.eos())));
+  return c;
 }
 
 std::string Tokenizer::token_to_piece(TokenId id, bool special) const {

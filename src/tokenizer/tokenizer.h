@@ -15,12 +15,14 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/vocab.h"
 
 namespace refit {
 
+class Normalizer;
 class RegexSplitter;
 
 struct DecodeOptions {
@@ -41,20 +43,34 @@ class Tokenizer {
   const Vocab& vocab() const { return vocab_; }
   size_t size() const { return vocab_.size(); }
 
-  // add_special: add BOS (and EOS) where the vocabulary asks for them (GGUF
-  //   tokenizer.ggml.add_bos_token, tokenizer_config.json add_bos_token, family default).
-  // parse_special: text spelling a control token ("<s>", "<|im_end|>") becomes that token.
+  // add_special: add what Hugging Face's encode(add_special_tokens=True) adds: a
+  //   tokenizer.json's post-processor tokens (or the "[bos] $A [eos]" template transformers
+  //   builds from tokenizer_config.json add_bos_token / add_eos_token); for GGUF
+  //   tokenizer.ggml.add_bos_token / add_eos_token or the family default. A chat template's
+  //   rendered text already holds its BOS: encode it with add_special=false.
+  // parse_special: text spelling a control token ("<s>", "<|im_end|>") becomes that token
+  //   (Hugging Face always does this; user-defined added tokens are matched either way).
   std::vector<TokenId> encode(std::string_view text, bool add_special, bool parse_special) const;
 
   // Bytes a token stands for. special=false gives "" for control/unknown tokens.
   std::string token_to_piece(TokenId id, bool special = true) const;
   std::string decode(std::span<const TokenId> ids, const DecodeOptions& options = {}) const;
 
+  // The tokenizer components honoured, one per line, for `refit inspect`: for a
+  // tokenizer.json "model BPE (byte-level)", "normalizer NFC", "pre_tokenizer Sequence[Split,
+  // ByteLevel]", "post_processor Sequence[ByteLevel, TemplateProcessing(<|begin_of_text|>
+  // $A)]", ...; for GGUF / llama2.c the llama.cpp rules the file selects.
+  std::vector<std::string> components() const;
+
  private:
   friend class StreamingDecoder;
   void check_id(TokenId id) const;
   // Text encoding of one fragment that holds no special token.
   void encode_fragment(std::string_view text, bool prefix_space, std::vector<TokenId>& out) const;
+  // tokenizer.json vocabularies: Hugging Face's pipeline (added tokens, normalizer,
+  // pre-tokenizer, model) for the text between the post-processor's tokens.
+  void encode_hf(std::string_view text, bool parse_special, std::vector<TokenId>& out) const;
+  void encode_hf_piece(std::string_view text, bool at_start, std::vector<TokenId>& out) const;
   void encode_spm(std::string_view text, std::vector<TokenId>& out) const;
   void encode_bpe(std::string_view text, std::vector<TokenId>& out) const;
   // The piece as decode() emits it at position `index` (leading dummy-prefix space removed
@@ -63,6 +79,11 @@ class Tokenizer {
 
   Vocab vocab_;
   std::unique_ptr<RegexSplitter> splitter_;  // byte-level BPE only
+  std::unique_ptr<Normalizer> normalizer_;   // hf_pipeline only
+  // hf_pipeline: added tokens as matched (text, id), longest first. raw_*: matched in the
+  // input; normalized_*: in normalized text. *_user_: user-defined only (parse_special off).
+  std::vector<std::pair<std::string, TokenId>> raw_all_, raw_user_, normalized_all_,
+      normalized_user_;
 };
 
 // Decodes a token stream one id at a time, emitting only complete UTF-8 characters: a

@@ -48,7 +48,10 @@ Vocab::Vocab(VocabData data)
       pre_name_(std::move(data.pre_name)),
       pre_regexes_(std::move(data.pre_regexes)),
       pre_add_prefix_space_(data.pre_add_prefix_space),
-      spm_split_words_(data.spm_split_words),
+      hf_pipeline_(data.hf_pipeline),
+      normalizer_(std::move(data.normalizer)),
+      metaspace_(std::move(data.metaspace)),
+      components_(std::move(data.components)),
       bos_(data.bos),
       eos_(data.eos),
       unk_(data.unk),
@@ -99,6 +102,8 @@ Vocab::Vocab(VocabData data)
     if (contains(id)) flags_[static_cast<size_t>(id)] |= kLstrip;
   for (TokenId id : data.rstrip_tokens)
     if (contains(id)) flags_[static_cast<size_t>(id)] |= kRstrip;
+  for (TokenId id : data.normalized_tokens)
+    if (contains(id)) flags_[static_cast<size_t>(id)] |= kNormalized;
 
   for (size_t i = 0; i < n; ++i) {
     TokenType t = types_[i];
@@ -129,6 +134,27 @@ Vocab::Vocab(VocabData data)
     add_space_prefix_ = data.add_space_prefix.value_or(false);
     ignore_merges_ = data.ignore_merges.value_or(preset.ignore_merges);
     clean_spaces_ = data.clean_spaces.value_or(preset.clean_spaces);
+  }
+
+  // An explicit post-processor (HF) says exactly what to add; otherwise BOS/EOS by the flags.
+  // A flag whose token is missing stays set with nothing to add: encode() refuses it then.
+  auto checked = [&](std::vector<TokenId> ids, const char* what) {
+    for (TokenId id : ids)
+      if (!contains(id))
+        vocab_fail(source_, fmt::format("{} token id {} is out of range", what, id));
+    return ids;
+  };
+  if (data.special_prefix) {
+    special_prefix_ = checked(std::move(*data.special_prefix), "post-processor");
+    add_bos_ = !special_prefix_.empty();
+  } else if (add_bos_ && bos_ != kNoToken) {
+    special_prefix_ = {bos_};
+  }
+  if (data.special_suffix) {
+    special_suffix_ = checked(std::move(*data.special_suffix), "post-processor");
+    add_eos_ = !special_suffix_.empty();
+  } else if (add_eos_ && eos_ != kNoToken) {
+    special_suffix_ = {eos_};
   }
 }
 

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/normalizer.h"
+
 namespace refit {
 
 using TokenId = int32_t;
@@ -43,6 +45,19 @@ enum class VocabModel : uint8_t {
   vocab_model_bpe,
 };
 
+// HF Metaspace's prepend_scheme: where the replacement character is put before a text piece
+// that does not start with one already. "first": only before the piece that starts the
+// input (not after an added token).
+enum class PrependScheme : uint8_t { always, first, never };
+
+// HF Metaspace pre-tokenizer: ' ' becomes `replacement`, which is prepended per `prepend`;
+// split=true cuts the text before every replacement and each word merges alone.
+struct MetaspaceOptions {
+  std::string replacement = "\xE2\x96\x81";
+  PrependScheme prepend = PrependScheme::always;
+  bool split = true;
+};
+
 // Everything a loader knows about a vocabulary. Loaders fill this in; Vocab validates it.
 struct VocabData {
   std::string source;  // file the vocabulary came from (for error messages)
@@ -57,8 +72,21 @@ struct VocabData {
   std::string pre_name;
   std::vector<std::string> pre_regexes;
   bool pre_add_prefix_space = false;  // HF ByteLevel(add_prefix_space=true)
-  // HF Metaspace(split=true): SPM text is cut before every ▁ and each word merges alone.
-  bool spm_split_words = false;
+  // HF tokenizer.json only (hf_pipeline): text between added tokens goes through
+  // `normalizer` and then, for SPM, `metaspace`, exactly as Hugging Face tokenizers does,
+  // instead of llama.cpp's dummy-prefix rules (add_space_prefix then only tells decode to
+  // drop the leading space).
+  bool hf_pipeline = false;
+  std::vector<NormalizerStep> normalizer;
+  std::optional<MetaspaceOptions> metaspace;
+  // Added tokens matched in the normalized text (HF "normalized": true) rather than in the
+  // raw input.
+  std::vector<TokenId> normalized_tokens;
+  // What encode(add_special=true) puts around the ids (HF post-processor). Unset: BOS when
+  // add_bos, EOS when add_eos.
+  std::optional<std::vector<TokenId>> special_prefix, special_suffix;
+  // The components honoured, one line each, for `refit inspect` (Tokenizer::components()).
+  std::vector<std::string> components;
 
   TokenId bos = kNoToken, eos = kNoToken, unk = kNoToken, pad = kNoToken;
   std::optional<bool> add_bos, add_eos;  // unset: the model family's default
@@ -106,7 +134,14 @@ class Vocab {
   bool add_space_prefix() const { return add_space_prefix_; }
   bool ignore_merges() const { return ignore_merges_; }
   bool clean_spaces() const { return clean_spaces_; }
-  bool spm_split_words() const { return spm_split_words_; }
+  bool hf_pipeline() const { return hf_pipeline_; }
+  const std::vector<NormalizerStep>& normalizer() const { return normalizer_; }
+  const std::optional<MetaspaceOptions>& metaspace() const { return metaspace_; }
+  bool normalized(TokenId id) const { return flag(id, kNormalized); }
+  // The ids encode(add_special=true) adds before / after the text's ids.
+  const std::vector<TokenId>& special_prefix() const { return special_prefix_; }
+  const std::vector<TokenId>& special_suffix() const { return special_suffix_; }
+  const std::vector<std::string>& components() const { return components_; }
   const std::string& pre_name() const { return pre_name_; }
   const std::vector<std::string>& pre_regexes() const { return pre_regexes_; }
   bool pre_add_prefix_space() const { return pre_add_prefix_space_; }
@@ -122,7 +157,7 @@ class Vocab {
   }
 
  private:
-  static constexpr uint8_t kLstrip = 1, kRstrip = 2;
+  static constexpr uint8_t kLstrip = 1, kRstrip = 2, kNormalized = 4;
   bool flag(TokenId id, uint8_t f) const {
     return contains(id) && !flags_.empty() && (flags_[static_cast<size_t>(id)] & f);
   }
@@ -141,7 +176,11 @@ class Vocab {
   std::string pre_name_;
   std::vector<std::string> pre_regexes_;
   bool pre_add_prefix_space_ = false;
-  bool spm_split_words_ = false;
+  bool hf_pipeline_ = false;
+  std::vector<NormalizerStep> normalizer_;
+  std::optional<MetaspaceOptions> metaspace_;
+  std::vector<TokenId> special_prefix_, special_suffix_;
+  std::vector<std::string> components_;
   TokenId bos_, eos_, unk_, pad_;
   bool add_bos_, add_eos_, add_space_prefix_, ignore_merges_, clean_spaces_;
 };

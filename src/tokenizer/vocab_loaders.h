@@ -26,7 +26,8 @@ VocabData vocab_from_gguf(const GgufMetadata& metadata);
 VocabData vocab_from_llama2c(const Llama2cTokenizerData& data, const std::string& source);
 
 // Hugging Face tokenizer.json (model BPE: byte-level, or SentencePiece-style with
-// byte_fallback) plus tokenizer_config.json (may be null) for BOS/EOS and add_bos_token.
+// byte_fallback; its normalizer, pre-tokenizer and post-processor) plus tokenizer_config.json
+// (may be null) for BOS/EOS and add_bos_token / add_eos_token.
 VocabData vocab_from_hf(const nlohmann::json& tokenizer_json,
                         const nlohmann::json& tokenizer_config, const std::string& source);
 
