@@ -227,8 +227,13 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
     c.qkv_bias = j["attention_bias"].get<bool>();
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_id = j["bos_token_id"].get<int32_t>();
+  // An int or a list (Llama 3.1: [128001, 128008, 128009]); the first is the model's eos.
+  // Generation stops on every one (runtime/stop_tokens.h).
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_id = j["eos_token_id"].get<int32_t>();
+  else if (j.contains("eos_token_id") && j["eos_token_id"].is_array() &&
+           !j["eos_token_id"].empty() && j["eos_token_id"][0].is_number_integer())
+    c.eos_id = j["eos_token_id"][0].get<int32_t>();
   read_hf_rope_scaling(j, c, source);
   std::string torch_dtype = j.value("torch_dtype", j.value("dtype", std::string("float32")));
   c.weight_dtype = torch_dtype == "bfloat16"  ? DType::bf16
