@@ -176,6 +176,10 @@ void Checkpoint::describe_hf() {
   const auto& tc = hf_->tokenizer_config();
   vocab_.bos_id = json_int(cfg, "bos_token_id");
   vocab_.eos_id = json_int(cfg, "eos_token_id");
+  // A list (Llama 3.1) names the model's eos first; `refit inspect` lists every stop id.
+  if (!vocab_.eos_id && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_array() &&
+      !cfg["eos_token_id"].empty() && cfg["eos_token_id"][0].is_number_integer())
+    vocab_.eos_id = cfg["eos_token_id"][0].get<int64_t>();
   if (!tc.is_null()) {
     vocab_.bos_text = tc.contains("bos_token") ? token_text(tc["bos_token"]) : "";
     vocab_.eos_text = tc.contains("eos_token") ? token_text(tc["eos_token"]) : "";

@@ -210,8 +210,13 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   c.tied_embeddings = j.value("tie_word_embeddings", false);
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_id = j["bos_token_id"].get<int32_t>();
+  // An int or a list (Llama 3.1: [128001, 128008, 128009]); the first is the model's eos.
+  // Generation stops on every one (runtime/stop_tokens.h).
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
     c.eos_id = j["eos_token_id"].get<int32_t>();
+  else if (j.contains("eos_token_id") && j["eos_token_id"].is_array() &&
+           !j["eos_token_id"].empty() && j["eos_token_id"][0].is_number_integer())
+    c.eos_id = j["eos_token_id"][0].get<int32_t>();
   // Every field is honoured, harmless, refused by name here, or reported (config_fields.h).
   c.unrecognised_fields = check_hf_config_fields(j, arch, source);
   c.activation = hf_activation(j, "hidden_act", "silu", source);

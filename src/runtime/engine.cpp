@@ -12,6 +12,7 @@
 #include "models/fp8_checkpoint_tensor.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
+#include "runtime/generation_setup.h"
 #include "synthetic/demo_model.h"
 #include "tokenizer/vocab_loaders.h"
 
@@ -34,8 +35,14 @@ Engine::Engine(const EngineOptions& options) {
     model_ = std::move(demo.model);
     tokenizer_ = std::move(demo.tokenizer);
     description_ = "built-in demo model (synthetic weights)";
+    GenerationSetup setup = read_generation_setup(nullptr, tokenizer_.get(), model_->config(),
+                                                  options.generation_config);
+    stop_ids_ = std::move(setup.stop_ids);
+    generation_defaults_ = std::move(setup.defaults);
   } else {
     auto checkpoint = Checkpoint::open(options.model_path);
+    // A malformed generation_config.json or eos_token_id fails before the weights load.
+    read_generation_setup(checkpoint.get(), nullptr, ModelConfig{}, options.generation_config);
     LoadOptions load;
     load.tensor_parallel = tp;
     load.progress = options.progress;
@@ -66,6 +73,10 @@ Engine::Engine(const EngineOptions& options) {
         if (!options.tokenizer_path.empty()) throw;
       }
     }
+    GenerationSetup setup = read_generation_setup(checkpoint.get(), tokenizer_.get(),
+                                                  model_->config(), options.generation_config);
+    stop_ids_ = std::move(setup.stop_ids);
+    generation_defaults_ = std::move(setup.defaults);
   }
   // Kernel-specific layouts, applied after loading and recorded on each parameter.
   apply_weight_layout(*model_, options.layout);

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/generation_defaults.h"
 #include "runtime/generator.h"
+#include "runtime/stop_tokens.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/weight_update.h"
 
@@ -36,6 +38,9 @@ struct EngineOptions {
   // Context length served (vLLM --max-model-len, llama.cpp -c); 0: the checkpoint's. At
   // most the checkpoint's; it also picks LongRoPE's short or long factors.
   int64_t max_model_len = 0;
+  // Sampling defaults (vLLM's --generation-config): "auto" reads the model folder's
+  // generation_config.json, "vllm" ignores it (engine defaults), else a folder holding one.
+  std::string generation_config = "auto";
   std::shared_ptr<Communicator> communicator;    // null: single process (tp must be 1)
   std::function<void(size_t, size_t)> progress;  // (tensors loaded, total) while loading
 };
@@ -61,6 +66,10 @@ class Engine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const Model& model() const { return *model_; }
   const std::string& description() const { return description_; }
+  // The ids that end generation unless a request sets ignore_eos (every front end stops on
+  // these), and the sampling defaults for fields a request leaves unset.
+  const StopTokenIds& stop_ids() const { return stop_ids_; }
+  const GenerationDefaults& generation_defaults() const { return generation_defaults_; }
   int rank() const;
   int world_size() const;
 
@@ -113,6 +122,8 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string description_;
+  StopTokenIds stop_ids_;
+  GenerationDefaults generation_defaults_;
   std::atomic<uint64_t> weight_version_{1};
   std::shared_mutex weights_mutex_;
   mutable std::mutex released_mutex_;
