@@ -482,12 +482,10 @@ class PyScheduler {
 
   const py::object& engine() const { return engine_obj_; }
 
-  // The end-of-sequence id generation stops at (the tokenizer's, else the config's), as
-  // Engine.generate and the server use.
-  int32_t eos_token_id() const {
-    const Tokenizer* tok = engine_.tokenizer();
-    return tok ? tok->vocab().eos() : engine_.config().eos_id;
-  }
+  // The primary end-of-sequence id (the tokenizer's, else config.json's first): vLLM reports
+  // stop_reason None for it. eos_token_ids: every id generation stops on (the server's set).
+  int32_t eos_token_id() const { return engine_.stop_ids().primary; }
+  std::vector<int32_t> eos_token_ids() const { return engine_.stop_ids().ids; }
 
   // vLLM's sleep(): the KV pool's memory goes back to the OS (level 1); level 2 also
   // releases the weights (they must all be sent again before generating).
@@ -609,6 +607,7 @@ void bind_llm(py::module_& m) {
       .def_property_readonly("max_context", [](PyScheduler& s) { return s.get().max_context(); })
       .def_property_readonly("engine", &PyScheduler::engine)
       .def_property_readonly("eos_token_id", &PyScheduler::eos_token_id)
+      .def_property_readonly("eos_token_ids", &PyScheduler::eos_token_ids)
       .def("sleep", &PyScheduler::sleep, py::arg("level") = 1,
            "Gives the KV cache's memory back to the OS (level 2: the weights' too); no step runs "
            "until "

@@ -142,8 +142,10 @@ std::vector<int32_t> token_ids(py::handle object, int64_t vocab_size, const char
 }
 
 std::unique_ptr<Engine> make_engine(py::object model_path, int tp, py::object quant,
-                                    py::object threads, py::object tokenizer, py::object layout) {
+                                    py::object threads, py::object tokenizer, py::object layout,
+                                    const std::string& generation_config) {
   EngineOptions options;
+  options.generation_config = generation_config;
   if (!model_path.is_none()) options.model_path = fspath(model_path);
   if (!tokenizer.is_none()) options.tokenizer_path = fspath(tokenizer);
   if (!quant.is_none()) options.quant = quant.cast<std::string>();
@@ -225,10 +227,9 @@ GenerateOutput generate(Engine& engine, py::handle prompt, int64_t max_tokens, f
       }
     }
   }
-  if (!ignore_eos) {
-    const int32_t eos = tokenizer ? tokenizer->vocab().eos() : engine.config().eos_id;
-    if (eos >= 0) request.stop_tokens.push_back(eos);
-  }
+  if (!ignore_eos)  // every id the model's files name as an end (runtime/stop_tokens.h)
+    request.stop_tokens.insert(request.stop_tokens.end(), engine.stop_ids().ids.begin(),
+                               engine.stop_ids().ids.end());
 
   GenerateOutput out;
   out.prompt_ids = request.prompt;
@@ -397,11 +398,14 @@ void bind_engine(py::module_& m) {
       .def(py::init(&make_engine), py::arg("model_path") = py::none(), py::arg("tp") = 1,
            py::arg("quant") = py::none(), py::arg("threads") = py::none(),
            py::arg("tokenizer") = py::none(), py::arg("layout") = py::none(),
+           py::arg("generation_config") = "auto",
            "model_path: a GGUF file, a Hugging Face folder or a llama2.c .bin (None: the built-in "
            "demo model). "
            "tokenizer: a tokenizer file for formats without one. layout: None or 'auto' (the "
            "fastest kernel's layout per weight), 'plain', 'transpose', 'shuffle16x16' or "
-           "'interleave4x16'.")
+           "'interleave4x16'. generation_config: vLLM's --generation-config ('auto': the model's "
+           "generation_config.json gives the defaults of unset sampling fields; 'vllm': engine "
+           "defaults; or a folder holding one).")
       .def("generate", &generate, py::arg("prompt"), py::arg("max_tokens") = 128,
            py::arg("temperature") = 0.0f, py::arg("seed") = py::none(), py::arg("top_k") = 0,
            py::arg("top_p") = 1.0f, py::arg("min_p") = 0.0f, py::arg("repetition_penalty") = 1.0f,
@@ -454,6 +458,19 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("weight_version", &Engine::weight_version)
       .def_property_readonly("config", &config_dict)
       .def_property_readonly("description", &Engine::description)
+      .def_property_readonly(
+          "stop_token_ids", [](const Engine& e) { return e.stop_ids().ids; },
+          "Every id that ends generation unless ignore_eos: the tokenizer's eos and the "
+          "eos_token_id of config.json and generation_config.json (GGUF: llama.cpp's "
+          "end-of-generation tokens).")
+      .def_property_readonly(
+          "generation_defaults",
+          [](const Engine& e) {
+            return py::module_::import("json").attr("loads")(
+                e.generation_defaults().fields_json().dump());
+          },
+          "The generation_config.json sampling defaults that apply to unset fields "
+          "({'temperature': 0.6, 'max_tokens': ...}; empty under generation_config='vllm').")
       .def_property_readonly("has_tokenizer",
                              [](const Engine& e) { return e.tokenizer() != nullptr; })
       .def(

@@ -484,8 +484,8 @@ class _RequestState:
         p = self.params
         greedy = p.temperature < _SAMPLING_EPS
         stop = list(p.stop_token_ids)
-        if not p.ignore_eos and self.eos >= 0 and self.eos not in stop:
-            stop.append(self.eos)
+        if not p.ignore_eos:  # the tokenizer's eos and every eos_token_id of the model's files
+            stop += [i for i in self.llm._eos_ids if i not in stop]
         f: Dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "temperature": 0.0 if greedy else float(p.temperature),
@@ -629,7 +629,8 @@ class LLM:
     dtype ("auto"; others are warned about: refit computes on the checkpoint's weights),
     quantization (refit's quant names: "fp8", "q8_0", ...), seed (the stream unseeded
     requests draw their seeds from), max_model_len, enable_prefix_caching, max_num_seqs,
-    max_num_batched_tokens, block_size, enable_sleep_mode, logprobs_mode. refit's own:
+    max_num_batched_tokens, block_size, enable_sleep_mode, logprobs_mode, generation_config
+    ("auto": the model's generation_config.json sampling defaults; "vllm"; or a folder). refit's own:
     threads, layout, kv_cache_bytes, kv_blocks, max_waiting, queue_timeout.
     """
 
@@ -650,6 +651,7 @@ class LLM:
         enable_sleep_mode: bool = False,
         skip_tokenizer_init: bool = False,
         logprobs_mode: Optional[str] = None,
+        generation_config: str = "auto",
         # refit's own
         threads: Optional[int] = None,
         layout: Optional[str] = None,
@@ -694,12 +696,15 @@ class LLM:
             raise ValueError("LLM: skip_tokenizer_init=True is not supported (pass token ids and detokenize=False)")
 
         if isinstance(model, _refit.Engine):
-            if tokenizer is not None or quantization is not None or threads is not None or layout is not None:
-                raise ValueError("LLM: tokenizer, quantization, threads and layout describe a new engine; "
+            if (tokenizer is not None or quantization is not None or threads is not None or layout is not None
+                    or generation_config != "auto"):
+                raise ValueError("LLM: tokenizer, quantization, threads, layout and generation_config describe a "
+                                 "new engine; "
                                  "an existing refit.Engine was given")
             self.engine = model
         else:
-            self.engine = _refit.Engine(model, quant=quantization, threads=threads, tokenizer=tokenizer, layout=layout)
+            self.engine = _refit.Engine(model, quant=quantization, threads=threads, tokenizer=tokenizer, layout=layout,
+                                        generation_config=generation_config)
         config = self.engine.config
         model_len = int(config["max_position_embeddings"])
         if max_model_len is not None:
@@ -719,7 +724,8 @@ class LLM:
         if max_num_batched_tokens is not None:
             kwargs["max_step_tokens"] = max_num_batched_tokens
         self.scheduler = _refit.Scheduler(self.engine, **kwargs)
-        self._eos = self.scheduler.eos_token_id
+        self._eos = self.scheduler.eos_token_id  # primary: stop_reason None, as vLLM
+        self._eos_ids = list(self.scheduler.eos_token_ids)  # every id that ends generation
         self._has_tokenizer = self.engine.has_tokenizer
         self._logprobs_mode = logprobs_mode
         self._sleep_mode = enable_sleep_mode
@@ -733,6 +739,14 @@ class LLM:
         self._update_group = "weight_update_group"  # OpenRLHF's update_weight group (init_process_group's)
 
     # ---- generation ----
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: SamplingParams() with the model's generation_config.json defaults (temperature,
+        top_p, top_k, min_p, repetition_penalty, max_new_tokens as max_tokens); what generate()
+        uses when given no sampling_params."""
+        defaults = dict(self.engine.generation_defaults)
+        defaults.pop("max_tokens_cap", None)
+        return SamplingParams(**defaults)
 
     def generate(
         self,
@@ -758,7 +772,7 @@ class LLM:
                 raise ValueError(f"generate: {name} is not supported by refit")
         items = self._prompt_list(prompts, prompt_token_ids)
         if sampling_params is None:
-            sampling_params = SamplingParams()
+            sampling_params = self.get_default_sampling_params()
         if isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params] * len(items)
         else:

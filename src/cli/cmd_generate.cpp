@@ -30,6 +30,10 @@ struct GenerateOptions {
   bool json = false, ignore_eos = false;
   std::string refit_from, refit_names;
   int64_t refit_after = 0;
+  // Which of -n and the sampling flags were given: the others take the model's
+  // generation_config.json defaults (runtime/generation_defaults.h), as vLLM's LLM does.
+  bool n_given = false;
+  SamplingFieldsGiven given;
 };
 
 std::vector<std::string> split_names(const std::string& text) {
@@ -83,18 +87,18 @@ int run(const GenerateOptions& o) {
     req.prompt = tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
     if (req.prompt.empty()) req.prompt.push_back(engine.config().bos_id);
   }
-  req.max_tokens = o.n;
+  const GenerationDefaults& defaults = engine.generation_defaults();
+  req.max_tokens =
+      defaults.max_tokens_for(o.n_given ? std::optional<int64_t>(o.n) : std::nullopt, o.n);
   req.sampling.temperature = o.temperature;
   req.sampling.top_k = o.top_k;
   req.sampling.top_p = o.top_p;
   req.sampling.min_p = o.min_p;
   req.sampling.repetition_penalty = o.repeat_penalty;
+  defaults.apply(req.sampling, o.given);
   req.sampling.seed = o.seed;
   req.record_logits = !o.logits_file.empty();
-  if (!o.ignore_eos) {
-    int32_t eos = tokenizer ? tokenizer->vocab().eos() : engine.config().eos_id;
-    if (eos >= 0) req.stop_tokens.push_back(eos);
-  }
+  if (!o.ignore_eos) req.stop_tokens = engine.stop_ids().ids;
 
   // Refit mid-generation: after `refit_after` tokens, swap in B's weights (all, or the
   // named tensors) between two decode steps; 0 means before the prompt is processed.
@@ -169,13 +173,17 @@ CommandRegistrar registrar{
        add_engine_args(sub, o->engine);
        sub.add_option("-p,--prompt", o->prompt, "Prompt text")->default_val("Once upon a time");
        sub.add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, e.g. \"1 2 3\"");
-       sub.add_option("-n,--n-predict", o->n, "Number of tokens to generate")
-           ->check(CLI::NonNegativeNumber);
-       sub.add_option("--temp", o->temperature, "Temperature (0 = greedy)");
-       sub.add_option("--top-k", o->top_k, "Top-k (0 = off)");
-       sub.add_option("--top-p", o->top_p, "Top-p (1 = off)");
-       sub.add_option("--min-p", o->min_p, "Min-p (0 = off)");
-       sub.add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
+       // Unset flags take the model's generation_config.json values, else these defaults.
+       auto* n = sub.add_option("-n,--n-predict", o->n,
+                                "Number of tokens to generate (default: "
+                                "the model's max_new_tokens, else 64)")
+                     ->check(CLI::NonNegativeNumber);
+       auto* temp = sub.add_option("--temp", o->temperature, "Temperature (0 = greedy)");
+       auto* top_k = sub.add_option("--top-k", o->top_k, "Top-k (0 = off)");
+       auto* top_p = sub.add_option("--top-p", o->top_p, "Top-p (1 = off)");
+       auto* min_p = sub.add_option("--min-p", o->min_p, "Min-p (0 = off)");
+       auto* penalty =
+           sub.add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
        sub.add_option("--seed", o->seed, "Random seed for sampling");
        sub.add_flag("--json", o->json, "Print one JSON object: prompt_tokens, tokens, text");
        sub.add_option("--logits", o->logits_file, "Write f32 logits of every position to FILE");
@@ -187,7 +195,12 @@ CommandRegistrar registrar{
            ->check(CLI::NonNegativeNumber);
        sub.add_option("--refit-names", o->refit_names,
                       "Comma-separated tensor names to refit (default: all)");
-       return std::function<int()>([o] { return run(*o); });
+       return std::function<int()>([o, n, temp, top_k, top_p, min_p, penalty] {
+         o->n_given = n->count() > 0;
+         o->given = {temp->count() > 0, top_p->count() > 0, top_k->count() > 0, min_p->count() > 0,
+                     penalty->count() > 0};
+         return run(*o);
+       });
      }}};
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/inspect_config.h"
+#include "cli/inspect_generation.h"
 #include "formats/checkpoint.h"
 
 namespace refit::cli {
@@ -93,16 +94,24 @@ CommandRegistrar registrar{
      [](CLI::App& sub) {
        auto path = std::make_shared<std::string>();
        auto json = std::make_shared<bool>(false);
+       auto generation_config = std::make_shared<std::string>("auto");
        sub.add_option("path", *path,
                       "GGUF file, safetensors file, Hugging Face folder or llama2.c .bin")
            ->required();
        sub.add_flag("--json", *json, "Print JSON for machines");
-       return std::function<int()>([path, json] {
+       sub.add_option("--generation-config", *generation_config,
+                      "As `serve`: auto, vllm or a FOLDER (which sampling defaults to show)");
+       return std::function<int()>([path, json, generation_config] {
          auto checkpoint = Checkpoint::open(*path);
-         if (*json)
-           fmt::print("{}\n", to_json(*checkpoint).dump(2));
-         else
+         if (*json) {
+           nlohmann::ordered_json j = to_json(*checkpoint);
+           j["generation"] =
+               generation_json(*checkpoint, *generation_config);  // stop ids, defaults
+           fmt::print("{}\n", j.dump(2));
+         } else {
            print_text(*checkpoint);
+           print_generation(*checkpoint, *generation_config);  // stop ids, sampling defaults
+         }
          return 0;
        });
      }}};

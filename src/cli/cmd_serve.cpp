@@ -98,6 +98,11 @@ void announce(const ServeOptions& o, const Engine& engine, int port) {
       "refit serve: listening on http://{}:{} ({}; tp {}; batch-invariant f32 matmul {}; pid {})\n",
       o.host, port, engine.description(), engine.world_size(),
       batch_invariant_f32_matmul() ? "on" : "off", getpid());
+  // What stops generation and what a request that leaves sampling fields unset gets.
+  fmt::print("refit serve: stop token ids {}; generation defaults {}\n", engine.stop_ids().str(),
+             engine.generation_defaults().str());
+  for (const std::string& note : engine.generation_defaults().notes)
+    fmt::print("refit serve: generation_config: {}\n", note);
   std::fflush(stdout);
 }
 

@@ -25,6 +25,10 @@ void add_engine_args(CLI::App& sub, EngineArgs& a) {
   sub.add_option("--layout", a.layout,
                  "Weight layout transform: auto (default: the fastest kernel's layout per weight), "
                  "plain, transpose, shuffle16x16, interleave4x16");
+  sub.add_option("--generation-config", a.generation_config,
+                 "Sampling defaults for fields a request leaves unset, as vLLM's flag: auto (the "
+                 "model folder's generation_config.json), vllm (ignore it: engine defaults) or a "
+                 "FOLDER holding a generation_config.json");
 }
 
 EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
@@ -36,6 +40,7 @@ EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
   e.quant = a.quant;
   e.max_model_len = a.max_model_len;
   e.layout = a.layout;
+  e.generation_config = a.generation_config;
   if (a.tp > 1) {
     e.communicator = mpi_communicator_if_launched();
     if (!e.communicator)

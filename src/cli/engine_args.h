@@ -18,9 +18,11 @@ struct EngineArgs {
   int threads = 0;
   int tp = 1;
   int64_t max_model_len = 0;
+  std::string generation_config = "auto";
 };
 
-// -m/--model, --tokenizer, -t/--threads, --tp, --quant, --layout, -c/--max-model-len.
+// -m/--model, --tokenizer, -t/--threads, --tp, --quant, --layout, -c/--max-model-len,
+// --generation-config.
 void add_engine_args(CLI::App& sub, EngineArgs& args);
 
 // EngineOptions for `args`; under --tp N the MPI communicator of the `mpirun -np N`

@@ -200,18 +200,23 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     if (m < 0) bad_request(max_key, fmt::format("'{}' must be >= 0, got {}", max_key, m));
     p.max_tokens = m;
   }
+  p.max_tokens_null = body.contains(max_key) && body[max_key].is_null();
+  // Returns whether the request set the field (null is unset, as in vLLM's pydantic models).
   auto opt_number = [&](const char* key, auto& field) {
-    if (body.contains(key) && !body[key].is_null())
-      field = static_cast<std::remove_reference_t<decltype(field)>>(json_number(body[key], key));
+    if (!body.contains(key) || body[key].is_null()) return false;
+    field = static_cast<std::remove_reference_t<decltype(field)>>(json_number(body[key], key));
+    return true;
   };
+  SamplingFieldsGiven& given = p.sampling_given;
   p.sampling.temperature = 1.0f;  // OpenAI's default
-  opt_number("temperature", p.sampling.temperature);
-  opt_number("top_p", p.sampling.top_p);
-  opt_number("min_p", p.sampling.min_p);
-  opt_number("repetition_penalty", p.sampling.repetition_penalty);
+  given.temperature = opt_number("temperature", p.sampling.temperature);
+  given.top_p = opt_number("top_p", p.sampling.top_p);
+  given.min_p = opt_number("min_p", p.sampling.min_p);
+  given.repetition_penalty = opt_number("repetition_penalty", p.sampling.repetition_penalty);
   if (body.contains("top_k") && !body["top_k"].is_null()) {
     const int64_t k = json_integer(body["top_k"], "top_k");
     p.sampling.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 means off
+    given.top_k = true;
   }
   if (p.sampling.temperature < 0 || p.sampling.temperature > 100)
     bad_request("temperature",

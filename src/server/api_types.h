@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/generation_defaults.h"
 #include "runtime/sampler.h"
 #include "server/chat_template.h"
 
@@ -29,8 +30,14 @@ struct GenerationParams {
   std::vector<std::string> prompt_texts;         // completions: text prompts
   std::vector<std::vector<int32_t>> prompt_ids;  // completions: token-id prompts
   std::vector<ChatMessage> messages;             // chat
-  std::optional<int64_t> max_tokens;             // unset: 16 (completions), rest of context (chat)
+  // Unset: 16 for completions (vLLM's default; null: as chat), for chat the model's
+  // generation_config max_new_tokens, else the rest of the context.
+  std::optional<int64_t> max_tokens;
+  bool max_tokens_null = false;  // completions: "max_tokens": null given
   SamplingParams sampling;
+  // The sampling fields the request set itself (explicit 0 and 1.0 included); the others
+  // take the model's generation_config.json defaults (runtime/generation_defaults.h).
+  SamplingFieldsGiven sampling_given;
   bool seed_given = false;
   std::vector<std::string> stop;
   int n = 1;

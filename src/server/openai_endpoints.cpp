@@ -100,11 +100,13 @@ Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* 
 }
 
 std::vector<int32_t> stop_token_ids(const GenerationParams& p, bool chat, const Tokenizer* tok,
-                                    const ChatTemplate& chat_template, int32_t config_eos) {
+                                    const ChatTemplate& chat_template,
+                                    const StopTokenIds& model_stop) {
   std::vector<int32_t> stop_tokens = p.stop_token_ids;
   if (p.ignore_eos) return stop_tokens;
-  const int32_t eos = tok ? tok->vocab().eos() : config_eos;
-  if (eos >= 0) stop_tokens.push_back(eos);
+  // The model's whole set (tokenizer eos, config.json and generation_config.json ids), as
+  // vLLM adds generation_config's eos ids to stop_token_ids.
+  stop_tokens.insert(stop_tokens.end(), model_stop.ids.begin(), model_stop.ids.end());
   if (tok && chat)  // the template's end-of-turn token, when the vocabulary has one
     for (const auto& t : chat_template.end_of_turn_texts()) {
       auto ids = tok->encode(t, false, true);
@@ -114,10 +116,16 @@ std::vector<int32_t> stop_token_ids(const GenerationParams& p, bool chat, const 
 }
 
 // max_tokens of one prompt (its default when unset); a 400 when prompt and output do not fit.
-int64_t checked_max_tokens(const GenerationParams& p, bool chat, int64_t n_prompt, int64_t ctx) {
+// Unset, as vLLM: 16 for completions (its field default; an explicit null as chat); for chat
+// the model's max_new_tokens, at most the rest of the context.
+int64_t checked_max_tokens(const GenerationParams& p, bool chat, int64_t n_prompt, int64_t ctx,
+                           const GenerationDefaults& defaults) {
   if (n_prompt == 0)
     throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
-  const int64_t max_tokens = p.max_tokens ? *p.max_tokens : (chat ? ctx - n_prompt : 16);
+  const int64_t rest = std::max<int64_t>(ctx - n_prompt, 0);
+  const int64_t max_tokens = p.max_tokens || (!chat && !p.max_tokens_null)
+                                 ? defaults.max_tokens_for(p.max_tokens.value_or(16), 0)
+                                 : std::min(defaults.max_tokens_for(std::nullopt, rest), rest);
   if (max_tokens > ctx || n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)  // no overflow
     throw HttpError{
         400,
@@ -162,14 +170,15 @@ std::vector<std::shared_ptr<RequestHandle>> submit_choices(Generation& g, const 
                                                            const std::vector<int32_t>& stop_tokens,
                                                            bool chat, Scheduler& scheduler,
                                                            LogprobMode logprob_mode,
-                                                           const Tokenizer* tok) {
+                                                           const Tokenizer* tok,
+                                                           const GenerationDefaults& defaults) {
   const GenerationParams& p = g.params;
   const int64_t ctx = scheduler.max_context();
   std::vector<std::shared_ptr<RequestHandle>> submitted;
   try {
     for (const std::vector<int32_t>& prompt : prompts.ids) {
       const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-      const int64_t max_tokens = checked_max_tokens(p, chat, n_prompt, ctx);
+      const int64_t max_tokens = checked_max_tokens(p, chat, n_prompt, ctx, defaults);
       g.prompt_tokens += n_prompt;
       for (int j = 0; j < p.n; ++j) {
         auto h = scheduler.submit(choice_spec(g, prompt, max_tokens, j, stop_tokens, logprob_mode));
@@ -423,6 +432,8 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
 void HttpServer::openai_generation(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto g = std::make_shared<Generation>();
   g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs());
+  // The model's generation_config.json defaults for the sampling fields the request left unset.
+  engine_.generation_defaults().apply(g->params.sampling, g->params.sampling_given);
   const GenerationParams& p = g->params;
   if (p.stream && (p.echo || p.prompt_logprobs >= 0))
     throw HttpError{400,
@@ -438,12 +449,13 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
   const Tokenizer* tok = engine_.tokenizer();
   const Prompts prompts = tokenize_prompts(p, chat, tok, chat_template_, engine_.description());
   const std::vector<int32_t> stop_tokens =
-      stop_token_ids(p, chat, tok, chat_template_, engine_.config().eos_id);
+      stop_token_ids(p, chat, tok, chat_template_, engine_.stop_ids());
   g->id = random_id(chat ? "chatcmpl" : "cmpl");
   g->model = options_.model_name;
   g->created = unix_now();
   std::vector<std::shared_ptr<RequestHandle>> submitted =
-      submit_choices(*g, prompts, stop_tokens, chat, *scheduler_, options_.logprobs_mode, tok);
+      submit_choices(*g, prompts, stop_tokens, chat, *scheduler_, options_.logprobs_mode, tok,
+                     engine_.generation_defaults());
   // /abort_request by the response id, or by the client's X-Request-Id.
   const std::string rid =
       req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->id;
@@ -477,7 +489,11 @@ void HttpServer::openai_routes() {
                  {"max_model_len", scheduler_->max_context()},
                  {"weight_version", current_version_label()},
                  {"chat_template", chat_template_kind_name(chat_template_.kind)},
-                 {"chat_template_source", chat_template_.source}};
+                 {"chat_template_source", chat_template_.source},
+                 // refit's extras: what ends generation and the defaults of unset fields.
+                 {"stop_token_ids", engine_.stop_ids().ids},
+                 {"generation_defaults", engine_.generation_defaults().fields_json()},
+                 {"generation_config", engine_.generation_defaults().source}};
           send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
         }));
 }

@@ -229,7 +229,8 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
   limits.model = engine_.description();
   limits.context = scheduler_->max_context();
   limits.vocab = engine_.config().vocab_size;
-  limits.eos = tok ? tok->vocab().eos() : engine_.config().eos_id;
+  limits.eos_ids = engine_.stop_ids().ids;
+  limits.defaults = &engine_.generation_defaults();
   limits.max_logprobs = max_logprobs();
   limits.logprob_mode =
       options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;

@@ -27,9 +27,11 @@ struct SglangSampling {
   bool no_stop_trim = false;
   int n = 1;
   bool seed_given = false;
+  SamplingFieldsGiven given;  // fields set here; the rest take the model's defaults
 };
 
-SglangSampling parse_sampling(const json& sp) {
+// The fields the request gives, over SGLang's defaults.
+SglangSampling parse_given_sampling(const json& sp) {
   SglangSampling out;
   out.sampling.temperature = 1.0f;  // SGLang's default
   out.sampling.repeat_last_n = -1;  // penalties see the whole sequence, as in SGLang
@@ -101,10 +103,12 @@ SglangSampling parse_sampling(const json& sp) {
       }
     } else if (key == "temperature") {
       out.sampling.temperature = static_cast<float>(json_number(value, name));
+      out.given.temperature = true;
       if (!(out.sampling.temperature >= 0))
         bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, value.dump()));
     } else if (key == "top_p") {
       out.sampling.top_p = static_cast<float>(json_number(value, name));
+      out.given.top_p = true;
       if (!(out.sampling.top_p > 0 && out.sampling.top_p <= 1))
         bad_request(name, "'sampling_params.top_p' must be in (0, 1]");
     } else if (key == "top_k") {
@@ -112,8 +116,10 @@ SglangSampling parse_sampling(const json& sp) {
       if (k < -1 || k == 0)
         bad_request(name, fmt::format("'{}' must be -1 (off) or >= 1, got {}", name, k));
       out.sampling.top_k = k < 0 ? 0 : static_cast<int>(std::min<int64_t>(k, INT32_MAX));
+      out.given.top_k = true;
     } else if (key == "min_p") {
       out.sampling.min_p = static_cast<float>(json_number(value, name));
+      out.given.min_p = true;
       if (!(out.sampling.min_p >= 0 && out.sampling.min_p <= 1))
         bad_request(name, "'sampling_params.min_p' must be in [0, 1]");
     } else if (key == "ignore_eos") {
@@ -126,6 +132,7 @@ SglangSampling parse_sampling(const json& sp) {
       out.no_stop_trim = json_boolean(value, name);
     } else if (key == "repetition_penalty") {
       out.sampling.repetition_penalty = static_cast<float>(json_number(value, name));
+      out.given.repetition_penalty = true;
       if (!(out.sampling.repetition_penalty > 0 && out.sampling.repetition_penalty <= 2))
         bad_request(name, "'sampling_params.repetition_penalty' must be in (0, 2]");
     } else if (key == "frequency_penalty") {
@@ -155,6 +162,15 @@ SglangSampling parse_sampling(const json& sp) {
     // custom_params, stream_interval: accepted; refit has no custom logit processors and
     // streams every token.
   }
+  return out;
+}
+
+SglangSampling parse_sampling(const json& sp, const GenerationDefaults* defaults) {
+  SglangSampling out = parse_given_sampling(sp);
+  // The model's generation_config.json values for the fields the request left unset: SGLang's
+  // ModelConfig.get_default_sampling_params fields (temperature, top_p, top_k, min_p,
+  // repetition_penalty; not max_new_tokens, whose default stays SGLang's 128).
+  if (defaults) defaults->apply(out.sampling, out.given);
   // SGLang: a temperature below 1e-6 is greedy.
   if (out.sampling.temperature < 1e-6f) out.sampling.temperature = 0.0f;
   return out;
@@ -263,7 +279,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
                                                sp_all.size(), batch));
   std::vector<SglangSampling> samplings;
   for (size_t i = 0; i < batch; ++i)
-    samplings.push_back(parse_sampling(sp_all.is_array() ? sp_all[i] : sp_all));
+    samplings.push_back(parse_sampling(sp_all.is_array() ? sp_all[i] : sp_all, limits.defaults));
   const int n = samplings[0].n;
   for (const auto& x : samplings)
     if (x.n != n)
@@ -283,7 +299,6 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
 
   const int64_t ctx = limits.context;
   const int vocab = static_cast<int>(limits.vocab);
-  const int32_t eos = limits.eos;
   // SGLang's expansion: item k is prompt k % batch, sample k / batch.
   SglangGenerateRequest out;
   out.single = single;
@@ -343,7 +358,9 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
       spec.sampling.seed =
           ss.seed_given ? ss.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
       spec.stop_tokens = ss.stop_token_ids;
-      if (!ss.ignore_eos && eos >= 0) spec.stop_tokens.push_back(eos);
+      if (!ss.ignore_eos)
+        spec.stop_tokens.insert(spec.stop_tokens.end(), limits.eos_ids.begin(),
+                                limits.eos_ids.end());
       spec.logprob_mode = limits.logprob_mode;
       spec.top_logprobs = it.return_logprob ? std::min(it.top_logprobs, vocab) : 0;
       if (it.return_logprob && it.logprob_start >= 0) {

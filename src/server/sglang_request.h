@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/generation_defaults.h"
 #include "runtime/scheduler.h"
 #include "server/choice_stream.h"
 #include "tokenizer/tokenizer.h"
@@ -42,7 +43,8 @@ struct SglangLimits {
   std::string model;                     // for messages
   int64_t context = 0;
   int64_t vocab = 0;
-  int32_t eos = -1;
+  std::vector<int32_t> eos_ids;  // the model's stop ids (Engine::stop_ids), unless ignore_eos
+  const GenerationDefaults* defaults = nullptr;  // generation_config.json's; null: none
   int max_logprobs = 20;
   LogprobMode logprob_mode = LogprobMode::sglang;
 };

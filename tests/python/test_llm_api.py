@@ -958,3 +958,34 @@ def test_sleep_level_2_refuses_generation_until_the_weights_are_sent_again():
     again = llm.generate({"prompt_token_ids": PROMPTS[0]}, p, use_tqdm=False)[0].outputs[0]
     assert again.token_ids == before and again.weight_versions == [version] * 8
     llm.close()
+
+
+def test_generation_config_eos_list_and_sampling_defaults(tmp_path):
+    """Catches: the LLM stopping only on one eos id (config.json's list, generation_config.json's
+    ids) and generate() without sampling_params ignoring generation_config.json (vLLM's
+    get_default_sampling_params)."""
+    import json
+    import os
+    src = require(STORIES_HF)
+    free = refit.LLM(str(src)).generate({"prompt_token_ids": [1, 403, 407]}, refit.SamplingParams(
+        temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids
+    target = free[6]
+    os.symlink(src / "model.safetensors", tmp_path / "model.safetensors")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["eos_token_id"] = [2, 509]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [target], "temperature": 0.0, "max_new_tokens": 12}))
+    llm = refit.LLM(str(tmp_path))
+    assert sorted(llm.engine.stop_token_ids) == sorted({2, 509, target})
+    assert llm.engine.generation_defaults == {"temperature": 0.0, "max_tokens": 12}
+    d = llm.get_default_sampling_params()
+    assert d.temperature == 0.0 and d.max_tokens == 12
+    out = llm.generate({"prompt_token_ids": [1, 403, 407]}, use_tqdm=False)[0].outputs[0]
+    at = next(i for i, t in enumerate(free) if t in (2, 509, target))
+    assert out.token_ids == free[: at + 1] and out.finish_reason == "stop"
+    if free[at] == target:
+        assert out.stop_reason == target  # not the primary eos (config's first, 2): vLLM names it
+    # generation_config="vllm": no sampling defaults, the file's eos ids still stop.
+    plain = refit.LLM(str(tmp_path), generation_config="vllm")
+    assert plain.engine.generation_defaults == {} and target in plain.engine.stop_token_ids
