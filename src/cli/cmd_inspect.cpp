@@ -1,11 +1,13 @@
 // `refit inspect PATH [--json]`: what a checkpoint holds — format, architecture,
 // hyper-parameters, vocabulary summary, what refit applies from the config (and the fields
-// it does not recognise), and every tensor (name, dtype, shape, bytes).
+// it does not recognise), the chat template a chat request gets, and every tensor (name, dtype,
+// shape, bytes).
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "cli/command.h"
+#include "cli/inspect_chat_template.h"
 #include "cli/inspect_config.h"
 #include "cli/inspect_generation.h"
 #include "formats/checkpoint.h"
@@ -39,6 +41,7 @@ nlohmann::ordered_json to_json(const Checkpoint& c) {
   j["tensors"] = tensors;
   j["total_bytes"] = c.total_bytes();
   j["config"] = config_section_json(c);
+  j["chat_template"] = chat_template_section_json(c);
   return j;
 }
 
@@ -81,6 +84,7 @@ void print_text(const Checkpoint& c) {
     fmt::print("\n               from {}\n", v.source);
   }
   print_config_section(c);
+  print_chat_template_section(c);
   fmt::print("tensors:       {} ({} bytes)\n", c.tensors().size(), c.total_bytes());
   size_t width = 4;
   for (const auto& t : c.tensors()) width = std::max(width, t.name.size());

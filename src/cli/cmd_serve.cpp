@@ -25,7 +25,7 @@ namespace {
 
 struct ServeOptions {
   EngineArgs engine;
-  std::string host = "127.0.0.1", served_name;
+  std::string host = "127.0.0.1", served_name, chat_template;
   int port = 8000, http_threads = 128;
   int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096,
           block_size = 16;
@@ -75,6 +75,7 @@ ServerOptions server_options(const ServeOptions& o) {
   s.host = o.host;
   s.port = o.port;
   s.model_name = o.served_name;
+  s.chat_template = o.chat_template;
   s.http_threads = o.http_threads;
   s.scheduler.kv_blocks = o.kv_blocks;
   s.scheduler.block_size = o.block_size;
@@ -162,6 +163,9 @@ CommandRegistrar registrar{
        sub.add_option("--port", o->port, "Port (0: any free port)")->default_val(8000);
        sub.add_option("--served-model-name", o->served_name,
                       "Model name reported and accepted in requests");
+       sub.add_option("--chat-template", o->chat_template,
+                      "Chat template to use instead of the model's: a Jinja file, or the "
+                      "template text itself");
        sub.add_option("--http-threads", o->http_threads, "Concurrent HTTP connections")
            ->default_val(128);
        sub.add_option("--kv-blocks", o->kv_blocks, "KV-cache blocks (0: auto)")->default_val(0);

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "server/chat_request.h"
 #include "server/request_fields.h"
 
 namespace refit {
@@ -53,39 +54,19 @@ std::vector<int32_t> id_list(const nlohmann::json& j) {
   return ids;
 }
 
-// Chat content: a string, or a list of {"type": "text", "text": ...} parts.
-std::string message_content(const nlohmann::json& c, size_t index) {
-  const std::string param = fmt::format("messages[{}].content", index);
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_null()) return {};
-  if (c.is_array()) {
-    std::string text;
-    for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-          !part["text"].is_string())
-        bad_request(param,
-                    "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-      text += part["text"].get<std::string>();
-    }
-    return text;
-  }
-  bad_request(param, fmt::format("'{}' must be a string or a list of text parts", param));
-}
-
-}  // namespace
-
-nlohmann::json parse_json_body(const std::string& body) {
+template <class Json>
+Json parse_body(const std::string& body) {
   // The depth is checked while parsing, before anything recurses over the value (dumping
   // a million-deep array for an error message would overflow the stack). No request of
   // any route nests deeper than a few levels.
   static constexpr int kMaxDepth = 64;
   std::string last_key;  // for an error inside a value: the field it belongs to
-  const auto depth_limit = [&last_key](int depth, nlohmann::json::parse_event_t event,
-                                       nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && parsed.is_string())
-      last_key = parsed.get<std::string>();
-    if (depth > kMaxDepth && (event == nlohmann::json::parse_event_t::object_start ||
-                              event == nlohmann::json::parse_event_t::array_start))
+  const auto depth_limit = [&last_key](int depth, typename Json::parse_event_t event,
+                                       Json& parsed) {
+    if (event == Json::parse_event_t::key && parsed.is_string())
+      last_key = parsed.template get<std::string>();
+    if (depth > kMaxDepth &&
+        (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start))
       throw HttpError{400,
                       fmt::format("the request body nests deeper than {} levels", kMaxDepth),
                       "invalid_request_error",
@@ -94,14 +75,14 @@ nlohmann::json parse_json_body(const std::string& body) {
     return true;
   };
   try {
-    return nlohmann::json::parse(body, depth_limit);
-  } catch (const nlohmann::json::parse_error& e) {
+    return Json::parse(body, depth_limit);
+  } catch (const typename Json::parse_error& e) {
     throw HttpError{400,
                     fmt::format("the request body is not valid JSON: {}", e.what()),
                     "invalid_request_error",
                     {},
                     {}};
-  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e999
+  } catch (const typename Json::out_of_range& e) {  // a number beyond double, e.g. 1e999
     throw HttpError{400,
                     fmt::format("'{}' holds a number out of range: {}",
                                 last_key.empty() ? "the body" : last_key, e.what()),
@@ -111,7 +92,16 @@ nlohmann::json parse_json_body(const std::string& body) {
   }
 }
 
-GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs) {
+}  // namespace
+
+nlohmann::json parse_json_body(const std::string& body) { return parse_body<nlohmann::json>(body); }
+
+nlohmann::ordered_json parse_json_body_ordered(const std::string& body) {
+  return parse_body<nlohmann::ordered_json>(body);
+}
+
+GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs,
+                                          const nlohmann::ordered_json* ordered_body) {
   if (!body.is_object()) bad_request({}, "the request body must be a JSON object");
   static const std::set<std::string> common = {"model",
                                                "max_tokens",
@@ -136,10 +126,15 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
                                                "skip_special_tokens",
                                                "include_stop_str_in_output",
                                                "return_tokens_as_token_ids",
-                                               "prompt_logprobs"};
+                                               "prompt_logprobs",
+                                               "return_token_ids",
+                                               "add_special_tokens"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
-  static const std::set<std::string> chat_only = {"messages", "top_logprobs",
-                                                  "max_completion_tokens"};
+  static const std::set<std::string> chat_only = [] {
+    std::set<std::string> keys{"top_logprobs", "max_completion_tokens"};
+    keys.insert(kChatInputFields, kChatInputFields + kChatInputFieldCount);
+    return keys;
+  }();
   GenerationParams p;
   p.chat = chat;
   for (const auto& [key, value] : body.items()) {
@@ -152,25 +147,7 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     p.model = body["model"].get<std::string>();
   }
   if (chat) {
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      bad_request("messages", "'messages' must be a non-empty list of {role, content} objects");
-    size_t i = 0;
-    for (const auto& m : body["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        bad_request(fmt::format("messages[{}]", i),
-                    fmt::format("messages[{}] needs a string 'role'", i));
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant" && role != "developer")
-        bad_request(fmt::format("messages[{}].role", i),
-                    fmt::format("role '{}' is not supported (system, user, assistant)", role));
-      // OpenAI: only an assistant turn (one that called tools) may come without content.
-      if (role != "assistant" && (!m.contains("content") || m["content"].is_null()))
-        bad_request(fmt::format("messages[{}].content", i),
-                    fmt::format("messages[{}] ({}) needs 'content'", i, role));
-      p.messages.push_back({role == "developer" ? "system" : role,
-                            message_content(m.value("content", nlohmann::json()), i)});
-      ++i;
-    }
+    p.chat_input = ordered_body ? parse_chat_input(*ordered_body) : parse_chat_input(body);
   } else {
     if (!body.contains("prompt")) bad_request("prompt", "'prompt' is required");
     const auto& pr = body["prompt"];
@@ -334,6 +311,11 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     p.ignore_eos = json_boolean(body["ignore_eos"], "ignore_eos");
   if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string())
     bad_request("user", "'user' must be a string");
+  if (body.contains("return_token_ids") && !body["return_token_ids"].is_null())
+    p.return_token_ids = json_boolean(body["return_token_ids"], "return_token_ids");
+  p.add_special_tokens = !chat;
+  if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null())
+    p.add_special_tokens = json_boolean(body["add_special_tokens"], "add_special_tokens");
   return p;
 }
 

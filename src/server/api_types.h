@@ -10,7 +10,7 @@
 
 #include "runtime/generation_defaults.h"
 #include "runtime/sampler.h"
-#include "server/chat_template.h"
+#include "server/chat_template.h"  // ChatInput
 
 namespace refit {
 
@@ -29,7 +29,7 @@ struct GenerationParams {
   std::string model;
   std::vector<std::string> prompt_texts;         // completions: text prompts
   std::vector<std::vector<int32_t>> prompt_ids;  // completions: token-id prompts
-  std::vector<ChatMessage> messages;             // chat
+  ChatInput chat_input;                          // chat: what the template sees
   // Unset: 16 for completions (vLLM's default; null: as chat), for chat the model's
   // generation_config max_new_tokens, else the rest of the context.
   std::optional<int64_t> max_tokens;
@@ -53,12 +53,20 @@ struct GenerationParams {
   bool include_stop_str_in_output = false;
   bool return_tokens_as_token_ids = false;
   int prompt_logprobs = -1;  // -1 off; else the top count per prompt position (0: just the token's)
+  // vLLM's return_token_ids: the prompt's ids and each choice's generated ids in the
+  // response, so a client sees exactly what ran.
+  bool return_token_ids = false;
+  // Specials the tokenizer adds (BOS) on top of the prompt text: vLLM's default is true
+  // for completions and false for chat, whose template writes them.
+  bool add_special_tokens = true;
 };
 
 // Throws HttpError (400) naming the field for a malformed known field; unknown fields are
 // ignored (server/request_fields.h). `max_logprobs` caps logprobs/top_logprobs/prompt_logprobs.
+// `ordered_body`, the same body parsed keeping key order, is what a chat's template sees.
 GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
-                                          int max_logprobs = 20);
+                                          int max_logprobs = 20,
+                                          const nlohmann::ordered_json* ordered_body = nullptr);
 
 // A 400 naming the request field `param` (empty: the body as a whole).
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
@@ -69,5 +77,7 @@ bool json_boolean(const nlohmann::json& value, const std::string& name);
 
 // Parses a request body; HttpError 400 with the parser's message when it is not JSON.
 nlohmann::json parse_json_body(const std::string& body);
+// The same, keeping every object's key order (what a chat template is given).
+nlohmann::ordered_json parse_json_body_ordered(const std::string& body);
 
 }  // namespace refit

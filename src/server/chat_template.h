@@ -1,49 +1,81 @@
-// Chat templates: turn OpenAI chat messages into the prompt text a model was trained on.
+// Chat templates: turn a chat request into the prompt text a model was trained on, by
+// running the model's own Jinja template as transformers runs it (server/jinja_runtime.h).
 //
-// The template comes from the model (tokenizer_config.json "chat_template" in a Hugging
-// Face folder, or GGUF metadata "tokenizer.chat_template"). Rather than a Jinja
-// interpreter, refit recognises the families that cover nearly every Llama-family model
-// by their marker tokens and renders them natively:
-//   llama3   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>  (Llama 3.x)
-//   chatml   <|im_start|>role\ncontent<|im_end|>\n                          (Qwen2/3, many)
-//   llama2   <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s>     (Llama 2, Mistral)
-//   zephyr   <|system|>\ncontent</s>\n<|user|>\n...                         (Zephyr, TinyLlama
-//   chat)
-// A template that matches none of them — or a model without one — uses the documented
-// fallback: ChatML markers as plain text ("<|im_start|>user\nHi<|im_end|>\n...") followed by
-// "<|im_start|>assistant\n". The chosen family is reported by GET /v1/models.
+// Where the template comes from, first found wins:
+//   --chat-template FILE (or an inline template)
+//   a Hugging Face folder: chat_template.jinja, chat_template.json, tokenizer_config.json
+//     "chat_template" (a string, or named templates: "tool_use" when the request has
+//     tools and the model has one, else "default")
+//   a GGUF file: tokenizer.chat_template (and tokenizer.chat_template.tool_use)
+// A model with none gets the documented fallback, ChatML markers as plain text
+// ("<|im_start|>user\nHi<|im_end|>\n...<|im_start|>assistant\n"); GET /v1/models and
+// `refit inspect` say which was used.
 #pragma once
 
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "server/jinja_runtime.h"
+
 namespace refit {
 
-struct ChatMessage {
-  std::string role;  // system, user, assistant (tool messages are refused upstream)
-  std::string content;
+// What of a chat request the template sees (server/chat_request.h parses it).
+// Ordered JSON: a template that writes `tools | tojson` must see the keys in the order
+// the client sent them, as Python's dicts keep them.
+struct ChatInput {
+  using Json = nlohmann::ordered_json;
+  Json messages = Json::array();  // as sent, tool-call arguments parsed
+  Json tools;                     // null when the request has none
+  Json documents;                 // null when none
+  Json kwargs = Json::object();   // chat_template_kwargs (win over all)
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
 };
 
-enum class ChatTemplateKind : uint8_t { llama3, chatml, llama2, zephyr, fallback };
-const char* chat_template_kind_name(ChatTemplateKind k);
+class ChatTemplate {
+ public:
+  ChatTemplate() = default;  // no template: render() refuses
+  // `templates` maps a name ("default", "tool_use", ...) to Jinja text; `special_tokens`
+  // holds bos_token, eos_token, ... as transformers' special_tokens_map has them.
+  ChatTemplate(const std::map<std::string, std::string>& templates, std::string source,
+               nlohmann::json special_tokens, bool fallback);
 
-struct ChatTemplate {
-  ChatTemplateKind kind = ChatTemplateKind::fallback;
-  std::string source;    // where it was read from, or "built-in fallback"
-  std::string bos_text;  // the BOS token's text (llama2/llama3 templates start with it)
-  std::string eos_text;  // the EOS token's text (llama2/zephyr close assistant turns with it)
-  // The prompt for `messages`, ending with the assistant turn's opening when
-  // add_generation_prompt. Encode it with parse_special = true and no added BOS.
-  std::string render(const std::vector<ChatMessage>& messages,
-                     bool add_generation_prompt = true) const;
-  // Texts that end an assistant turn in this family (used as extra stop strings).
+  // The prompt; encode it with parse_special = true and no added specials. Throws
+  // TemplateRenderError when the template raises (a 400 for the client).
+  std::string render(const ChatInput& input) const;
+
+  const std::string& source() const { return source_; }
+  bool is_fallback() const { return fallback_; }
+  bool loaded() const { return !templates_.empty(); }
+  const nlohmann::json& special_tokens() const { return special_tokens_; }
+  std::vector<std::string> names() const;
+  // Texts that end an assistant turn beyond the model's EOS ids: the fallback's
+  // "<|im_end|>"; a model's own template ends turns with its EOS tokens.
   std::vector<std::string> end_of_turn_texts() const;
+
+ private:
+  std::map<std::string, std::string> texts_;
+  std::map<std::string, std::shared_ptr<const JinjaTemplate>> templates_;
+  std::string source_;
+  nlohmann::json special_tokens_ = nlohmann::json::object();
+  bool fallback_ = false;
 };
 
-// Recognises a Jinja template's family from its text.
-ChatTemplateKind detect_chat_template(const std::string& jinja);
-// Reads the template a checkpoint carries (HF folder or GGUF file); fallback when none.
-ChatTemplate load_chat_template(const std::string& model_path, const std::string& bos_text,
-                                const std::string& eos_text);
+struct ChatTemplateOptions {
+  std::string override_template;  // --chat-template: a file, or the template text itself
+  std::string bos_text;           // the vocabulary's BOS/EOS text, for GGUF models
+  std::string eos_text;
+};
+
+// The template of the checkpoint at `model_path` (a folder, a file in one, or a GGUF
+// file); the fallback when it has none. Throws FormatError naming the file for a template
+// that does not compile or a tokenizer_config.json that is not JSON.
+ChatTemplate load_chat_template(const std::string& model_path, const ChatTemplateOptions& options);
+
+// The fallback's Jinja text.
+const char* fallback_chat_template();
 
 }  // namespace refit

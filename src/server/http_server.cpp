@@ -37,7 +37,8 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
     if (tok->vocab().eos() >= 0) eos = tok->token_to_piece(tok->vocab().eos());
   }
   chat_template_ = load_chat_template(
-      std::filesystem::exists(engine_.description()) ? engine_.description() : "", bos, eos);
+      std::filesystem::exists(engine_.description()) ? engine_.description() : "",
+      {options_.chat_template, bos, eos});
   StepForward forward;
   if (ranks_)
     forward = [r = ranks_](std::span<const BatchSequence> batch, PagedKvCache& cache) {

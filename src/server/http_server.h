@@ -47,7 +47,8 @@ struct ServerOptions {
   // /generate uses SGLang's own semantics unless this is set explicitly.
   LogprobMode logprobs_mode = LogprobMode::raw_logprobs;
   bool logprobs_mode_explicit = false;
-  int max_logprobs = -1;  // top logprobs a request may ask for; -1: the whole vocabulary
+  int max_logprobs = -1;      // top logprobs a request may ask for; -1: the whole vocabulary
+  std::string chat_template;  // --chat-template: a file or the template text; empty: the model's
 };
 
 class RankGroup;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "server/api_types.h"
+#include "server/chat_request.h"
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
 #include "server/event_signal.h"
@@ -90,11 +91,14 @@ Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* 
         chat ? "messages" : "prompt",
         {}};
   if (chat) {
-    out.ids.push_back(tok->encode(chat_template.render(p.messages), /*add_special=*/false,
-                                  /*parse_special=*/true));
+    // The template writes the specials (BOS included): encoding adds none unless the
+    // client asks (vLLM's add_special_tokens, false for chat).
+    out.ids.push_back(tok->encode(render_chat_prompt(chat_template, p.chat_input),
+                                  p.add_special_tokens, /*parse_special=*/true));
     for (const auto& t : chat_template.end_of_turn_texts()) out.stops.push_back(t);
   } else {
-    for (const auto& text : p.prompt_texts) out.ids.push_back(tok->encode(text, true, true));
+    for (const auto& text : p.prompt_texts)
+      out.ids.push_back(tok->encode(text, p.add_special_tokens, true));
   }
   return out;
 }
@@ -292,6 +296,7 @@ json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok
     ch["logprobs"] = lp;
   }
   if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c);
+  if (p.return_token_ids && !chat) ch["prompt_token_ids"] = prompt;
   if (p.return_tokens_as_token_ids) tokens_as_token_ids(ch, c, prompt, p, chat);
   return ch;
 }
@@ -331,6 +336,8 @@ void answer_whole(Generation& g, const httplib::Request& req, httplib::Response&
             {"choices", choices},
             {"usage", g.usage()},
             {"weight_version", last_version ? label(last_version) : current_label()}};
+  if (g.params.return_token_ids && chat && !g.prompts.empty())
+    body["prompt_token_ids"] = g.prompts[0];
   send_json(res, 200, body);
 }
 
@@ -376,13 +383,17 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
     return sink.write(line.data(), line.size());
   };
   if (chat)
-    for (size_t i = 0; i < g.choices.size(); ++i)
-      if (!send(stream_chunk(
-              g, chat, i,
-              {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}))) {
+    for (size_t i = 0; i < g.choices.size(); ++i) {
+      json first = stream_chunk(
+          g, chat, i,
+          {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}});
+      if (g.params.return_token_ids && i < g.prompts.size())
+        first["prompt_token_ids"] = g.prompts[i];
+      if (!send(first)) {
         g.cancel_all();
         return false;
       }
+    }
   while (!g.all_done()) {
     const int i = g.poll(std::chrono::milliseconds(100));
     if (i < 0) {
@@ -431,7 +442,10 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
 
 void HttpServer::openai_generation(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto g = std::make_shared<Generation>();
-  g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs());
+  const nlohmann::ordered_json ordered =
+      chat ? parse_json_body_ordered(req.body) : nlohmann::ordered_json();
+  g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs(),
+                                       chat ? &ordered : nullptr);
   // The model's generation_config.json defaults for the sampling fields the request left unset.
   engine_.generation_defaults().apply(g->params.sampling, g->params.sampling_given);
   const GenerationParams& p = g->params;
@@ -488,8 +502,8 @@ void HttpServer::openai_routes() {
                  {"owned_by", "refit"},
                  {"max_model_len", scheduler_->max_context()},
                  {"weight_version", current_version_label()},
-                 {"chat_template", chat_template_kind_name(chat_template_.kind)},
-                 {"chat_template_source", chat_template_.source},
+                 {"chat_template", chat_template_.is_fallback() ? "fallback" : "model"},
+                 {"chat_template_source", chat_template_.source()},
                  // refit's extras: what ends generation and the defaults of unset fields.
                  {"stop_token_ids", engine_.stop_ids().ids},
                  {"generation_defaults", engine_.generation_defaults().fields_json()},

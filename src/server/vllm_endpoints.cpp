@@ -11,8 +11,11 @@
 // weight version); a refused update changes nothing.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
+#include "server/chat_request.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
 #include "server/request_fields.h"
@@ -30,28 +33,32 @@ void HttpServer::vllm_token_routes() {
   httplib::Server& s = *http_;
   s.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
            const json body = object_body(req);
-           ignore_unknown_fields(
-               body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"},
-               "/tokenize");
+           for (const auto& [key, value] : body.items()) {
+             const bool chat_field =
+                 std::find_if(kChatInputFields, kChatInputFields + kChatInputFieldCount,
+                              [&](const char* f) { return key == f; }) !=
+                 kChatInputFields + kChatInputFieldCount;
+             if (!chat_field && key != "model" && key != "prompt" && key != "add_special_tokens" &&
+                 key != "return_token_strs")
+               ignore_unknown_field("/tokenize", key);
+           }
            const Tokenizer* tok = engine_.tokenizer();
            if (!tok)
              bad_request("prompt", fmt::format("{} carries no tokenizer", engine_.description()));
            std::vector<int32_t> ids;
-           if (body.contains("messages") && !body["messages"].is_null()) {
-             json chat = body;
-             chat.erase("add_special_tokens");
-             chat.erase("add_generation_prompt");
-             const GenerationParams p = parse_generation_request(chat, /*chat=*/true);
-             ids = tok->encode(chat_template_.render(p.messages), false, true);
+           const bool chat = body.contains("messages") && !body["messages"].is_null();
+           // vLLM's defaults: a chat's template writes the specials, a prompt gets them.
+           bool special = !chat;
+           if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null())
+             special = json_boolean(body["add_special_tokens"], "add_special_tokens");
+           if (chat) {
+             ids = tok->encode(
+                 render_chat_prompt(chat_template_,
+                                    parse_chat_input(parse_json_body_ordered(req.body))),
+                 special, true);
            } else {
              if (!body.contains("prompt") || !body["prompt"].is_string())
                bad_request("prompt", "'prompt' (a string) or 'messages' is required");
-             bool special = true;
-             if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
-               if (!body["add_special_tokens"].is_boolean())
-                 bad_request("add_special_tokens", "'add_special_tokens' must be true or false");
-               special = body["add_special_tokens"].get<bool>();
-             }
              ids = tok->encode(body["prompt"].get<std::string>(), special, true);
            }
            send_json(res, 200,

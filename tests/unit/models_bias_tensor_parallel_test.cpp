@@ -21,7 +21,7 @@ using testing::TempDir;
 ModelConfig biased_llama() {
   ModelConfig c = synthetic_preset(Architecture::llama, "tiny");
   c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16, c.ffn_dim = 96;
-  c.vocab_size = 300;
+  c.vocab_size = 384;  // the synthetic vocabulary needs at least 354
   c.qkv_bias = c.o_bias = c.mlp_bias = true;
   return c;
 }

@@ -79,14 +79,41 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   EXPECT_EQ(parse_error(json{{"prompt", {-1}}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"max_tokens", 3}}, false).param, "prompt");
   EXPECT_EQ(parse_error(json{{"messages", json::array()}}, true).param, "messages");
-  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "tool"}, {"content", "x"}}}}}, true).param,
-            "messages[0].role");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", 3}, {"content", "x"}}}}}, true).param,
+            "messages[0]");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", 5}}}}}, true).param,
+            "messages[0].content");
+  EXPECT_EQ(
+      parse_error(json{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
+                  true)
+          .param,
+      "messages[0].content[0]");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                             {"chat_template_kwargs", "yes"}},
+                        true)
+                .param,
+            "chat_template_kwargs");
+  EXPECT_EQ(
+      parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", 1}}, true)
+          .param,
+      "tools");
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                             {"chat_template", "{{ 1 }}"}},
+                        true)
+                .param,
+            "chat_template");
+  EXPECT_EQ(parse_error(json::parse(R"({"messages": [{"role": "assistant", "content": "",
+               "tool_calls": [{"id": "a", "type": "function",
+                               "function": {"name": "f", "arguments": "{not json"}}]}]})"),
+                        true)
+                .param,
+            "messages[0].tool_calls[0].function.arguments");
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}}}}}, true).param,
             "messages[0].content");
   EXPECT_EQ(
       parse_generation_request(
           json{{"messages", {{{"role", "user"}, {"content", "x"}}, {{"role", "assistant"}}}}}, true)
-          .messages.size(),
+          .chat_input.messages.size(),
       2u);  // an assistant turn may omit its content
   EXPECT_EQ(
       parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}},
@@ -108,52 +135,39 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
   }
 }
 
-TEST(ServeApi, chat_messages_accept_text_parts) {
+TEST(ServeApi, chat_messages_are_passed_on_as_vllm_passes_them) {
   GenerationParams p = parse_generation_request(
       json::parse(R"({"messages": [{"role": "developer", "content": "be brief"},
-                                    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+                                    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                                       "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+                                    {"role": "tool", "tool_call_id": "c1", "content": "2"}],
+                      "tools": [{"type": "function", "function": {"name": "f"}}],
+                      "chat_template_kwargs": {"enable_thinking": false},
                       "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 7})"),
       true);
-  ASSERT_EQ(p.messages.size(), 2u);
-  EXPECT_EQ(p.messages[0].role, "system");
-  EXPECT_EQ(p.messages[1].content, "ab");
+  const ChatInput& in = p.chat_input;
+  ASSERT_EQ(in.messages.size(), 4u);
+  EXPECT_EQ(in.messages[0]["role"], "developer");  // the template decides what roles mean
+  EXPECT_EQ(in.messages[1]["content"], "a\nb");    // text parts joined as vLLM joins them
+  // The arguments JSON text becomes an object (templates write it with tojson).
+  EXPECT_EQ(in.messages[2]["tool_calls"][0]["function"]["arguments"], json({{"x", 1}}));
+  EXPECT_TRUE(in.messages[2]["content"].is_null());
+  EXPECT_EQ(in.messages[3]["tool_call_id"], "c1");
+  EXPECT_EQ(in.tools.size(), 1u);
+  EXPECT_EQ(in.kwargs["enable_thinking"], false);
+  EXPECT_TRUE(in.add_generation_prompt);
+  EXPECT_FALSE(in.continue_final_message);
+  EXPECT_FALSE(p.add_special_tokens);  // the template writes the specials
   EXPECT_EQ(p.logprobs, 3);
   EXPECT_EQ(*p.max_tokens, 7);
-}
-
-TEST(ServeChatTemplate, families_are_detected_and_rendered) {
-  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] }}"),
-            ChatTemplateKind::llama3);
-  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"),
-            ChatTemplateKind::chatml);
-  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
-            ChatTemplateKind::llama2);
-  EXPECT_EQ(detect_chat_template("{{ '<|user|>\n' + content + eos_token }}"),
-            ChatTemplateKind::zephyr);
-  EXPECT_EQ(detect_chat_template("{{ messages }}"), ChatTemplateKind::fallback);
-  const std::vector<ChatMessage> msgs{
-      {"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
-  ChatTemplate t;
-  t.bos_text = "<s>";
-  t.eos_text = "</s>";
-  t.kind = ChatTemplateKind::chatml;
-  EXPECT_EQ(t.render(msgs),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>"
-            "assistant\nA<|im_end|>\n"
-            "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n");
-  t.kind = ChatTemplateKind::llama2;
-  EXPECT_EQ(t.render(msgs),
-            "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
-  t.kind = ChatTemplateKind::llama3;
-  t.bos_text = "<|begin_of_text|>";
-  EXPECT_EQ(t.render({{"user", "U"}}),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_"
-            "header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(t.end_of_turn_texts(), std::vector<std::string>{"<|eot_id|>"});
-  // No template file: the documented fallback.
-  ChatTemplate none = load_chat_template("", "<s>", "</s>");
-  EXPECT_EQ(none.kind, ChatTemplateKind::fallback);
-  EXPECT_EQ(none.render({{"user", "U"}}), "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  // continue_final_message turns the generation prompt off unless the client set both.
+  const json cont = json::parse(
+      R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})");
+  EXPECT_FALSE(parse_generation_request(cont, true).chat_input.add_generation_prompt);
+  json both = cont;
+  both["add_generation_prompt"] = true;
+  EXPECT_EQ(parse_error(both, true).param, "continue_final_message");
 }
 
 TEST(ServeApi, base64_decodes_and_refuses_garbage) {
