@@ -11,9 +11,22 @@
 #include "cli/inspect_config.h"
 #include "cli/inspect_generation.h"
 #include "formats/checkpoint.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/vocab_loaders.h"
 
 namespace refit::cli {
 namespace {
+
+// What the tokenizer honours (normalizer, pre-tokenizer, post-processor, ...), one line
+// each; a tokenizer refit refuses says why instead.
+std::vector<std::string> tokenizer_components(const Checkpoint& c) {
+  if (!c.vocab().present) return {};
+  try {
+    return load_tokenizer(c.path())->components();
+  } catch (const std::exception& e) {
+    return {fmt::format("tokenizer refused: {}", e.what())};
+  }
+}
 
 nlohmann::ordered_json to_json(const Checkpoint& c) {
   nlohmann::ordered_json j;
@@ -33,6 +46,7 @@ nlohmann::ordered_json to_json(const Checkpoint& c) {
   vj["eos_id"] = v.eos_id ? nlohmann::ordered_json(*v.eos_id) : nlohmann::ordered_json();
   vj["bos"] = v.bos_text;
   vj["eos"] = v.eos_text;
+  vj["components"] = tokenizer_components(c);
   j["vocab"] = vj;
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const auto& t : c.tensors())
@@ -82,6 +96,7 @@ void print_text(const Checkpoint& c) {
     special("bos", v.bos_id, v.bos_text);
     special("eos", v.eos_id, v.eos_text);
     fmt::print("\n               from {}\n", v.source);
+    for (const std::string& line : tokenizer_components(c)) fmt::print("               {}\n", line);
   }
   print_config_section(c);
   print_chat_template_section(c);
