@@ -394,6 +394,7 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
         return false;
       }
     }
+  std::vector<bool> prompt_ids_sent(g.choices.size(), false);
   while (!g.all_done()) {
     const int i = g.poll(std::chrono::milliseconds(100));
     if (i < 0) {
@@ -417,6 +418,12 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
     if (text.empty() && !c.done() && c.tokens_taken() == c.tokens().size()) continue;
     json j = stream_chunk(g, chat, static_cast<size_t>(i),
                           stream_fields(c, text, chat, g.params.logprobs >= 0, label));
+    // Completions name the prompt's ids in each choice's first chunk (vLLM's
+    // return_token_ids; a chat names them in its opening chunk above).
+    if (!chat && g.params.return_token_ids && !prompt_ids_sent[static_cast<size_t>(i)]) {
+      j["choices"][0]["prompt_token_ids"] = g.prompts[static_cast<size_t>(i)];
+      prompt_ids_sent[static_cast<size_t>(i)] = true;
+    }
     if (c.done() && !c.versions().empty()) j["weight_version"] = label(c.versions().back());
     if (!send(j)) {
       g.cancel_all();

@@ -102,8 +102,35 @@ def check_model(name, m, cases, tmp):
             if token != want["token"] or err > LOGPROB_TOLERANCE:
                 failures.append(f"{where}: next token {token} logprob {logprob}, reference "
                                 f"{want['token']} {want['logprob']}")
+        if name == "mistral-7b-instruct-v0.3":
+            check_errors_and_streams(server, cases["single_user"], ref["chat"][0]["prompt_ids"])
     finally:
         server.stop()
+
+
+def check_errors_and_streams(server, case, prompt_ids):
+    """Mistral's template refuses non-alternating roles: a 400 with its message. Streams and
+    completions return the prompt ids too (vLLM's return_token_ids)."""
+    body = {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "max_tokens": 1}
+    status, answer = server.post("/v1/chat/completions", body)
+    message = answer.get("error", {}).get("message", "") if isinstance(answer, dict) else ""
+    if status != 400 or "alternate" not in message:
+        failures.append(f"a template that raises: status {status}, {answer}")
+    events = server.stream("/v1/chat/completions", {"messages": case["messages"], "max_tokens": 2, "stream": True,
+                                                    "return_token_ids": True})
+    first = json.loads(events[0])
+    if first.get("prompt_token_ids") != prompt_ids:
+        failures.append(f"a streamed chat's first chunk lacks the prompt ids: {events[0][:200]}")
+    status, tokenized = server.post("/tokenize", {"prompt": "Hello world"})
+    status, answer = server.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 1,
+                                                     "return_token_ids": True})
+    if answer["choices"][0].get("prompt_token_ids") != tokenized.get("tokens"):
+        failures.append(f"completions prompt_token_ids {answer['choices'][0].get('prompt_token_ids')} "
+                        f"vs /tokenize {tokenized.get('tokens')}")
+    events = server.stream("/v1/completions", {"prompt": "Hello world", "max_tokens": 2, "stream": True,
+                                               "return_token_ids": True})
+    if json.loads(events[0])["choices"][0].get("prompt_token_ids") != tokenized.get("tokens"):
+        failures.append(f"a streamed completion's first chunk lacks the prompt ids: {events[0][:200]}")
 
 
 manifest = load(os.path.join(REALHF, "models.json"))
