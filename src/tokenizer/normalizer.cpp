@@ -117,19 +117,6 @@ std::string strip_accents(std::string_view text) {
   return out;
 }
 
-std::string replace_literal(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  size_t pos = 0;
-  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos;
-       pos = hit + from.size()) {
-    out.append(text.substr(pos, hit - pos));
-    out.append(to);
-  }
-  out.append(text.substr(pos));
-  return out;
-}
-
 // A pattern given as {"String": s} or {"Regex": r}.
 void read_pattern(const json& n, const std::string& source, NormalizerStep& step) {
   const json& pattern = n.value("pattern", json());
@@ -194,6 +181,20 @@ void walk(const json& n, const std::string& source, std::vector<NormalizerStep>&
 }
 
 }  // namespace
+
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  for (size_t hit; (hit = text.find(from, pos)) != std::string_view::npos;
+       pos = hit + from.size()) {
+    out.append(text.substr(pos, hit - pos));
+    out.append(to);
+  }
+  out.append(text.substr(pos));
+  return out;
+}
 
 std::vector<NormalizerStep> normalizer_from_hf(const json& normalizer, const std::string& source) {
   std::vector<NormalizerStep> steps;
@@ -318,7 +319,7 @@ std::string Normalizer::normalize(std::string_view text) const {
         break;
       case Kind::replace:
         s = step.regex ? replace_regex(regexes_[i]->code, s, step.content)
-                       : replace_literal(s, step.pattern, step.content);
+                       : replace_all(s, step.pattern, step.content);
         break;
       case Kind::prepend:
         if (!s.empty()) s = step.content + s;

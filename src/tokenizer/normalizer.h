@@ -36,6 +36,10 @@ std::vector<NormalizerStep> normalizer_from_hf(const nlohmann::json& normalizer,
 // "NFC", "Sequence[Prepend(▁), Replace(' ' -> ▁)]"-style text for `refit inspect`.
 std::string describe_normalizer(const std::vector<NormalizerStep>& steps);
 
+// `text` with every occurrence of `from` replaced by `to` (left to right, not overlapping;
+// an empty `from` changes nothing): Replace normalizers, Metaspace's escaped space.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
+
 class Normalizer {
  public:
   // Compiles the regexes of Replace steps; throws Error naming a pattern that fails.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "realhf_files.h"
 #include "server/api_types.h"
 #include "server/chat_request.h"
 #include "server/chat_template.h"
@@ -23,19 +24,10 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-const fs::path kRealHf = fs::path(REFIT_SHARED_DIR) / "realhf";
-
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  EXPECT_TRUE(in) << p;
-  return json::parse(in);
-}
-
-// The realhf cases keep their key order, as a client's JSON does (tools | tojson shows it).
+using testing::kRealHf;
+json read_json(const fs::path& p) { return testing::read_realhf_json(p); }
 nlohmann::ordered_json read_ordered(const fs::path& p) {
-  std::ifstream in(p);
-  EXPECT_TRUE(in) << p;
-  return nlohmann::ordered_json::parse(in);
+  return testing::read_realhf_json<nlohmann::ordered_json>(p);
 }
 
 // The chat input of one realhf case, as a client would send it.

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "realhf_files.h"
 #include "tokenizer/vocab_loaders.h"
 
 namespace refit {
@@ -21,13 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const fs::path kRealHf = fs::path(REFIT_SHARED_DIR) / "realhf";
-
-json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  return json::parse(in);
-}
+using testing::kRealHf;
+json read_json(const fs::path& path) { return testing::read_realhf_json(path); }
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const json& entry);
 
