@@ -14,6 +14,7 @@
 
 #include <random>
 
+#include "chat_binding.h"
 #include "dist/communicator.h"
 #include "errors.h"
 #include "llm_binding.h"
@@ -475,11 +476,11 @@ void bind_engine(py::module_& m) {
                              [](const Engine& e) { return e.tokenizer() != nullptr; })
       .def(
           "encode",
-          [](const Engine& e, const std::string& text, bool add_special) {
+          [](const Engine& e, const std::string& text, bool add_special, bool parse_special) {
             if (!e.tokenizer()) throw py::value_error("encode: this model has no tokenizer");
-            return e.tokenizer()->encode(text, add_special, /*parse_special=*/false);
+            return e.tokenizer()->encode(text, add_special, parse_special);
           },
-          py::arg("text"), py::arg("add_special") = true)
+          py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
       .def(
           "decode",
           [](const Engine& e, py::handle ids) {
@@ -501,6 +502,7 @@ PYBIND11_MODULE(_refit, m) {
   refit::python::bind_tensor(m);
   refit::python::bind_engine(m);
   refit::python::bind_llm(m);
+  refit::python::bind_chat_template(m);
   refit::python::bind_weight_sync(m);
   m.attr("has_cuda") = refit::python::build_has_cuda();
   m.def(

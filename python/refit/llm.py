@@ -33,6 +33,7 @@ import asyncio
 import datetime
 import enum
 import itertools
+import json
 import math
 import random
 import threading
@@ -727,6 +728,7 @@ class LLM:
         self._eos = self.scheduler.eos_token_id  # primary: stop_reason None, as vLLM
         self._eos_ids = list(self.scheduler.eos_token_ids)  # every id that ends generation
         self._has_tokenizer = self.engine.has_tokenizer
+        self._chat_templates: Dict[str, Any] = {}  # chat_template argument -> _refit.ChatTemplate
         self._logprobs_mode = logprobs_mode
         self._sleep_mode = enable_sleep_mode
         self._seed_rng = random.Random(seed) if seed is not None else random.SystemRandom()
@@ -809,6 +811,54 @@ class LLM:
             r.raise_error()
         # Outputs are cumulative here whatever output_kind says (vLLM's LLM.generate too).
         return [_final_output(r) for r in requests]
+
+    def chat(
+        self,
+        messages: Any,
+        sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None,
+        use_tqdm: bool = True,
+        lora_request: Any = None,
+        chat_template: Optional[str] = None,
+        chat_template_content_format: str = "auto",
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        documents: Optional[List[Dict[str, Any]]] = None,
+        chat_template_kwargs: Optional[Dict[str, Any]] = None,
+        mm_processor_kwargs: Any = None,
+    ) -> List[RequestOutput]:
+        """vLLM's LLM.chat: each conversation (a list of OpenAI messages, or a list of such
+        lists) rendered with the model's chat template (or `chat_template`: a Jinja file or the
+        template text) exactly as `refit serve` renders it (Jinja2, transformers' environment),
+        tokenized without adding specials again, then generated as generate() does. A template
+        that raises gives a ValueError with its message."""
+        if lora_request is not None or mm_processor_kwargs is not None:
+            raise ValueError("chat: lora_request and mm_processor_kwargs are not supported by refit")
+        if chat_template_content_format not in ("auto", "string"):
+            raise ValueError(f"chat: chat_template_content_format {chat_template_content_format!r} is not "
+                             "supported (refit passes text content as a string, vLLM's 'string' format)")
+        if not self._has_tokenizer:
+            raise ValueError("chat: this model has no tokenizer")
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise ValueError("chat: messages must be a non-empty list of messages or of conversations")
+        conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        template = self._chat_templates.get(chat_template or "")
+        if template is None:
+            template = _refit.ChatTemplate(self.engine, chat_template or "")
+            self._chat_templates[chat_template or ""] = template
+        prompts = []
+        for conversation in conversations:
+            body = {"messages": list(conversation), "add_generation_prompt": add_generation_prompt,
+                    "continue_final_message": continue_final_message}
+            if tools is not None:
+                body["tools"] = tools
+            if documents is not None:
+                body["documents"] = documents
+            if chat_template_kwargs:
+                body["chat_template_kwargs"] = chat_template_kwargs
+            text = template.render(json.dumps(body, ensure_ascii=False))
+            prompts.append({"prompt_token_ids": self.engine.encode(text, False, True)})
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
 
     # vLLM's engine-loop surface, on the LLM too (OpenRLHF-style actors call these).
     def add_request(self, request_id: str, prompt: Any, params: SamplingParams, **kwargs) -> None:
