@@ -108,6 +108,20 @@ ChatInput parse_chat_input(const Json& body) {
         bad_request(fmt::format("tools[{}]", t), "each tool must be an object");
     in.tools = tools;
   }
+  // tool_choice "required" or a named function asks for output constrained to a tool call,
+  // which refit's sampler does not do: refused rather than answered with free text.
+  if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+    const auto& choice = body["tool_choice"];
+    if (!choice.is_string() ||
+        (choice.get<std::string>() != "auto" && choice.get<std::string>() != "none"))
+      bad_request("tool_choice",
+                  fmt::format("tool_choice {} is not supported: refit does not constrain output to "
+                              "tool calls ('auto' and 'none' are accepted)",
+                              choice.dump()));
+  }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null() &&
+      !body["parallel_tool_calls"].is_boolean())
+    bad_request("parallel_tool_calls", "'parallel_tool_calls' must be true or false");
   if (body.contains("documents") && !body["documents"].is_null()) {
     if (!body["documents"].is_array()) bad_request("documents", "'documents' must be a list");
     in.documents = body["documents"];

@@ -97,6 +97,17 @@ TEST(ServeApi, bad_fields_are_refused_naming_the_field) {
       parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", 1}}, true)
           .param,
       "tools");
+  // Output constrained to a tool call is not something refit's sampler does: refused.
+  EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                             {"tool_choice", "required"}},
+                        true)
+                .param,
+            "tool_choice");
+  EXPECT_EQ(
+      parse_generation_request(
+          json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tool_choice", "auto"}}, true)
+          .chat_input.messages.size(),
+      1u);
   EXPECT_EQ(parse_error(json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
                              {"chat_template", "{{ 1 }}"}},
                         true)
