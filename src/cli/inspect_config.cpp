@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "models/config_fields.h"
 #include "models/model_loader.h"
+#include "models/quantize_model.h"
 
 namespace refit::cli {
 namespace {
@@ -19,6 +20,9 @@ ConfigSection section(const Checkpoint& checkpoint) {
   try {
     const ModelConfig c = read_model_config(checkpoint);
     s.honoured = describe_config(c);
+    if (const std::string q = describe_quant_scheme(checkpoint_quant_scheme(checkpoint));
+        !q.empty())
+      s.honoured.push_back(q);
     s.unrecognised = c.unrecognised_fields;
   } catch (const Error& e) {
     s.refused = e.what();

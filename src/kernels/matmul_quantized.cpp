@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 
 #include "core/error.h"
 #include "kernels/op_names.h"
+#include "kernels/quant/quant_rows_simd.h"
 
 namespace refit::ops {
 namespace {
@@ -84,6 +86,38 @@ void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale) {
   auto fn =
       dispatch<kernels::QuantizePerTokenFn>(op, std::array<const Tensor*, 3>{&x, &xq, &x_scale});
   fn(x, xq, x_scale);
+}
+
+void quantize_fp8_with_scale(const Tensor& x, float scale, Tensor& xq, Tensor& x_scale) {
+  constexpr const char* op = "quantize_fp8_with_scale";
+  need(x.defined() && x.dim() == 2 && x.dtype() == DType::f32 && x.stride(-1) == 1 &&
+           x.device().type == DeviceType::cpu,
+       op, [&] {
+         return fmt::format("'x' must be f32 [M, K] on the cpu with dense rows, got {}",
+                            x.defined() ? x.str() : "undefined");
+       });
+  need(xq.defined() && xq.shape() == x.shape() && xq.dtype() == DType::f8_e4m3fn &&
+           xq.is_contiguous() && xq.device().type == DeviceType::cpu,
+       op, [&] {
+         return fmt::format("'xq' must be contiguous f8_e4m3fn {} on the cpu, got {}",
+                            shape_str(x.shape()), xq.defined() ? xq.str() : "undefined");
+       });
+  need(x_scale.defined() && x_scale.shape() == Shape{x.size(0)} && x_scale.dtype() == DType::f32 &&
+           x_scale.is_contiguous() && x_scale.device().type == DeviceType::cpu,
+       op, [&] {
+         return fmt::format("'x_scale' must be contiguous f32 [{}] on the cpu, got {}", x.size(0),
+                            x_scale.defined() ? x_scale.str() : "undefined");
+       });
+  need(std::isfinite(scale) && scale > 0.0f, op,
+       [&] { return fmt::format("the scale must be finite and positive, got {}", scale); });
+  need(!xq.read_only() && !x_scale.read_only(), op, "outputs are read-only");
+  const int64_t M = x.size(0), K = x.size(1);
+  auto* q = static_cast<uint8_t*>(xq.raw_data());
+  float* s = x_scale.data<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    s[m] = scale;
+    quant_simd::fp8_row(x.data<const float>() + m * x.stride(0), K, K, &scale, q + m * K);
+  }
 }
 
 void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale) {

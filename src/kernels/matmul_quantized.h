@@ -28,6 +28,15 @@ void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,
 // (nearest-even, saturating), the dynamic per-token scheme of W8A8.
 void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 
+// xq f8_e4m3fn [M, K], x_scale f32 [M]: every value quantized with one static scale s > 0
+// (a checkpoint's input_scale, static per-tensor W8A8): xq = e4m3fn(x / s), nearest-even,
+// saturating at +-448; x_scale filled with s, so matmul_quantized computes
+// (xq · w^T) · s · w_scale, as vLLM's Fp8LinearOp does with a static input scale.
+// A plain function over the row quantizer the weights use (quant_rows_simd.h: bit for bit
+// f32_to_f8_e4m3fn(x / s)), not a registered op: there is one implementation, for f32 x on
+// the cpu with dense rows, and anything else is refused naming the op and the arguments.
+void quantize_fp8_with_scale(const Tensor& x, float scale, Tensor& xq, Tensor& x_scale);
+
 // xq i8 [M, K], x_scale f32 [M, K / 32]: each block of 32 values of a row is quantized
 // with scale amax / 127, codes rounded to nearest (ties to even); the activations of the
 // integer-dot W8A8 schemes (q8_0-w8a8, mxfp4-w8a8), as llama.cpp quantizes them for its

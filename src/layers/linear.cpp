@@ -119,7 +119,8 @@ void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias,
     return;
   }
   // Quantized weights: codes + scales; W8A8 quantizes the activations first: FP8 per
-  // token to e4m3, Q8_0 and MXFP4 per block of 32 to int8 (integer dot products).
+  // token to e4m3 (or with the checkpoint's static per-tensor scale), Q8_0 and MXFP4 per block of
+  // 32 to int8 (integer dot products).
   Tensor activations = x, activation_scale;
   const QuantScheme& scheme = weight.quantization();
   if (scheme.w8a8 && scheme.int8_activations()) {
@@ -129,7 +130,12 @@ void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias,
   } else if (scheme.w8a8) {
     activations = Tensor::empty(x.shape(), DType::f8_e4m3fn);
     activation_scale = Tensor::empty({x.size(0)}, DType::f32);
-    ops::quantize_per_token_fp8(x, activations, activation_scale);
+    // Static per-tensor scales (a checkpoint's input_scale; the max over a fused weight's
+    // sub-shards) or dynamic per-token ones.
+    if (scheme.static_activations)
+      ops::quantize_fp8_with_scale(x, weight.static_input_scale(), activations, activation_scale);
+    else
+      ops::quantize_per_token_fp8(x, activations, activation_scale);
   }
   ops::matmul_quantized(activations, activation_scale, weight.data(), weight.scale(),
                         weight.scale_group(), bias, out);

@@ -23,8 +23,9 @@ namespace refit {
 
 // out = x · W^T (+ bias) for a weight as it is stored: a float weight through ops::matmul
 // on its matmul view; a quantized one through ops::matmul_quantized with its scales, the
-// activations quantized first where its scheme is W8A8 (FP8 per token; Q8_0 and MXFP4 per
-// block of 32, for the integer-dot kernels). Linear layers and the LM head both run it, so
+// activations quantized first where its scheme is W8A8 (FP8 per token, or with the static
+// per-tensor scale of Parameter::input_scales; Q8_0 and MXFP4 per block of 32, for the
+// integer-dot kernels). Linear layers and the LM head both run it, so
 // a scheme computes the same arithmetic wherever its weight sits.
 void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias, Tensor& out);
 

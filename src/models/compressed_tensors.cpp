@@ -14,7 +14,8 @@ using json = nlohmann::json;
 
 const char* const kSupported =
     "refit reads compressed-tensors FP8: weights {type float, num_bits 8, strategy tensor, "
-    "channel or block 128x128}, input_activations null or {dynamic true, strategy token}, "
+    "channel or block 128x128}, input_activations null, {dynamic true, strategy token} or "
+    "{dynamic false, strategy tensor} (static input_scale; not with block weights), "
     "format float-quantized or naive-quantized";
 
 std::string str_or(const json& j, const char* key, const std::string& fallback) {
@@ -105,29 +106,40 @@ QuantMethod weight_method(const json& w, const std::string& what) {
   fail("{}.strategy '{}' is not supported ({})", what, s, kSupported);
 }
 
-// Whether activations are quantized (W8A8), per token and dynamically; else refused.
-bool w8a8_of(const json& a, const std::string& what) {
-  if (a.is_null()) return false;
+// The activations' scheme into `s` (whose weight method is set): null is W8A16; W8A8 per
+// token, dynamically; or W8A8 with a static per-tensor scale (the input_scale tensors, as
+// vLLM's Fp8LinearOp serves them). Anything else is refused.
+void activations_of(const json& a, const std::string& what, QuantScheme& s) {
+  if (a.is_null()) return;
   if (!a.is_object()) fail("{} must be an object or null, got {}", what, a.dump());
   check_fp8_args(a, what);
-  const std::string s = strategy_of(a, what);
-  const bool dynamic =
-      a.contains("dynamic") && a["dynamic"].is_boolean() && a["dynamic"].get<bool>();
+  const std::string strategy = strategy_of(a, what);
   if (a.contains("dynamic") && a["dynamic"].is_string())
     fail("{}.dynamic '{}' is not supported ({})", what, a["dynamic"].get<std::string>(),
          kSupported);
-  if (!dynamic)
-    fail(
-        "{}: static activation scales (dynamic false, strategy '{}': the input_scale tensors) are "
-        "not supported; refit's FP8 activations are quantized per token at run time or kept in "
-        "f32, which would not be this checkpoint's numerics ({})",
-        what, s, kSupported);
-  if (s != "token")
+  const bool dynamic =
+      a.contains("dynamic") && a["dynamic"].is_boolean() && a["dynamic"].get<bool>();
+  if (!dynamic) {
+    if (strategy != "tensor")
+      fail(
+          "{}: static activation scales with strategy '{}' are not supported; refit reads static "
+          "per-tensor scales (strategy tensor: one input_scale per layer) ({})",
+          what, strategy, kSupported);
+    if (s.method == QuantMethod::fp8_block)
+      fail(
+          "{}: static activation scales with block weights are not supported (vLLM refuses them "
+          "too; block weights take dynamic per-group activations) ({})",
+          what, kSupported);
+    s.w8a8 = true;
+    s.static_activations = true;
+    return;
+  }
+  if (strategy != "token")
     fail(
         "{}: dynamic activations with strategy '{}' are not supported; refit quantizes FP8 "
         "activations per token ({})",
-        what, s, kSupported);
-  return true;
+        what, strategy, kSupported);
+  s.w8a8 = true;
 }
 
 void check_format(const std::string& format, const std::string& what) {
@@ -216,8 +228,8 @@ CompressedTensorsConfig parse_compressed_tensors(const json& qc, const std::stri
       QuantScheme s;
       s.method =
           weight_method(group.contains("weights") ? group["weights"] : json(), g + ".weights");
-      s.w8a8 = w8a8_of(group.contains("input_activations") ? group["input_activations"] : json(),
-                       g + ".input_activations");
+      activations_of(group.contains("input_activations") ? group["input_activations"] : json(),
+                     g + ".input_activations", s);
       // One scheme per model: refit fuses q/k/v and gate/up into one parameter of one scheme.
       if (!first && s != out.scheme)
         fail("{} is {} but an earlier group is {}: groups of different schemes are not supported",

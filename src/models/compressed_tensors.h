@@ -13,7 +13,13 @@
 //   input_activations  null: W8A16 (refit computes with f32 activations; vLLM with bf16);
 //                      {type float, num_bits 8, dynamic true, strategy "token"}: W8A8 with
 //                      per-token e4m3 activations (scale amax / 448), as vLLM's
-//                      CompressedTensorsW8A8Fp8 quantizes them dynamically
+//                      CompressedTensorsW8A8Fp8 quantizes them dynamically;
+//                      {type float, num_bits 8, dynamic false, strategy "tensor"}: W8A8
+//                      with static per-tensor scales, the `<layer>.input_scale` tensors
+//                      (F32 [1] or []; parameters of their own, refit like weights), x
+//                      quantized as e4m3(x / s) with s the max over a fused layer's
+//                      shards, as vLLM's Fp8LinearOp does (not with block weights: vLLM
+//                      refuses that pairing too)
 //   format             "float-quantized" or "naive-quantized" (both store e4m3 codes
 //                      unpacked), at the top or per group
 //   targets / ignore   layer names, "re:" regexes (Python re.match: anchored at the start)
@@ -21,9 +27,8 @@
 // Everything else that changes what a layer computes is refused by name, with the file and
 // what refit reads instead: int weights (W8A8-int8, W4A16), packed formats (pack-quantized,
 // marlin-24, nvfp4/mxfp4-pack-quantized), group / tensor_group strategies, asymmetric
-// scales, static activation scales (input_scale; refit has no static-scale FP8 kernel, and
-// serving them dynamically or in f32 would not be this checkpoint's numerics), dynamic
-// per-tensor or per-group activations, output activations, kv_cache_scheme, sparsity and
+// scales, static activation scales per channel, group or token, dynamic per-tensor or
+// per-group activations, output activations, kv_cache_scheme, sparsity and
 // transform configs. Calibration-only fields (observer, observer_kwargs) do not change
 // inference and are skipped.
 #pragma once

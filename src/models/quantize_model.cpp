@@ -42,6 +42,24 @@ const GgufTensorInfo* first_gguf_matmul(const GgufFile& g) {
   return g.find_tensor(first_block_matmul(config_from_gguf(g.metadata())).gguf_name);
 }
 
+// The static activation scales of a W8A8 weight: one f32 [1] parameter per checkpoint
+// tensor, named as the checkpoint names it (`<layer>.input_scale` beside `<layer>.weight`),
+// so a fused q/k/v keeps three and a refit of any one of them is a name the trainer knows.
+void add_input_scales(ParameterSet& set, Parameter& weight) {
+  std::vector<const Parameter*> scales;
+  for (const SubShard& sub : weight.sub_shards()) {
+    const std::string& w = sub.checkpoint_name;
+    const std::string suffix = ".weight";
+    if (!w.ends_with(suffix))
+      fail("'{}': a static activation scale sits beside a '.weight' tensor, not '{}'",
+           weight.name(), w);
+    Parameter& s = set.add(w.substr(0, w.size() - suffix.size()) + ".input_scale", {1}, DType::f32);
+    s.set_positive_scale();
+    scales.push_back(&s);
+  }
+  weight.set_input_scales(std::move(scales));
+}
+
 }  // namespace
 
 QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& scheme, bool lm_head,
@@ -55,7 +73,10 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
       !lm_head ? ""
                : hf_tensor_name(c, c.tied_embeddings ? TensorSlot::token_embd : TensorSlot::output);
   const std::unordered_set<std::string> matmuls = block_matmuls(c);
-  for (const auto& p : model.parameters().all()) {
+  // Static activation scales are added as parameters below: walk the ones there now.
+  std::vector<Parameter*> params;
+  for (const auto& p : model.parameters().all()) params.push_back(p.get());
+  for (Parameter* p : params) {
     if (!is_linear_weight(*p, matmuls) && p->name() != head) continue;
     size_t float_parts = 0;
     for (const SubShard& sub : p->sub_shards())
@@ -72,6 +93,7 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
     std::string why = p->quantization_unsupported_reason(scheme);
     if (why.empty()) {
       p->set_quantization(scheme);
+      if (scheme.static_activations) add_input_scales(model.parameters(), *p);
       summary.quantized.push_back(p->name());
     } else {
       summary.kept.push_back(fmt::format("{}: {}", p->name(), why));
@@ -183,6 +205,18 @@ QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   const std::string what = refused_method(method);
   fail("{}: quantization_config quant_method '{}'{} is not supported ({})", file, method,
        what.empty() ? "" : " (" + what + ")", kReads);
+}
+
+std::string describe_quant_scheme(const QuantScheme& s) {
+  if (!s.enabled()) return "";
+  QuantScheme weights = s;
+  weights.w8a8 = weights.static_activations = false;
+  const std::string acts = !s.w8a8                ? "W8A16 (activations in f32)"
+                           : s.static_activations ? "W8A8, static per-tensor activation scales "
+                                                    "(input_scale; max over fused layers)"
+                           : s.int8_activations() ? "W8A8, int8 activations per block of 32"
+                                                  : "W8A8, dynamic per-token activation scales";
+  return fmt::format("quantization: {} weights, {}", weights.name(), acts);
 }
 
 namespace {

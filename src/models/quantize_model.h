@@ -57,6 +57,10 @@ QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ch
 // what refit reads.
 QuantScheme checkpoint_quant_scheme(const Checkpoint& checkpoint);
 
+// One line for `refit inspect`: "quantization: fp8-tensor weights, W8A8, static per-tensor
+// activation scales (input_scale)"; "" for an unquantized scheme.
+std::string describe_quant_scheme(const QuantScheme& scheme);
+
 // Whether the checkpoint stores its output projection in the scheme of its linear weights
 // (GGUF `output.weight`, or `token_embd.weight` when tied, in Q8_0 / MXFP4, as
 // llama-quantize writes them): such a head is served quantized too, so decode reads the

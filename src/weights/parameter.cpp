@@ -96,9 +96,11 @@ Tensor Parameter::writable() const {
 void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dtype,
                                Device device) const {
   const std::string& what = sub.checkpoint_name;
-  if (shape != sub.checkpoint_shape)
-    fail("'{}': expected shape {}, got {}", what, shape_str(sub.checkpoint_shape),
-         shape_str(shape));
+  // A scale stored as a scalar is the one value of its [1] parameter.
+  const bool scalar_scale = positive_scale_ && shape.empty() && sub.checkpoint_shape == Shape{1};
+  if (shape != sub.checkpoint_shape && !scalar_scale)
+    fail("'{}': expected shape {}{}, got {}", what, shape_str(sub.checkpoint_shape),
+         positive_scale_ ? " or a scalar []" : "", shape_str(shape));
   switch (dtype) {
     case DType::f32:
     case DType::f16:
@@ -121,9 +123,20 @@ void Parameter::check_declared(const SubShard& sub, const Shape& shape, DType dt
     fail("'{}': tensor is on {}, but this engine's weights live on the cpu", what, device.str());
 }
 
+float Parameter::static_input_scale() const {
+  if (input_scales_.empty()) fail("parameter '{}' has no static input scales", name_);
+  float s = 0.0f;
+  for (const Parameter* p : input_scales_) s = std::max(s, p->data().data<const float>()[0]);
+  return s;
+}
+
 void Parameter::check_loadable(const SubShard& sub, const Tensor& full, bool check_finite) const {
   if (!full.defined()) fail("parameter '{}': no tensor given for '{}'", name_, sub.checkpoint_name);
   check_declared(sub, full.shape(), full.dtype(), full.device());
+  if (positive_scale_)
+    for (float v : full.to_floats())
+      if (!(std::isfinite(v) && v > 0.0f))
+        fail("'{}': the scale is {}; it must be finite and positive", sub.checkpoint_name, v);
   if (check_finite) {
     std::vector<float> values = sub.slice(full).to_floats();
     for (size_t i = 0; i < values.size(); ++i)

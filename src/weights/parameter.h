@@ -107,6 +107,22 @@ class Parameter {
   // /get_weights_by_name): what a trainer sees is what is served.
   Tensor dequantized(int64_t row0 = 0, int64_t rows = -1) const;
 
+  // ---- static activation scales (W8A8 FP8 with input_scale) ----
+  // Marks a one-value f32 [1] parameter as a scale a checkpoint stores beside a weight (its
+  // `input_scale`): the tensor may come as [1] or as a scalar [] (both appear on the Hub),
+  // and every load or staged update checks its value is finite and > 0, whatever
+  // UpdateOptions::check_finite says (a zero, negative or NaN scale would serve garbage
+  // without an error).
+  void set_positive_scale() { positive_scale_ = true; }
+  bool positive_scale() const { return positive_scale_; }
+  // The input scales of a weight whose scheme has static_activations: one parameter per
+  // sub-shard (q, k and v each keep the scale their checkpoint tensor has, so refit names map
+  // 1:1), owned by the same ParameterSet. static_input_scale() is their max, read at every
+  // matmul: vLLM's process_weights_after_loading takes the same max once, after loading.
+  void set_input_scales(std::vector<const Parameter*> scales) { input_scales_ = std::move(scales); }
+  const std::vector<const Parameter*>& input_scales() const { return input_scales_; }
+  float static_input_scale() const;
+
   // Applies a layout transform to the stored contents in place and records it. Throws
   // (changing nothing) when the transform does not fit the shape, or when it is
   // already applied and not idempotent.
@@ -141,6 +157,8 @@ class Parameter {
   DType logical_dtype_ = DType::f32;
   Tensor scale_;
   bool loaded_ = false;
+  bool positive_scale_ = false;
+  std::vector<const Parameter*> input_scales_;
 };
 
 }  // namespace refit

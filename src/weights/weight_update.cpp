@@ -39,7 +39,9 @@ void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DTyp
     CheckpointTarget target = params_.target(name);
     if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
     target.parameter->check_declared(*target.sub_shard, shape, dtype, Device::cpu());
-    if (options_.check_finite) target.parameter->check_loadable(*target.sub_shard, produce(), true);
+    // A scale's value is checked now (it is one number), so a bad one fails the staging.
+    if (options_.check_finite || target.parameter->positive_scale())
+      target.parameter->check_loadable(*target.sub_shard, produce(), options_.check_finite);
     stage(name, {target, Tensor(), std::move(produce), Tensor(), QuantMethod::none});
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();

@@ -1,6 +1,7 @@
 // Tiny compressed-tensors FP8 checkpoints for the tests, written the way llm-compressor
 // writes them: `<layer>.weight` F8_E4M3 beside `<layer>.weight_scale` ([1] per tensor,
-// [N, 1] per channel), the other tensors as they are, and its quantization_config.
+// [N, 1] per channel) and, with static activation scales, `<layer>.input_scale` ([1] or
+// []), the other tensors as they are, and its quantization_config.
 #pragma once
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -108,6 +110,14 @@ struct CtOptions {
   // min-max scales (amax / 448, f32), bit for bit what a refit from floats computes.
   bool headroom_bf16_scales = false;
   std::vector<std::string> ignore = {"lm_head"};
+  // Static per-tensor activation scales (input_activations {strategy tensor, dynamic false},
+  // as older RedHatAI / neuralmagic *-FP8 checkpoints): `<layer>.input_scale` beside each
+  // quantized weight, input_scale(<layer>) its value. Empty: no static scales.
+  std::function<float(const std::string& layer)> input_scale;
+  bool scalar_input_scale = false;       // stored with shape [] (else [1])
+  DType input_scale_dtype = DType::f32;  // as stored
+  // Replaces what is written for a layer's input_scale (a misshapen one, say); empty: none.
+  std::function<Tensor(const std::string& layer, Tensor scale)> edit_input_scale;
 };
 
 inline bool ignored(const std::string& name, const CtOptions& o) {
@@ -137,6 +147,9 @@ inline nlohmann::json ct_quantization_config(const CtOptions& o) {
   if (o.dynamic)
     acts = {{"num_bits", 8},       {"type", "float"}, {"symmetric", true},
             {"strategy", "token"}, {"dynamic", true}, {"observer", nullptr}};
+  if (o.input_scale)
+    acts = {{"num_bits", 8},        {"type", "float"},  {"symmetric", true},
+            {"strategy", "tensor"}, {"dynamic", false}, {"observer", "minmax"}};
   return {{"quant_method", "compressed-tensors"},
           {"format", "float-quantized"},
           {"quantization_status", "compressed"},
@@ -206,6 +219,14 @@ inline void write_ct_checkpoint(const std::string& dir, const Weights& weights, 
     auto [codes, scales] = quantize_weight(t, o);
     tensors.emplace_back(name, codes);
     tensors.emplace_back(name + "_scale", scales);
+    if (o.input_scale) {
+      const std::string layer = name.substr(0, name.size() - std::string(".weight").size());
+      Tensor in = Tensor::from_floats(o.scalar_input_scale ? Shape{} : Shape{1},
+                                      std::vector<float>{o.input_scale(layer)})
+                      .to(o.input_scale_dtype);
+      if (o.edit_input_scale) in = o.edit_input_scale(layer, in);
+      tensors.emplace_back(layer + ".input_scale", in);
+    }
     const std::vector<float> s = scales.to_floats();
     Tensor d = Tensor::empty(t.shape(), DType::f32);
     const auto* c = static_cast<const uint8_t*>(codes.raw_data());

@@ -257,14 +257,24 @@ std::vector<Refusal> refusals() {
        "strategy 'group' is not supported"},
       {"ct asymmetric", ct_with([](json& qc) { group0(qc)["weights"]["symmetric"] = false; }),
        "symmetric false"},
-      {"ct static activations", ct_with([](json& qc) {
+      {"ct static per-channel activations", ct_with([](json& qc) {
+         group0(qc)["input_activations"] = {{"num_bits", 8},
+                                            {"type", "float"},
+                                            {"symmetric", true},
+                                            {"strategy", "channel"},
+                                            {"dynamic", false}};
+       }),
+       "static activation scales with strategy 'channel'"},
+      {"ct static activations with block weights", ct_with([](json& qc) {
+         group0(qc)["weights"]["strategy"] = "block";
+         group0(qc)["weights"]["block_structure"] = {128, 128};
          group0(qc)["input_activations"] = {{"num_bits", 8},
                                             {"type", "float"},
                                             {"symmetric", true},
                                             {"strategy", "tensor"},
                                             {"dynamic", false}};
        }),
-       "static activation scales"},
+       "static activation scales with block weights"},
       {"ct dynamic per-tensor activations", ct_with([](json& qc) {
          group0(qc)["input_activations"] = {
              {"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", true}};

@@ -82,7 +82,8 @@ std::string QuantScheme::name() const {
       base = "q8_0";
       break;
   }
-  return w8a8 ? base + "-w8a8" : base;
+  if (!w8a8) return base;
+  return static_activations ? base + "-w8a8-static" : base + "-w8a8";
 }
 
 QuantScheme parse_quant_scheme(std::string_view name) {

@@ -41,6 +41,14 @@ struct QuantScheme {
   // several times fewer instructions per weight, at ~1e-2 relative error in the outputs
   // where f32 activations give ~1e-6.
   bool w8a8 = false;
+  // W8A8 FP8 with static per-tensor activation scales (compressed-tensors
+  // `input_activations: {strategy tensor, dynamic false}`): x is quantized with the
+  // checkpoint's `input_scale` s, e4m3(x / s), instead of per token; the scales are
+  // parameters of their own (Parameter::input_scales), the max over a fused weight's
+  // sub-shards taken at run time, as vLLM's Fp8LinearOp does. Only from a checkpoint (there
+  // is no --quant for it: the scales come from calibration); requires w8a8 and fp8-tensor
+  // or fp8-channel weights.
+  bool static_activations = false;
 
   bool enabled() const { return method != QuantMethod::none; }
   // Whether W8A8 quantizes activations to int8 blocks (Q8_0, MXFP4) rather than e4m3.
@@ -55,7 +63,7 @@ struct QuantScheme {
   int64_t block_rows() const { return method == QuantMethod::fp8_block ? 128 : 1; }
   // "" if a [rows, k] weight can take this scheme, else why not.
   std::string unsupported_reason(int64_t k) const;
-  std::string name() const;  // "fp8-channel-w8a8", "mxfp4", "q8_0-w8a8", ...
+  std::string name() const;  // "fp8-channel-w8a8", "fp8-tensor-w8a8-static", "q8_0-w8a8", ...
   bool operator==(const QuantScheme&) const = default;
 };
 
