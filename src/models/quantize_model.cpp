@@ -174,7 +174,15 @@ QuantScheme hf_fp8_scheme(const nlohmann::json& qc, const std::string& file) {
       fail("{}: weight_block_size {} is not supported (refit reads [128, 128])", file, b.dump());
     s.method = QuantMethod::fp8_block;
   }
-  s.w8a8 = qc.value("activation_scheme", "dynamic") == "dynamic";
+  // Static input_scale tensors would be silently unused by a dynamic or f32 path: refused.
+  const nlohmann::json scheme = qc.value("activation_scheme", nlohmann::json("dynamic"));
+  if (!scheme.is_string() || scheme.get<std::string>() != "dynamic")
+    fail(
+        "{}: quantization_config activation_scheme {} is not supported for quant_method 'fp8' "
+        "(refit reads \"dynamic\"; static per-tensor scales are read from compressed-tensors "
+        "checkpoints)",
+        file, scheme.dump());
+  s.w8a8 = true;
   return s;
 }
 

@@ -121,5 +121,23 @@ TEST(QuantHfFp8, block_fp8_checkpoint_is_served_quantized_with_its_values) {
   fs::remove_all(dir);
 }
 
+// quant_method "fp8" with static activation scales: its input_scale tensors would go unused
+// by the dynamic or f32 paths, so the load is refused by name rather than served W8A16.
+TEST(QuantHfFp8, static_activation_scheme_is_refused_by_name) {
+  const std::string dir = write_fp8_checkpoint();
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["quantization_config"]["activation_scheme"] = "static";
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  EngineOptions options;
+  options.model_path = dir;
+  try {
+    Engine engine(options);
+    FAIL() << "a static activation_scheme was served";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("activation_scheme \"static\""), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace refit
