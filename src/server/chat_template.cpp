@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -67,13 +68,17 @@ std::vector<std::string> ChatTemplate::end_of_turn_texts() const {
   // The end-of-turn markers the template writes: llama.cpp stops on them as end-of-
   // generation tokens even where a model's EOS is another one (a Llama 3 base folder's
   // <|end_of_text|> with the instruct template's <|eot_id|>).
+  auto writes = [this](std::string_view marker) {
+    for (const auto& [name, text] : texts_)
+      if (text.find(marker) != std::string::npos) return true;
+    return false;
+  };
   std::vector<std::string> out;
   for (const char* marker : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|eom_id|>"})
-    for (const auto& [name, text] : texts_)
-      if (text.find(marker) != std::string::npos) {
-        out.push_back(marker);
-        break;
-      }
+    if (writes(marker)) out.push_back(marker);
+  // gpt-oss (harmony) ends every message with <|end|> and the turn with <|return|> or
+  // <|call|>: as llama.cpp, <|end|> is then no end of generation.
+  if (writes("<|return|>") || writes("<|call|>")) std::erase(out, std::string("<|end|>"));
   return out;
 }
 

@@ -240,6 +240,18 @@ TEST(ServeChatTemplate, continue_final_message_cuts_after_the_last_message) {
   EXPECT_THROW(render_one(drops, missing), TemplateRenderError);
 }
 
+// The end-of-turn markers a template writes stop a chat (llama.cpp's end-of-generation
+// texts), except gpt-oss's <|end|>, which ends a message inside a turn.
+TEST(ServeChatTemplate, end_of_turn_markers_follow_the_template) {
+  auto ends = [](const std::string& text) {
+    return ChatTemplate({{"default", text}}, "test", json::object(), false).end_of_turn_texts();
+  };
+  EXPECT_EQ(ends("{{ '<|start_header_id|>' }}x<|eot_id|>"), std::vector<std::string>{"<|eot_id|>"});
+  EXPECT_EQ(ends("<|user|>x<|end|>"), std::vector<std::string>{"<|end|>"});    // Phi-3
+  EXPECT_EQ(ends("<|start|>x<|end|><|return|>"), std::vector<std::string>{});  // gpt-oss
+  EXPECT_EQ(ends("[INST] x [/INST]"), std::vector<std::string>{});
+}
+
 TEST(ServeChatTemplate, a_model_without_a_template_gets_the_chatml_fallback) {
   TempDir d;
   const ChatTemplate t = load_chat_template(d.path().string(), {"", "<s>", "</s>"});
