@@ -19,22 +19,18 @@ file; argv[1] is refit).
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from logits_reference import floats, refit_logits, relative_error  # noqa: E402
 
 REFIT = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = os.path.join(ROOT, "tests", "data", "hf_config_cases")
 TOOL = os.path.join(ROOT, "tests", "tools", "hf_config_cases.py")
 failures = []
-
-
-def floats(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    return struct.unpack(f"<{len(data) // 4}f", data)
 
 
 def build(name, tmp):
@@ -48,9 +44,7 @@ def build(name, tmp):
 
 
 def generate(ckpt, ids, logits):
-    return subprocess.run([REFIT, "generate", "-m", ckpt, "--prompt-ids", " ".join(map(str, ids)), "-n", "1",
-                           "--ignore-eos", "-t", "2", "--logits", logits], capture_output=True, text=True,
-                          timeout=600)
+    return refit_logits(REFIT, ckpt, ids, logits)
 
 
 def check_case(name, tmp):
@@ -69,12 +63,10 @@ def check_case(name, tmp):
         return
     if "not recognised" in r.stderr:
         failures.append(f"{name}: unexpected warning: {r.stderr.strip()[-300:]}")
-    ref = floats(os.path.join(CASES, name, "expected_logits.f32"))
-    got = floats(logits)[:len(ref)]
-    if len(got) != len(ref):
-        failures.append(f"{name}: {len(got)} logits, expected {len(ref)}")
+    rel = relative_error(floats(logits), floats(os.path.join(CASES, name, "expected_logits.f32")))
+    if rel is None:
+        failures.append(f"{name}: fewer logits than the reference has")
         return
-    rel = max(abs(a - b) for a, b in zip(got, ref)) / max(abs(b) for b in ref)
     print(f"{name}: max|got - ref| / max|ref| = {rel:.2e} (tolerance {tol})")
     if not rel <= tol:
         failures.append(f"{name}: relative error {rel:.3e} above {tol}")

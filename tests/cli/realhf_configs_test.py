@@ -9,21 +9,17 @@ rope_parameters layout, Qwen3's head_dim and q/k norm, Mistral's sliding window,
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from logits_reference import floats, refit_logits, relative_error  # noqa: E402
 
 REFIT = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REALHF = os.path.join(ROOT, "..", "shared", "realhf")
 failures = []
-
-
-def floats(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    return struct.unpack(f"<{len(data) // 4}f", data)
 
 
 def check_case(name, tmp):
@@ -38,18 +34,14 @@ def check_case(name, tmp):
         return
     ids = case["prompt_ids"]
     logits = os.path.join(tmp, name + ".f32")
-    run = subprocess.run([REFIT, "generate", "-m", ckpt, "--prompt-ids", " ".join(map(str, ids)), "-n", "1",
-                          "--ignore-eos", "-t", "2", "--logits", logits], capture_output=True, text=True,
-                         timeout=600)
+    run = refit_logits(REFIT, ckpt, ids, logits)
     if run.returncode != 0:
         failures.append(f"{name}: refit generate failed: {run.stderr[-500:]}")
         return
-    ref = floats(os.path.join(case_dir, case["expected_logits"]))
-    got = floats(logits)[:len(ref)]
-    if len(got) != len(ref):
-        failures.append(f"{name}: {len(got)} logits, expected {len(ref)}")
+    rel = relative_error(floats(logits), floats(os.path.join(case_dir, case["expected_logits"])))
+    if rel is None:
+        failures.append(f"{name}: fewer logits than the reference has")
         return
-    rel = max(abs(a - b) for a, b in zip(got, ref)) / max(abs(b) for b in ref)
     print(f"{name}: max|got - ref| / max|ref| = {rel:.2e} (tolerance {case['tolerance']})")
     if not rel <= case["tolerance"]:
         failures.append(f"{name}: relative error {rel:.3e} above {case['tolerance']}")
