@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "compressed_tensors_test_util.h"
+#include "core/dlpack.h"
 #include "core/float_formats.h"
 #include "kernels/matmul_quantized.h"
 #include "layers/linear.h"
@@ -502,6 +503,34 @@ TEST(CtStaticConfig, inspect_line_and_refusals) {
   nlohmann::json channel = qc;
   channel["config_groups"]["group_0"]["input_activations"]["strategy"] = "channel";
   EXPECT_THROW(parse_compressed_tensors(channel, "config.json"), Error);
+}
+
+// L1: the input scales are tensors the engine owns, so each exports zero-copy through
+// DLPack (both structs) like every other parameter.
+TEST(CtStaticExport, input_scales_export_zero_copy_through_dlpack) {
+  Dir plain, ct, dynamic;
+  CtOptions o;
+  o.strategy = "channel";
+  write_ct_checkpoint(dynamic.str(), source_weights(), o, plain.str());
+  write_ct_checkpoint(ct.str(), source_weights(),
+                      static_options("channel", calibrated_scales(plain.str())));
+  auto engine = engine_on(ct.str());
+  int scales = 0;
+  for (const ParameterInfo& p : engine->named_parameters()) {
+    if (!p.name.ends_with(".input_scale")) continue;
+    SCOPED_TRACE(p.name);
+    DLManagedTensorVersioned* v = to_dlpack_versioned(p.tensor);
+    EXPECT_EQ(v->dl_tensor.data, p.tensor.raw_data());
+    EXPECT_EQ(v->dl_tensor.ndim, 1);
+    EXPECT_EQ(v->dl_tensor.shape[0], 1);
+    Tensor back = from_dlpack(v);
+    EXPECT_EQ(back.raw_data(), p.tensor.raw_data());
+    DLManagedTensor* legacy = to_dlpack_legacy(p.tensor);
+    EXPECT_EQ(legacy->dl_tensor.data, p.tensor.raw_data());
+    legacy->deleter(legacy);
+    ++scales;
+  }
+  EXPECT_EQ(scales, 7 * engine->config().n_layers);  // q, k, v, o, gate, up, down
 }
 
 }  // namespace
