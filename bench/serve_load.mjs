@@ -12,17 +12,15 @@
 // tokens, and carry exactly the tokens of the single-request answer at that version (the
 // engine is batch-invariant, so this is an exact check). Finally one client alone, with no
 // refits, measures one-request-at-a-time throughput. Prints a JSON summary.
-import { spawn, execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { complete as completeAt, option, percentile, post as postAt, prompts, sameArray, serverEnv, startServer,
+         syntheticPair } from "./serve_harness.mjs";
 
 const args = process.argv.slice(2);
 const refit = args[0];
-const opt = (name, def) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : def;
-};
+const opt = (name, def) => option(args, name, def);
 const preset = opt("preset", "small");
 const clients = Number(opt("clients", 32));
 const duration = Number(opt("duration", 60));
@@ -30,63 +28,12 @@ const refitEvery = Number(opt("refit-every", 5));
 const maxTokens = Number(opt("max-tokens", 32));
 const sequentialSeconds = Number(opt("sequential", 30));
 const work = opt("work", fs.mkdtempSync(path.join(os.tmpdir(), "refit-load-")));
-const env = { ...process.env };
-for (let i = 0; i < args.length; i++) if (args[i] === "--env") { const [k, v] = args[i + 1].split("="); env[k] = v; }
+const env = serverEnv(args);
 
-const models = { A: path.join(work, `${preset}-a`), B: path.join(work, `${preset}-b`) };
-for (const [key, seed] of [["A", 0], ["B", 1]])
-  if (!fs.existsSync(path.join(models[key], "config.json")))
-    execFileSync(refit, ["synth", "--preset", preset, "--format", "hf", "--seed", String(seed), "-q", "-o", models[key]]);
-
-const server = spawn(refit, ["serve", "-m", models.A, "--port", "0", "--served-model-name", "m"], {
-  stdio: ["ignore", "pipe", "inherit"], env });
-const port = await new Promise((resolve, reject) => {
-  let out = "";
-  server.stdout.on("data", (d) => { out += d; const m = out.match(/:(\d+) \(/); if (m) resolve(Number(m[1])); });
-  server.on("exit", (c) => reject(new Error(`server exited ${c}`)));
-});
-const base = `http://127.0.0.1:${port}`;
-const post = async (route, body) => {
-  const r = await fetch(base + route, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } });
-  const text = await r.text();
-  return { status: r.status, text };
-};
-
-const prompts = ["Once upon a time", "The little robot", "In a faraway land there lived", "She opened the door and",
-                 "Tom and his dog", "It was a rainy day", "The moon was bright", "A small bird sang"];
-const request = (i) => ({ model: "m", prompt: prompts[i % prompts.length], max_tokens: maxTokens, temperature: 0,
-                          ignore_eos: true, logprobs: 0 });
-
-// One completion; returns {tokens, versions, version, logprobs} or throws describing what was malformed.
-async function complete(i, stream) {
-  const body = { ...request(i), stream };
-  const t0 = performance.now();
-  const r = await fetch(base + "/v1/completions", { method: "POST", body: JSON.stringify(body),
-                                                     headers: { "content-type": "application/json" } });
-  const text = await r.text();
-  if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${text.slice(0, 300)}`);
-  let tokens = [], versions = [], logprobs = [], finish = null;
-  if (!stream) {
-    const j = JSON.parse(text);
-    const c = j.choices[0];
-    tokens = c.token_ids; versions = c.weight_versions; logprobs = c.logprobs.token_logprobs; finish = c.finish_reason;
-    if (versions.some((v) => v !== j.weight_version)) throw new Error(`mixed versions ${versions} vs ${j.weight_version}`);
-  } else {
-    const events = text.split("\n\n").filter((e) => e.length);
-    if (events.at(-1) !== "data: [DONE]") throw new Error(`stream does not end with [DONE]: ${events.at(-1)}`);
-    for (const e of events.slice(0, -1)) {
-      if (!e.startsWith("data: ")) throw new Error(`malformed SSE event: ${e.slice(0, 100)}`);
-      const c = JSON.parse(e.slice(6)).choices[0];
-      tokens.push(...c.token_ids); versions.push(...c.weight_versions);
-      logprobs.push(...c.logprobs.token_logprobs);
-      finish = c.finish_reason ?? finish;
-    }
-  }
-  if (tokens.length !== maxTokens || versions.length !== maxTokens || finish !== "length")
-    throw new Error(`expected ${maxTokens} tokens with finish length, got ${tokens.length} (${finish})`);
-  if (versions.some((v) => v !== versions[0])) throw new Error(`a request saw several weight versions: ${[...new Set(versions)]}`);
-  return { tokens, logprobs, version: versions[0], ms: performance.now() - t0 };
-}
+const models = syntheticPair(refit, preset, work);
+const { server, base } = await startServer(refit, models.A, env);
+const post = (route, body) => postAt(base, route, body);
+const complete = (i, stream) => completeAt(base, i, stream, maxTokens);
 
 // References: each prompt alone on each checkpoint.
 const reference = { A: [], B: [] };
@@ -105,8 +52,6 @@ for (const key of ["A", "B"]) {
 }
 await refitTo("A");
 
-const percentile = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(p / 100 * s.length))]; };
-const sameArray = (a, b) => a.length === b.length && a.every((x, k) => x === b[k]);
 
 // Phase 1: concurrent load with refits.
 const failures = [], latencies = [], refits = [], versionsSeen = new Set();
