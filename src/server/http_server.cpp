@@ -77,6 +77,10 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
                   .body());
     return httplib::Server::HandlerResponse::Handled;
   });
+  // Called once each reply is written, just before the request (and its body) is freed.
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
+    trimmer_.note_request(req.body.size());
+  });
   http_->set_read_timeout(600);
   http_->set_write_timeout(600);
   routes();

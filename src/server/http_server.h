@@ -27,6 +27,7 @@
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/chat_template.h"
+#include "server/heap_trimmer.h"
 #include "server/request_registry.h"
 
 namespace httplib {
@@ -110,6 +111,7 @@ class HttpServer {
   RankGroup* ranks_ = nullptr;
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
+  HeapTrimmer trimmer_;  // before http_: its logger calls it until http_ is gone
   std::unique_ptr<httplib::Server> http_;
   RequestRegistry registry_;
   std::mutex shutdown_mutex_;  // shutdown() against stop_scheduler()
