@@ -34,6 +34,7 @@ struct ServeOptions {
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
   double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
+  AccessOptions access;          // keys, allowed hosts/origins, --weights-root
 };
 
 // SIGINT/SIGTERM: the handler only counts (async-signal-safe); a watcher thread shuts the
@@ -70,6 +71,30 @@ class ShutdownWatcher {
   std::thread thread_;
 };
 
+// docs/security.md: who may call which route, and what a request may make the server open.
+void add_access_options(CLI::App& sub, AccessOptions& a) {
+  sub.add_option("--api-key", a.api_key,
+                 "Key every route but /health, /health_generate and /metrics needs, as "
+                 "'Authorization: Bearer KEY' (also from REFIT_API_KEY, which ps does not show)")
+      ->envname("REFIT_API_KEY");
+  sub.add_option("--admin-api-key", a.admin_api_key,
+                 "Key the weight, pause, memory, sleep and cache routes need instead of "
+                 "--api-key (also from REFIT_ADMIN_API_KEY)")
+      ->envname("REFIT_ADMIN_API_KEY");
+  sub.add_option("--allowed-hosts", a.allowed_hosts,
+                 "Host header names accepted besides loopback, comma separated ('*': any); a "
+                 "server on a loopback address takes no others (DNS rebinding)")
+      ->delimiter(',');
+  sub.add_option("--allowed-origins", a.allowed_origins,
+                 "Browser origins (scheme://host[:port]) that may send requests that change "
+                 "things, besides loopback ones; comma separated ('*': any)")
+      ->delimiter(',');
+  sub.add_option("--weights-root", a.weights_root,
+                 "The folder update_weights_from_disk and /update_weights may load from "
+                 "(symlinks resolved; relative paths start there); default: any path")
+      ->check(CLI::ExistingDirectory);
+}
+
 ServerOptions server_options(const ServeOptions& o) {
   ServerOptions s;
   s.host = o.host;
@@ -89,10 +114,12 @@ ServerOptions server_options(const ServeOptions& o) {
     s.logprobs_mode_explicit = true;
   }
   s.max_logprobs = o.max_logprobs;
+  s.access = o.access;
   return s;
 }
 
-void announce(const ServeOptions& o, const Engine& engine, int port) {
+void announce(const ServeOptions& o, const Engine& engine, const HttpServer& server) {
+  const int port = server.port();
   // The first line names the port (tests start the server with --port 0 and read it) and
   // the pid that SIGTERM stops (under mpirun: rank 0's, which then stops every rank).
   fmt::print(
@@ -105,6 +132,8 @@ void announce(const ServeOptions& o, const Engine& engine, int port) {
   for (const std::string& note : engine.generation_defaults().notes)
     fmt::print("refit serve: generation_config: {}\n", note);
   std::fflush(stdout);
+  if (const std::string warning = server.access_warning(); !warning.empty())
+    std::fprintf(stderr, "%s\n", warning.c_str());
 }
 
 // Tensor parallel: rank 0 serves HTTP on a second thread while its main thread (the one
@@ -125,7 +154,7 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine,
   server.bind();
   ShutdownWatcher watcher(
       server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
-  announce(o, engine, server.port());
+  announce(o, engine, server);
   std::exception_ptr error;
   std::thread http([&] {
     try {
@@ -150,7 +179,7 @@ int run(const ServeOptions& o) {
   server.bind();
   ShutdownWatcher watcher(
       server, std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
-  announce(o, engine, server.port());
+  announce(o, engine, server);
   server.serve();
   return 0;
 }
@@ -198,6 +227,7 @@ CommandRegistrar registrar{
                       "at once)")
            ->default_val(30)
            ->check(CLI::NonNegativeNumber);
+       add_access_options(sub, o->access);
        return std::function<int()>([o] { return run(*o); });
      }}};
 

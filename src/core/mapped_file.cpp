@@ -13,12 +13,15 @@
 namespace refit {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a tty) would otherwise wait for a writer, holding the
+  // caller forever; fstat below then refuses it. A regular file reads the same either way.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw FormatError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw FormatError(fmt::format("{}: not a regular file", path));
+    throw FormatError(
+        fmt::format("{}: not a regular file (a FIFO, socket or device is never read)", path));
   }
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;

@@ -84,9 +84,22 @@ CheckpointFormat detect_file_format(const ByteSource& src, const std::string& pa
 }  // namespace
 
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
+  if (path.find('\0') != std::string::npos)
+    throw FormatError("a checkpoint path holds a NUL byte: the system would open a shorter one");
   auto c = std::unique_ptr<Checkpoint>(new Checkpoint());
   c->path_ = path;
-  if (fs::is_directory(path)) {
+  // Only folders and regular files, told apart without opening anything (stat follows
+  // links): opening a FIFO would wait for a writer. MappedFile checks again on its
+  // descriptor, for a path replaced in between.
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (fs::exists(status) && !fs::is_directory(status) && !fs::is_regular_file(status))
+    throw FormatError(fmt::format(
+        "{}: not a checkpoint: a checkpoint is a regular file or a folder, not a {}", path,
+        fs::is_fifo(status)     ? "FIFO"
+        : fs::is_socket(status) ? "socket"
+                                : "device"));
+  if (fs::is_directory(status)) {
     c->format_ = CheckpointFormat::hf_folder;
     c->hf_ = HfFolder::open(path);
     c->describe_hf();
@@ -100,8 +113,23 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
   } else if (c->format_ == CheckpointFormat::safetensors) {
     c->safetensors_ = SafetensorsFile::parse(std::move(src));
     c->describe_safetensors(*c->safetensors_);
-  } else {
+  } else if (src.size() >= 4 && std::memcmp(src.data(), "24ka", 4) == 0) {
+    // "ak42" as a little-endian word: a llama2.c file by its magic; errors say what is wrong
     c->llama2c_ = Llama2cModel::parse(std::move(src));
+    c->describe_llama2c();
+  } else {
+    // No format's magic: a legacy llama2.c model is known by its header alone. When that
+    // does not describe a model, the error says so without the numbers read, which are
+    // only the file's first bytes (of /etc/shadow, say) and no business of a client.
+    try {
+      c->llama2c_ = Llama2cModel::parse(std::move(src));
+    } catch (const FormatError&) {
+      throw FormatError(fmt::format(
+          "{}: not a checkpoint refit reads (safetensors / GGUF / HF folder / llama2.c): no "
+          "format's magic, and its first bytes are not a llama2.c header describing a model of "
+          "its size",
+          path));
+    }
     c->describe_llama2c();
   }
   return c;

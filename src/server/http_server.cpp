@@ -60,7 +60,8 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   http_->set_payload_max_length(size_t{8} << 30);  // tensor updates are large
   // Every other route's body is small: refused by its declared length before it is read
   // (64 MiB holds any prompt a context can take; tensors travel only to one route).
-  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (guard_.refuse(req, res)) return httplib::Server::HandlerResponse::Handled;
     constexpr size_t kBodyLimit = size_t{64} << 20;
     if (req.path == "/update_weights_from_tensor" || !req.has_header("Content-Length"))
       return httplib::Server::HandlerResponse::Unhandled;
@@ -149,6 +150,7 @@ void HttpServer::routes() {
   RlContext rl{
       engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); },
       ranks_};
+  rl.weights_root = &weights_root_;
   register_rl_endpoints(*http_, rl);
   register_weight_sync_endpoints(*http_, rl);
   sglang_generate_routes();

@@ -10,6 +10,7 @@
 // on; per choice "weight_versions" lists each token's) and per choice "token_ids".
 // Errors are OpenAI-style bodies {"error": {message, type, param, code}}; the RL endpoints
 // answer {"success", "message", "weight_version"}. A failed request never stops the server.
+// Who may call what (keys, Host/Origin, JSON bodies): server/request_guard.h, docs/security.md.
 //
 // Tensor parallel: on rank 0 of `mpirun -np N refit serve --tp N`, with a RankGroup
 // (parallel/rank_group.h) that runs every step and weight update on all ranks.
@@ -28,7 +29,9 @@
 #include "runtime/scheduler.h"
 #include "server/chat_template.h"
 #include "server/heap_trimmer.h"
+#include "server/request_guard.h"
 #include "server/request_registry.h"
+#include "server/weights_root.h"
 
 namespace httplib {
 class Server;
@@ -50,6 +53,7 @@ struct ServerOptions {
   bool logprobs_mode_explicit = false;
   int max_logprobs = -1;      // top logprobs a request may ask for; -1: the whole vocabulary
   std::string chat_template;  // --chat-template: a file or the template text; empty: the model's
+  AccessOptions access;       // keys, allowed hosts and origins, --weights-root (docs/security.md)
 };
 
 class RankGroup;
@@ -73,6 +77,8 @@ class HttpServer {
     scheduler_.reset();
   }
   int port() const { return port_; }
+  // For the operator at start (empty when there is nothing to warn about).
+  std::string access_warning() const { return guard_.startup_warning(); }
 
  private:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
@@ -114,6 +120,9 @@ class HttpServer {
   HeapTrimmer trimmer_;  // before http_: its logger calls it until http_ is gone
   std::unique_ptr<httplib::Server> http_;
   RequestRegistry registry_;
+  // Host, Origin, key and content-type checks of every request, before its route runs.
+  const RequestGuard guard_{options_.access, options_.host};
+  const WeightsRoot weights_root_{options_.access.weights_root};
   std::mutex shutdown_mutex_;  // shutdown() against stop_scheduler()
   int port_ = 0;
   mutable std::mutex labels_mutex_;

@@ -138,7 +138,9 @@ NamedTensors decode_refit_named_tensors(const json& list) {
 void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Response& res) {
   const json body = object_body(req);
   ignore_unknown_fields(body, kDiskUpdateFields, "/update_weights_from_disk");
-  const DiskUpdateRequest r = parse_disk_update(body);
+  DiskUpdateRequest r = parse_disk_update(body);
+  // Inside --weights-root, symlinks resolved: the path that is checked is the one opened.
+  if (c.weights_root) r.model_path = c.weights_root->resolve(r.model_path, "model_path");
   // Everything is read and validated before generation is disturbed: a refused update
   // neither drains nor aborts anyone.
   std::vector<std::string> names;

@@ -38,6 +38,7 @@
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/base64.h"  // base64_decode, for callers of this header
+#include "server/weights_root.h"
 
 namespace httplib {
 class Server;
@@ -53,7 +54,8 @@ struct RlContext {
   std::mutex& labels_mutex;
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
-  RankGroup* ranks = nullptr;  // tensor parallel: updates run on every rank
+  RankGroup* ranks = nullptr;                 // tensor parallel: updates run on every rank
+  const WeightsRoot* weights_root = nullptr;  // where model_path may point (none: anywhere)
 };
 
 void register_rl_endpoints(httplib::Server& server, RlContext context);

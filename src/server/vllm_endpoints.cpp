@@ -116,19 +116,21 @@ void HttpServer::vllm_weight_routes() {
                      {"weight_version", current_version_label()}});
     }
   };
-  s.Post("/update_weights", guarded([load](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/update_weights",
+         guarded([this, load](const httplib::Request& req, httplib::Response& res) {
            const json body = object_body(req);
            ignore_unknown_fields(body, {"model_path", "weight_dir"}, "/update_weights");
-           std::string path;
+           std::string path, field;
            for (const char* key : {"model_path", "weight_dir"})
              if (body.contains(key) && !body[key].is_null()) {
                if (!body[key].is_string() || body[key].get<std::string>().empty())
                  bad_request(key, fmt::format("'{}' must be a non-empty string", key));
                path = body[key].get<std::string>();
+               field = key;
              }
            if (path.empty())
              bad_request("model_path", "'model_path' (or 'weight_dir') is required");
-           load(res, path);
+           load(res, weights_root_.resolve(path, field));
          }));
   s.Post("/reload_weights", guarded([this, load](const httplib::Request&, httplib::Response& res) {
            load(res, engine_.description());

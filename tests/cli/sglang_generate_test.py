@@ -35,6 +35,7 @@ STORIES = os.path.join(SHARED, "stories260K", "stories260K.gguf")
 LLAMA = os.path.join(SHARED, "llamacpp", "llama-f32", "micro-llama-f32-s1.gguf")
 LLAMA_Q8 = os.path.join(SHARED, "llamacpp", "llama-q8_0", "micro-llama-q8_0-s1.gguf")
 failures = []
+JSON = {"Content-Type": "application/json"}  # the server reads JSON bodies only
 
 
 def check(cond, what):
@@ -179,7 +180,8 @@ try:
     chunks_seen = []
 
     def stream_long():
-        req = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", data=json.dumps(long_req).encode())
+        req = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", data=json.dumps(long_req).encode(),
+                                     headers=JSON)
         with urllib.request.urlopen(req, timeout=120) as r:
             for line in r:
                 line = line.decode().strip()
@@ -232,7 +234,8 @@ try:
         seen, paused = [], {}
 
         def stream_and_pause():
-            r = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", data=json.dumps(req).encode())
+            r = urllib.request.Request(f"http://127.0.0.1:{s.port}/generate", data=json.dumps(req).encode(),
+                                       headers=JSON)
             pauser = None
             with urllib.request.urlopen(r, timeout=120) as resp:
                 for line in resp:
@@ -298,7 +301,7 @@ try:
     # A body over a route's limit is refused by its declared length, before it is read.
     import socket
     with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
-        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 70000000\r\n\r\n{\"text\": \"aaaa")
         answer = ""
         while "}}" not in answer:  # headers and the JSON body may come in separate segments
@@ -452,7 +455,8 @@ finally:
 def long_stream(server, box):
     req = urllib.request.Request(f"http://127.0.0.1:{server.port}/generate", data=json.dumps(
         {"input_ids": PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 1500, "temperature": 0,
-                                                                   "ignore_eos": True}}).encode())
+                                                                   "ignore_eos": True}}).encode(),
+                                 headers=JSON)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             for line in r:
