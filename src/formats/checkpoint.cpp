@@ -83,16 +83,16 @@ CheckpointFormat detect_file_format(const ByteSource& src, const std::string& pa
 }
 }  // namespace
 
-std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, FileAccess access) {
   auto c = std::unique_ptr<Checkpoint>(new Checkpoint());
   c->path_ = path;
   if (fs::is_directory(path)) {
     c->format_ = CheckpointFormat::hf_folder;
-    c->hf_ = HfFolder::open(path);
+    c->hf_ = HfFolder::open(path, access);
     c->describe_hf();
     return c;
   }
-  ByteSource src = ByteSource::map_file(path);
+  ByteSource src = ByteSource::map_file(path, access);
   c->format_ = detect_file_format(src, path);
   if (c->format_ == CheckpointFormat::gguf) {
     c->gguf_ = GgufFile::parse(std::move(src));
@@ -125,6 +125,14 @@ Tensor Checkpoint::tensor(std::string_view name) const {
       return llama2c_->tensor(name);
   }
   return {};
+}
+
+void Checkpoint::check_unchanged() const {
+  if (gguf_) gguf_->source().check_unchanged();
+  if (safetensors_) safetensors_->source().check_unchanged();
+  if (llama2c_) llama2c_->source().check_unchanged();
+  if (hf_)
+    for (const auto& shard : hf_->shards()) shard->source().check_unchanged();
 }
 
 void Checkpoint::describe_gguf() {
