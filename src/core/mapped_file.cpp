@@ -108,11 +108,14 @@ void MappedFile::copy_contents(int fd) {
 void MappedFile::check_unchanged() const {
   if (access_ == FileAccess::copied || fd_ < 0) return;
   if (guard_ && guard_->torn()) {
+    // A fault inside the mapping: pages past a new end of the file, or pages the kernel
+    // could not read (an I/O error) — either way, what was read there is not the file.
     struct stat st {};
-    const bool sized = ::fstat(fd_, &st) == 0;
-    changed(path_, sized ? fmt::format("truncated from {} to {} bytes under the read", size_,
-                                       static_cast<uint64_t>(st.st_size))
-                         : "truncated under the read");
+    if (::fstat(fd_, &st) == 0 && static_cast<size_t>(st.st_size) < size_)
+      changed(path_, fmt::format("truncated from {} to {} bytes under the read", size_,
+                                 static_cast<uint64_t>(st.st_size)));
+    changed(path_,
+            "some of its pages could not be read: an I/O error, or a truncation undone since");
   }
   const std::string diff = difference(fd_, size_, mtime_ns_);
   if (!diff.empty()) changed(path_, diff);
