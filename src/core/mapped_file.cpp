@@ -5,14 +5,43 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
 
 namespace refit {
+namespace {
 
-std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+[[noreturn]] void changed(const std::string& path, const std::string& how) {
+  throw FormatError(fmt::format(
+      "{}: changed while it was read ({}); write a checkpoint to a new path, then rename it", path,
+      how));
+}
+
+// What differs between the file as opened and as it is now, or "" when nothing does.
+std::string difference(int fd, size_t size, int64_t mtime) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fmt::format("cannot stat it: {}", std::strerror(errno));
+  if (static_cast<size_t>(st.st_size) != size)
+    return fmt::format("{} bytes when opened, {} now", size, static_cast<uint64_t>(st.st_size));
+  if (mtime_ns(st) != mtime) return "modified in place";
+  return "";
+}
+
+std::atomic<MappedFile::OpenedHook> g_opened_hook{nullptr};
+
+}  // namespace
+
+void MappedFile::set_opened_hook_for_testing(OpenedHook hook) { g_opened_hook.store(hook); }
+
+std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, FileAccess access) {
   // O_NONBLOCK: opening a FIFO (or a tty) would otherwise wait for a writer, holding the
   // caller forever; fstat below then refuses it. A regular file reads the same either way.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -24,23 +53,81 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
         fmt::format("{}: not a regular file (a FIFO, socket or device is never read)", path));
   }
   std::shared_ptr<MappedFile> file(new MappedFile());
+  file->fd_ = fd;  // closed by the destructor from here on
   file->path_ = path;
+  file->access_ = access;
   file->size_ = static_cast<size_t>(st.st_size);
-  if (file->size_ > 0) {
-    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
+  file->mtime_ns_ = mtime_ns(st);
+  if (OpenedHook hook = g_opened_hook.load()) hook(path);
+  if (file->size_ == 0) {
+    if (access == FileAccess::copied) {
       ::close(fd);
-      throw FormatError(fmt::format("{}: cannot map: {}", path, std::strerror(err)));
+      file->fd_ = -1;
     }
-    file->data_ = static_cast<const uint8_t*>(p);
+    return file;
   }
-  ::close(fd);
+  if (access == FileAccess::copied) {
+    file->copy_contents(fd);
+    ::close(fd);
+    file->fd_ = -1;
+    return file;
+  }
+  void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED)
+    throw FormatError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
+  file->data_ = static_cast<const uint8_t*>(p);
+  file->mapped_bytes_ = file->size_;
+  file->guard_ = std::make_unique<GuardedRegion>(p, file->size_);
   return file;
 }
 
+// pread never faults: a file that shrinks ends the reads early, and one that is rewritten
+// shows in its modification time, both checked once the copy is whole.
+void MappedFile::copy_contents(int fd) {
+  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    throw FormatError(fmt::format("{}: cannot allocate {} bytes to read it into: {}", path_, size_,
+                                  std::strerror(errno)));
+  data_ = static_cast<const uint8_t*>(p);
+  mapped_bytes_ = size_;
+  auto* out = static_cast<uint8_t*>(p);
+  constexpr size_t kChunk = size_t{64} << 20;
+  size_t done = 0;
+  while (done < size_) {
+    const size_t want = std::min(kChunk, size_ - done);
+    const ssize_t got = ::pread(fd, out + done, want, static_cast<off_t>(done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw FormatError(fmt::format("{}: cannot read: {}", path_, std::strerror(errno)));
+    }
+    if (got == 0) changed(path_, fmt::format("{} bytes when opened, it ended at {}", size_, done));
+    done += static_cast<size_t>(got);
+  }
+  const std::string diff = difference(fd, size_, mtime_ns_);
+  if (!diff.empty()) changed(path_, diff);
+  ::mprotect(p, size_, PROT_READ);  // as read-only as a mapping of the file would be
+}
+
+void MappedFile::check_unchanged() const {
+  if (access_ == FileAccess::copied || fd_ < 0) return;
+  if (guard_ && guard_->torn()) {
+    // A fault inside the mapping: pages past a new end of the file, or pages the kernel
+    // could not read (an I/O error) — either way, what was read there is not the file.
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && static_cast<size_t>(st.st_size) < size_)
+      changed(path_, fmt::format("truncated from {} to {} bytes under the read", size_,
+                                 static_cast<uint64_t>(st.st_size)));
+    changed(path_,
+            "some of its pages could not be read: an I/O error, or a truncation undone since");
+  }
+  const std::string diff = difference(fd_, size_, mtime_ns_);
+  if (!diff.empty()) changed(path_, diff);
+}
+
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  guard_.reset();  // before the pages go: no fault can be absorbed into a freed range
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), mapped_bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace refit

@@ -11,6 +11,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace refit {
 

@@ -8,9 +8,10 @@
 #include <string>
 
 #include "core/device.h"
-#include "core/mapped_file.h"
 
 namespace refit {
+
+class MappedFile;  // core/mapped_file.h
 
 // Memory on a device other than the CPU, provided by a backend (src/backends/cuda/
 // registers one for DeviceType::cuda when built with REFIT_CUDA=ON). Core never includes

@@ -6,9 +6,9 @@
 
 namespace refit {
 
-ByteSource ByteSource::map_file(const std::string& path) {
+ByteSource ByteSource::map_file(const std::string& path, FileAccess access) {
   ByteSource s;
-  s.mapping_ = MappedFile::open(path);
+  s.mapping_ = MappedFile::open(path, access);
   s.data_ = s.mapping_->data();
   s.size_ = s.mapping_->size();
   s.path_ = path;

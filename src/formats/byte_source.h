@@ -2,9 +2,11 @@
 // formats/ parses untrusted input through ByteReader, so no length, count or offset is used
 // before it has been checked against the bytes that are actually there.
 //
-// A ByteSource is either a memory mapping of a file (the normal case: tensors become
-// zero-copy views over it) or an owned in-memory buffer (fuzzers and tests), so parsing
-// code does not care where the bytes came from.
+// A ByteSource is either a file's image (MappedFile: its pages mapped, the normal case where
+// tensors become zero-copy views, or a private copy read at open) or an owned in-memory
+// buffer (fuzzers and tests), so parsing code does not care where the bytes came from.
+// A file can change under its reader; readers call check_unchanged() once they have read
+// what they need, so bytes torn by a truncation or a rewrite are refused, never used.
 #pragma once
 
 #include <cstdint>
@@ -23,14 +25,32 @@ namespace refit {
 class ByteSource {
  public:
   ByteSource() = default;
-  // Maps the file read-only. Throws FormatError naming the path.
-  static ByteSource map_file(const std::string& path);
+  // Maps (or copies) the file read-only. Throws FormatError naming the path.
+  static ByteSource map_file(const std::string& path, FileAccess access = FileAccess::mapped);
   // Copies `bytes`; `name` stands in for a path in error messages.
   static ByteSource from_bytes(std::string name, const uint8_t* data, size_t size);
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+
+  // Throws FormatError "<path>: changed while it was read (...)" when the file is no longer
+  // what it was at open (see MappedFile::check_unchanged); in-memory bytes never change.
+  void check_unchanged() const {
+    if (mapping_) mapping_->check_unchanged();
+  }
+  // Runs `parse` over this source; when it throws or returns, a change of the file under it
+  // is reported first, as the real cause of whatever the torn bytes looked like.
+  template <typename Parse>
+  void parse_checked(Parse&& parse) const {
+    try {
+      parse();
+    } catch (...) {
+      check_unchanged();
+      throw;
+    }
+    check_unchanged();
+  }
 
   // Read-only view of [offset, offset + nbytes) as a tensor; keeps the bytes alive.
   // Checks the range against the file and `shape × dtype` against nbytes.

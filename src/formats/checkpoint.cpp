@@ -83,7 +83,7 @@ CheckpointFormat detect_file_format(const ByteSource& src, const std::string& pa
 }
 }  // namespace
 
-std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
+std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path, FileAccess access) {
   if (path.find('\0') != std::string::npos)
     throw FormatError("a checkpoint path holds a NUL byte: the system would open a shorter one");
   auto c = std::unique_ptr<Checkpoint>(new Checkpoint());
@@ -101,11 +101,11 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& path) {
                                 : "device"));
   if (fs::is_directory(status)) {
     c->format_ = CheckpointFormat::hf_folder;
-    c->hf_ = HfFolder::open(path);
+    c->hf_ = HfFolder::open(path, access);
     c->describe_hf();
     return c;
   }
-  ByteSource src = ByteSource::map_file(path);
+  ByteSource src = ByteSource::map_file(path, access);
   c->format_ = detect_file_format(src, path);
   if (c->format_ == CheckpointFormat::gguf) {
     c->gguf_ = GgufFile::parse(std::move(src));
@@ -153,6 +153,14 @@ Tensor Checkpoint::tensor(std::string_view name) const {
       return llama2c_->tensor(name);
   }
   return {};
+}
+
+void Checkpoint::check_unchanged() const {
+  if (gguf_) gguf_->source().check_unchanged();
+  if (safetensors_) safetensors_->source().check_unchanged();
+  if (llama2c_) llama2c_->source().check_unchanged();
+  if (hf_)
+    for (const auto& shard : hf_->shards()) shard->source().check_unchanged();
 }
 
 void Checkpoint::describe_gguf() {

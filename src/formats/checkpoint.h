@@ -45,7 +45,10 @@ struct VocabSummary {
 
 class Checkpoint {
  public:
-  static std::unique_ptr<Checkpoint> open(const std::string& path);
+  // `access`: how tensor bytes are read (see FileAccess). A refit reads a copy, so that
+  // nothing a writer does to the files after staging can reach the commit.
+  static std::unique_ptr<Checkpoint> open(const std::string& path,
+                                          FileAccess access = FileAccess::mapped);
 
   CheckpointFormat format() const { return format_; }
   const std::string& path() const { return path_; }
@@ -58,6 +61,11 @@ class Checkpoint {
 
   // Zero-copy view of a plain-typed tensor (throws for quantized GGUF types: use gguf()).
   Tensor tensor(std::string_view name) const;
+
+  // Throws FormatError "<file>: changed while it was read (...)" when one of the files was
+  // truncated under a read or rewritten since it was opened. Call it after reading tensors
+  // through views (a mapped read of a truncated file sees zeros, not a crash).
+  void check_unchanged() const;
 
   // The underlying reader; nullptr for other formats.
   const GgufFile* gguf() const { return gguf_.get(); }

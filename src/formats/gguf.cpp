@@ -303,7 +303,7 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
 std::shared_ptr<GgufFile> GgufFile::parse(ByteSource source) {
   auto file = std::shared_ptr<GgufFile>(new GgufFile());
   file->source_ = std::move(source);
-  GgufParser(*file).run();
+  file->source_.parse_checked([&] { GgufParser(*file).run(); });
   return file;
 }
 

@@ -161,6 +161,7 @@ class GgufFile {
   static std::shared_ptr<GgufFile> parse(ByteSource source);
 
   const std::string& path() const { return source_.path(); }
+  const ByteSource& source() const { return source_; }
   uint32_t version() const { return version_; }
   const GgufMetadata& metadata() const { return metadata_; }
   uint32_t alignment() const { return alignment_; }

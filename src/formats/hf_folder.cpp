@@ -18,14 +18,18 @@ nlohmann::json read_json_file(const std::string& path, size_t max_bytes) {
     format_fail(path, "JSON file is {} bytes, more than the {} byte limit", src.size(), max_bytes);
   if (src.size() == 0) format_fail(path, "empty file, expected JSON");
   const char* text = reinterpret_cast<const char*>(src.data());
-  try {
-    return parse_json_limited(text, text + src.size(), path);
-  } catch (const nlohmann::json::exception& e) {
-    format_fail(path, "not valid JSON: {}", e.what());
-  }
+  nlohmann::json j;
+  src.parse_checked([&] {
+    try {
+      j = parse_json_limited(text, text + src.size(), path);
+    } catch (const nlohmann::json::exception& e) {
+      format_fail(path, "not valid JSON: {}", e.what());
+    }
+  });
+  return j;
 }
 
-std::shared_ptr<HfFolder> HfFolder::open(const std::string& dir) {
+std::shared_ptr<HfFolder> HfFolder::open(const std::string& dir, FileAccess access) {
   if (!fs::is_directory(dir)) throw FormatError(fmt::format("{}: not a directory", dir));
   auto f = std::shared_ptr<HfFolder>(new HfFolder());
   f->dir_ = dir;
@@ -43,11 +47,11 @@ std::shared_ptr<HfFolder> HfFolder::open(const std::string& dir) {
     }
   }
   if (fs::exists(root / "tokenizer.json")) f->tokenizer_json_ = (root / "tokenizer.json").string();
-  f->load_weights();
+  f->load_weights(access);
   return f;
 }
 
-void HfFolder::load_weights() {
+void HfFolder::load_weights(FileAccess access) {
   const fs::path root(dir_);
   const fs::path index = root / "model.safetensors.index.json";
   std::map<std::string, std::string> tensor_to_file;  // from the index, when there is one
@@ -79,7 +83,7 @@ void HfFolder::load_weights() {
   }
   std::sort(files.begin(), files.end());
   for (const auto& file : files) {
-    shards_.push_back(SafetensorsFile::open((root / file).string()));
+    shards_.push_back(SafetensorsFile::open((root / file).string(), access));
     const size_t shard = shards_.size() - 1;
     for (const auto& t : shards_.back()->tensors()) {
       if (!tensor_to_file.empty()) {

@@ -20,7 +20,9 @@ nlohmann::json read_json_file(const std::string& path, size_t max_bytes = 64u <<
 
 class HfFolder {
  public:
-  static std::shared_ptr<HfFolder> open(const std::string& dir);
+  // `access` is how the weight files are read (the JSON files are parsed at once).
+  static std::shared_ptr<HfFolder> open(const std::string& dir,
+                                        FileAccess access = FileAccess::mapped);
 
   const std::string& path() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -42,7 +44,7 @@ class HfFolder {
   Tensor tensor(std::string_view name) const;  // zero-copy view
 
  private:
-  void load_weights();
+  void load_weights(FileAccess access);
   std::string dir_;
   nlohmann::json config_, generation_config_, tokenizer_config_;
   std::optional<std::string> tokenizer_json_;

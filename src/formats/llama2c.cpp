@@ -24,7 +24,7 @@ std::shared_ptr<Llama2cModel> Llama2cModel::open(const std::string& path) {
 std::shared_ptr<Llama2cModel> Llama2cModel::parse(ByteSource source) {
   auto model = std::shared_ptr<Llama2cModel>(new Llama2cModel());
   model->source_ = std::move(source);
-  model->parse_file();
+  model->source_.parse_checked([&] { model->parse_file(); });
   return model;
 }
 
@@ -150,7 +150,10 @@ const Tensor& Llama2cModel::classifier() const {
 
 Llama2cTokenizerData read_llama2c_tokenizer(const std::string& path,
                                             std::optional<int32_t> vocab_size) {
-  return parse_llama2c_tokenizer(ByteSource::map_file(path), vocab_size);
+  const ByteSource source = ByteSource::map_file(path);
+  Llama2cTokenizerData out;
+  source.parse_checked([&] { out = parse_llama2c_tokenizer(source, vocab_size); });
+  return out;
 }
 
 Llama2cTokenizerData parse_llama2c_tokenizer(const ByteSource& source,

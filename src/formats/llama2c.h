@@ -47,6 +47,7 @@ class Llama2cModel {
   static std::shared_ptr<Llama2cModel> parse(ByteSource source);
 
   const std::string& path() const { return source_.path(); }
+  const ByteSource& source() const { return source_; }
   const Llama2cConfig& config() const { return config_; }
   // In file order: token_embedding_table [vocab, dim], rms_att_weight [L, dim],
   // wq [L, dim, dim], wk [L, kv_dim, dim], wv [L, kv_dim, dim], wo [L, dim, dim],

@@ -30,14 +30,14 @@ std::optional<DType> safetensors_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  return parse(ByteSource::map_file(path));
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, FileAccess access) {
+  return parse(ByteSource::map_file(path, access));
 }
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(ByteSource source) {
   auto file = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
   file->source_ = std::move(source);
-  file->parse_header();
+  file->source_.parse_checked([&] { file->parse_header(); });
   return file;
 }
 

@@ -39,10 +39,12 @@ class SafetensorsFile {
   // length never makes us allocate or parse more.
   static constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
-  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path,
+                                               FileAccess access = FileAccess::mapped);
   static std::shared_ptr<SafetensorsFile> parse(ByteSource source);
 
   const std::string& path() const { return source_.path(); }
+  const ByteSource& source() const { return source_; }
   uint64_t data_offset() const { return data_offset_; }  // 8 + N
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // In data-offset order.

@@ -306,7 +306,9 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const LoadOptions& optio
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   auto ck = Checkpoint::open(path);
-  return load_model(*ck, options);
+  auto model = load_model(*ck, options);
+  ck->check_unchanged();  // a file truncated under the load read zeros: refuse them
+  return model;
 }
 
 }  // namespace refit

@@ -52,17 +52,25 @@ Engine::Engine(const EngineOptions& options) {
     const QuantScheme stored = checkpoint_quant_scheme(*checkpoint);
     QuantScheme quant = requested_quant.enabled() ? requested_quant : stored;
     description_ = options.model_path;
-    if (quant.enabled()) {
-      ModelConfig config = read_model_config(*checkpoint);
-      limit_context(config, options.max_model_len, checkpoint->path());
-      model_ = create_model(config, config.weight_dtype, tp);
-      // A head (and layers) the file stores quantized (or float) stays so under the file's
-      // own method, also when asked for by name (q8_0-w8a8 on a Q8_0 GGUF).
-      description_ += " [" + quantize_for_checkpoint(*model_, *checkpoint, quant).str() + "]";
-      load_weights(*model_, *checkpoint, load);
-    } else {
-      model_ = load_model(*checkpoint, load);
+    // The weights are read through the file's mapping: a file truncated or rewritten under
+    // the load is reported as such (not as whatever its torn bytes looked like).
+    try {
+      if (quant.enabled()) {
+        ModelConfig config = read_model_config(*checkpoint);
+        limit_context(config, options.max_model_len, checkpoint->path());
+        model_ = create_model(config, config.weight_dtype, tp);
+        // A head (and layers) the file stores quantized (or float) stays so under the file's
+        // own method, also when asked for by name (q8_0-w8a8 on a Q8_0 GGUF).
+        description_ += " [" + quantize_for_checkpoint(*model_, *checkpoint, quant).str() + "]";
+        load_weights(*model_, *checkpoint, load);
+      } else {
+        model_ = load_model(*checkpoint, load);
+      }
+    } catch (const Error&) {
+      checkpoint->check_unchanged();
+      throw;
     }
+    checkpoint->check_unchanged();
     if (checkpoint->format() != CheckpointFormat::llama2c || !options.tokenizer_path.empty()) {
       try {
         tokenizer_ = load_tokenizer(options.model_path,
@@ -236,7 +244,10 @@ std::vector<std::string> Engine::checkpoint_names_present(const std::string& pat
 std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& path,
                                                              const std::vector<std::string>& names,
                                                              const UpdateOptions& options) {
-  std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
+  // A copy of the files, checked whole when read: the commit writes the parameters one by
+  // one, and bytes that a writer could still change or truncate under it would leave the
+  // engine half-updated. A copy costs the files' size in memory until the commit ends.
+  std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path, FileAccess::copied);
   ModelConfig source_config = read_model_config(*checkpoint);
   check_same_model(path, source_config, config());
   auto update = begin_update(options);

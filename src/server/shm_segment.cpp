@@ -71,6 +71,7 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t of
       fail("shared-memory segment {}: cannot map {} bytes: {}", path, want, std::strerror(err));
     }
     seg->mapping_ = p;
+    seg->guard_ = std::make_unique<GuardedRegion>(p, seg->mapping_size_);
     seg->data_ = static_cast<const uint8_t*>(p) + (start - aligned);
   }
   ::close(fd);  // the mapping stays valid
@@ -78,6 +79,7 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name, int64_t of
 }
 
 ShmSegment::~ShmSegment() {
+  guard_.reset();  // before the pages go
   if (mapping_) ::munmap(mapping_, mapping_size_);
 }
 

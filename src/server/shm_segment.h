@@ -7,12 +7,17 @@
 // starting with '.'), so a request can never open a path outside /dev/shm. The segment is
 // opened O_RDONLY|O_NOFOLLOW (a symlink planted in /dev/shm is refused), must be a regular
 // file, and the byte range asked for is checked against its size before it is mapped.
+// The trainer may shrink the segment while refit copies out of it: the mapping is guarded
+// (core/sigbus_guard.h), so that read sees zeros instead of ending the process, and torn()
+// tells the reader to refuse it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "core/sigbus_guard.h"
 
 namespace refit {
 
@@ -28,6 +33,8 @@ class ShmSegment {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // True once a read of the mapping ran past the segment's end (it shrank under the read).
+  bool torn() const { return guard_ && guard_->torn(); }
 
  private:
   ShmSegment() = default;
@@ -36,6 +43,7 @@ class ShmSegment {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  std::unique_ptr<GuardedRegion> guard_;
 };
 
 // "/dev/shm/<name>" for a valid segment name (any of the three spellings above); throws

@@ -243,6 +243,9 @@ NamedTensors decode_bucket(const json& b, const std::string& where) {
       std::memcpy(t.raw_data(), buf.data + static_cast<size_t>(e.start) * unit, t.nbytes());
     out.emplace_back(e.name, std::move(t));
   }
+  if (buf.segment && buf.segment->torn())
+    bad(where,
+        fmt::format("shared-memory segment {} shrank while it was read", buf.segment->path()));
   return out;
 }
 
