@@ -54,6 +54,7 @@ struct RlContext {
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
   RankGroup* ranks = nullptr;  // tensor parallel: updates run on every rank
+  bool check_finite = true;    // a request's check_finite default (--no-check-finite)
 };
 
 void register_rl_endpoints(httplib::Server& server, RlContext context);
