@@ -266,7 +266,7 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
     if (lazy.view.defined())
       update->update(name, lazy.view);
     else
-      update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce);
+      update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce, lazy.non_finite);
   }
   return update;
 }

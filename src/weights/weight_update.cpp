@@ -84,15 +84,24 @@ void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
 }
 
 void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DType dtype,
-                               std::function<Tensor()> produce) {
+                               std::function<Tensor()> produce,
+                               const std::function<std::string()>& non_finite) {
   Stopwatch time(validate_seconds_);
   try {
     CheckpointTarget target;
     if (!target_or_ignore(name, target)) return;
     target.parameter->check_declared(*target.sub_shard, shape, dtype, Device::cpu());
     // A scale's value is checked now (it is one number), so a bad one fails the staging.
-    if (options_.check_finite || target.parameter->positive_scale())
+    if (target.parameter->positive_scale() || (options_.check_finite && !non_finite)) {
       target.parameter->check_loadable(*target.sub_shard, produce(), options_.check_finite);
+    } else if (options_.check_finite) {
+      // The whole source tensor (not only this rank's rows): every rank refuses alike.
+      if (const std::string problem = non_finite(); !problem.empty())
+        fail(
+            "'{}': {}; a weight update must hold finite values (the finiteness check is on by "
+            "default: check_finite false skips it)",
+            name, problem);
+    }
     Staged staged{target, Tensor(), std::move(produce), Tensor(), QuantMethod::none};
     staged.shape = shape;
     staged.dtype = dtype;

@@ -42,9 +42,12 @@ class WeightUpdate {
   void update(const std::string& checkpoint_name, const Tensor& tensor);
   // A tensor made only when the commit writes it (dequantized or re-ordered from a
   // file), declared by shape and dtype so it is validated now; memory then stays bounded
-  // by one parameter however large the update. check_finite makes it once now to scan.
+  // by one parameter however large the update. check_finite asks `non_finite` (a
+  // description of the first non-finite value, "" for none, read from the source without
+  // making the tensor) or, without one, makes the tensor once now to scan it.
   void update_lazy(const std::string& checkpoint_name, const Shape& shape, DType dtype,
-                   std::function<Tensor()> produce);
+                   std::function<Tensor()> produce,
+                   const std::function<std::string()>& non_finite = {});
   // FP8 codes and scales a pre-quantized checkpoint holds, stored as they are
   // (Parameter::load_codes; validated now, written at commit). Used by a refit from disk
   // whose checkpoint is in the parameter's own FP8 scheme: bitwise a fresh load of it.

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 
 #include "core/error.h"
+#include "formats/gguf.h"
 #include "formats/safetensors_writer.h"
 #include "formats_test_util.h"
 #include "models/checkpoint_identity.h"
@@ -149,6 +151,43 @@ TEST_F(RefitValidation, inf_in_a_disk_update_is_refused_by_default_and_taken_wit
   UpdateOptions unchecked;
   unchecked.check_finite = false;
   EXPECT_EQ(engine_->update_weights_from_disk(bad, {}, unchecked), version_ + 1);
+}
+
+// A GGUF tensor that is converted on its way in (llama's permuted q/k rows, Q8_0 blocks) is
+// checked from the file's bytes, without being made twice.
+TEST_F(RefitValidation, non_finite_gguf_tensors_are_refused_from_the_files_bytes) {
+  auto poke = [](const std::string& path, const std::string& tensor, uint64_t at, const void* bytes,
+                 size_t n) {
+    auto file = GgufFile::open(path);
+    const uint64_t offset = file->data_offset() + file->tensor_info(tensor).offset + at;
+    file.reset();
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  };
+  SyntheticCheckpointOptions o;
+  o.seed = 9;
+  const std::string plain = dir_.file("nan.gguf");
+  write_synthetic_gguf(plain, small_llama(), o);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  poke(plain, "blk.1.attn_q.weight", 4 * 70, &nan, 4);  // row 1, column 6 in GGUF order
+  std::string m = refusal([&] { engine_->update_weights_from_disk(plain); });
+  EXPECT_MENTIONS(m, kQ);
+  EXPECT_MENTIONS(m, "element [1, 6] of GGUF tensor 'blk.1.attn_q.weight' is nan");
+  expect_untouched("NaN in a permuted GGUF tensor");
+
+  o.gguf_q8_0 = true;
+  const std::string q8 = dir_.file("inf-q8_0.gguf");
+  write_synthetic_gguf(q8, small_llama(), o);
+  const uint16_t inf_f16 = 0x7C00;
+  poke(q8, "blk.0.ffn_up.weight", 2 * 34, &inf_f16, 2);  // block 2's scale d
+  m = refusal([&] { engine_->update_weights_from_disk(q8); });
+  EXPECT_MENTIONS(m, "model.layers.0.mlp.up_proj.weight");
+  EXPECT_MENTIONS(m, "block 2 (values 64..95) has scale inf");
+  expect_untouched("inf scale in a Q8_0 block");
+  UpdateOptions unchecked;
+  unchecked.check_finite = false;
+  EXPECT_EQ(engine_->update_weights_from_disk(q8, {}, unchecked), version_ + 1);
 }
 
 TEST_F(RefitValidation, a_qwen3_folder_into_a_llama_engine_is_refused_naming_the_architectures) {
