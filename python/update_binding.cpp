@@ -11,10 +11,25 @@ namespace py = pybind11;
 namespace refit::python {
 namespace {
 
-UpdateOptions update_options(bool check_finite) {
+UpdateOptions update_options(bool check_finite, bool ignore_unknown_tensors) {
   UpdateOptions options;
   options.check_finite = check_finite;
+  options.ignore_unknown_tensors = ignore_unknown_tensors;
   return options;
+}
+
+// What a commit wrote, as a dict (the HTTP routes' "report", with every name).
+py::dict report_dict(const UpdateReport& r) {
+  py::dict d;
+  d["tensors_written"] = r.tensors.size();
+  d["tensor_names"] = r.tensors;
+  d["bytes"] = r.bytes;
+  d["parameters_touched"] = r.parameters;
+  d["ignored"] = r.ignored;
+  d["check_finite"] = r.checked_finite;
+  d["validate_seconds"] = r.validate_seconds;
+  d["commit_seconds"] = r.commit_seconds;
+  return d;
 }
 
 // (name, tensor) pairs from a list/iterable of pairs or a mapping (a state_dict).
@@ -43,9 +58,9 @@ std::vector<std::pair<std::string, py::object>> named_items(py::handle tensors) 
 // what the trainer meant to send.
 class PyWeightUpdate {
  public:
-  PyWeightUpdate(py::object engine_object, bool check_finite)
+  PyWeightUpdate(py::object engine_object, UpdateOptions options)
       : engine_object_(std::move(engine_object)), engine_(engine_object_.cast<Engine*>()) {
-    update_ = engine_->begin_update(update_options(check_finite));
+    update_ = engine_->begin_update(options);
   }
   ~PyWeightUpdate() {
     if (update_ && !update_->finished())
@@ -92,6 +107,7 @@ class PyWeightUpdate {
   bool failed() const { return !failure_.empty() || update_->failed(); }
   std::string failure() const { return failure_.empty() ? update_->failure() : failure_; }
   bool finished() const { return update_->finished(); }
+  py::dict report() const { return report_dict(update_->report()); }
 
  private:
   py::object engine_object_;
@@ -100,18 +116,22 @@ class PyWeightUpdate {
   std::string failure_;
 };
 
-uint64_t update_from_tensors(Engine& engine, py::handle tensors, bool check_finite) {
+uint64_t update_from_tensors(Engine& engine, py::handle tensors, bool check_finite,
+                             bool ignore_unknown_tensors) {
   // Import everything first (with the GIL): a refusal here leaves the engine untouched.
   std::vector<std::pair<std::string, Tensor>> imported;
   for (auto& [name, object] : named_items(tensors))
     imported.emplace_back(name, import_tensor(object, name));
   if (imported.empty()) throw py::value_error("update_weights_from_tensors: no tensors given");
   py::gil_scoped_release release;
-  return as_update_error(
-      [&] { return engine.update_weights_from_tensors(imported, update_options(check_finite)); });
+  return as_update_error([&] {
+    return engine.update_weights_from_tensors(imported,
+                                              update_options(check_finite, ignore_unknown_tensors));
+  });
 }
 
-uint64_t update_from_disk(Engine& engine, py::handle path, py::object names, bool check_finite) {
+uint64_t update_from_disk(Engine& engine, py::handle path, py::object names, bool check_finite,
+                          bool ignore_unknown_tensors) {
   const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
   std::vector<std::string> wanted;
   if (!names.is_none()) {
@@ -122,8 +142,10 @@ uint64_t update_from_disk(Engine& engine, py::handle path, py::object names, boo
       throw py::value_error("update_weights_from_disk: names is empty (pass None for all)");
   }
   py::gil_scoped_release release;
-  return as_update_error(
-      [&] { return engine.update_weights_from_disk(file, wanted, update_options(check_finite)); });
+  return as_update_error([&] {
+    return engine.update_weights_from_disk(file, wanted,
+                                           update_options(check_finite, ignore_unknown_tensors));
+  });
 }
 
 }  // namespace
@@ -148,6 +170,10 @@ void bind_updates(py::module_& m, py::class_<Engine>& engine_class) {
       .def_property_readonly("failed", &PyWeightUpdate::failed)
       .def_property_readonly("failure", &PyWeightUpdate::failure)
       .def_property_readonly("finished", &PyWeightUpdate::finished)
+      .def_property_readonly("report", &PyWeightUpdate::report,
+                             "What is staged (before commit) or was written (after): "
+                             "tensors_written, tensor_names, bytes, parameters_touched, ignored, "
+                             "check_finite, validate_seconds, commit_seconds.")
       .def("__len__", &PyWeightUpdate::size)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyWeightUpdate& u, py::handle type, py::handle, py::handle) {
@@ -162,19 +188,26 @@ void bind_updates(py::module_& m, py::class_<Engine>& engine_class) {
   engine_class
       .def(
           "begin_update",
-          [](py::object self, bool check_finite) {
-            return std::make_unique<PyWeightUpdate>(self, check_finite);
+          [](py::object self, bool check_finite, bool ignore_unknown_tensors) {
+            return std::make_unique<PyWeightUpdate>(
+                self, update_options(check_finite, ignore_unknown_tensors));
           },
-          py::arg("check_finite") = false)
+          py::arg("check_finite") = true, py::arg("ignore_unknown_tensors") = false)
+      .def(
+          "last_update_report", [](const Engine& e) { return report_dict(e.last_update_report()); },
+          "What the latest commit wrote (see WeightUpdate.report).")
       .def("update_weights_from_tensors", &update_from_tensors, py::arg("tensors"),
-           py::arg("check_finite") = false,
+           py::arg("check_finite") = true, py::arg("ignore_unknown_tensors") = false,
            "Validates every (name, tensor) pair (a list of pairs or a dict), then writes them all "
            "in place; "
            "on any refusal nothing changes. Accepts torch tensors that require grad, "
            "non-contiguous views and "
-           "f32/f16/bf16. Returns the new weight version.")
+           "f32/f16/bf16. NaN/inf values are refused unless check_finite=False; a name no "
+           "parameter takes is refused unless ignore_unknown_tensors=True (then listed in "
+           "last_update_report()['ignored']). Returns the new weight version.")
       .def("update_weights_from_disk", &update_from_disk, py::arg("path"),
-           py::arg("names") = py::none(), py::arg("check_finite") = false,
+           py::arg("names") = py::none(), py::arg("check_finite") = true,
+           py::arg("ignore_unknown_tensors") = false,
            "Loads the named tensors (None: all) from a checkpoint into the existing storage. "
            "Returns the new "
            "weight version.");

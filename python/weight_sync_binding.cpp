@@ -9,7 +9,8 @@
 //
 //   sync = _refit.WeightSync(engine)
 //   sync.init(master_address, master_port, rank, world_size, group_name, backend, timeout)
-//   staged = sync.receive(names, dtypes, shapes, group_name, flattened_bucket, check_finite)
+//   staged = sync.receive(names, dtypes, shapes, group_name, flattened_bucket, check_finite,
+//                         ignore_unknown_tensors)
 //   staged.commit()        # (between steps) -> the new weight version; or staged.abort()
 //   sync.destroy(group_name)
 //
@@ -152,7 +153,7 @@ class PyWeightSync {
 
   std::unique_ptr<PyReceivedUpdate> receive(py::handle names, py::handle dtypes, py::handle shapes,
                                             const std::string& group_name, bool flattened_bucket,
-                                            bool check_finite) {
+                                            bool check_finite, bool ignore_unknown_tensors) {
     DistributedUpdate u;
     u.group_name = group_name;
     u.flattened_bucket = flattened_bucket;
@@ -203,6 +204,7 @@ class PyWeightSync {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     UpdateOptions options;
     options.check_finite = check_finite;
+    options.ignore_unknown_tensors = ignore_unknown_tensors;
     std::unique_ptr<WeightUpdate> update = engine_.begin_update(options);
     try {
       for (const auto& [name, t] : tensors) update->update(name, t);
@@ -336,7 +338,7 @@ void bind_weight_sync(py::module_& m) {
            "timeout: seconds (None: 30 minutes, torch's default).")
       .def("receive", &PyWeightSync::receive, py::arg("names"), py::arg("dtypes"),
            py::arg("shapes"), py::arg("group_name"), py::arg("flattened_bucket") = false,
-           py::arg("check_finite") = false,
+           py::arg("check_finite") = true, py::arg("ignore_unknown_tensors") = false,
            "Receives the trainer's broadcasts of these tensors (root 0; one per tensor, or one "
            "flattened bucket) "
            "and stages them in a transaction: a ReceivedUpdate to commit between steps.")

@@ -909,14 +909,23 @@ class LLM:
         self.scheduler.run_exclusive(mode, lambda: result.append(fn()))
         return result[0]
 
-    def update_weights_from_tensors(self, tensors, *, mode: str = "drain", check_finite: bool = False) -> int:
-        """Engine.update_weights_from_tensors between steps (see run_exclusive); the new version."""
-        return self.run_exclusive(lambda: self.engine.update_weights_from_tensors(tensors, check_finite=check_finite),
-                                  mode)
+    def update_weights_from_tensors(self, tensors, *, mode: str = "drain", check_finite: bool = True,
+                                    ignore_unknown_tensors: bool = False) -> int:
+        """Engine.update_weights_from_tensors between steps (see run_exclusive); the new version.
 
-    def update_weights_from_disk(self, path, names=None, *, mode: str = "drain", check_finite: bool = False) -> int:
+        NaN/inf values are refused unless check_finite=False; names no parameter takes are
+        refused unless ignore_unknown_tensors=True. engine.last_update_report() says what
+        was written.
+        """
         return self.run_exclusive(
-            lambda: self.engine.update_weights_from_disk(path, names=names, check_finite=check_finite), mode)
+            lambda: self.engine.update_weights_from_tensors(tensors, check_finite=check_finite,
+                                                            ignore_unknown_tensors=ignore_unknown_tensors), mode)
+
+    def update_weights_from_disk(self, path, names=None, *, mode: str = "drain", check_finite: bool = True,
+                                 ignore_unknown_tensors: bool = False) -> int:
+        return self.run_exclusive(
+            lambda: self.engine.update_weights_from_disk(path, names=names, check_finite=check_finite,
+                                                         ignore_unknown_tensors=ignore_unknown_tensors), mode)
 
     # ---- weights from a torch.distributed group (SGLang's and OpenRLHF's weight sync) ----
     #
@@ -951,7 +960,8 @@ class LLM:
 
     def update_weights_from_distributed(self, names, dtypes, shapes, group_name: str = "weight_update_group",
                                         load_format: Optional[str] = None, *, flush_cache: bool = True,
-                                        mode: str = "drain", check_finite: bool = False) -> int:
+                                        mode: str = "drain", check_finite: bool = True,
+                                        ignore_unknown_tensors: bool = False) -> int:
         """Receives the tensors the trainer broadcasts on `group_name` and commits them between steps.
 
         names/dtypes/shapes: one entry per tensor in the trainer's broadcast order (dtypes as
@@ -981,7 +991,7 @@ class LLM:
         if isinstance(shapes, (list, tuple)):
             shapes = [_shape_list(s) for s in shapes]
         staged = self._weight_sync().receive(names, dtypes, shapes, group_name, load_format == "flattened_bucket",
-                                             check_finite)
+                                             check_finite, ignore_unknown_tensors)
         try:
             return self.run_exclusive(staged.commit, mode)
         finally:
@@ -1443,11 +1453,13 @@ class AsyncLLMEngine:
     async def wake_up(self, tags: Optional[List[str]] = None) -> None:
         self.llm.wake_up(tags)
 
-    async def update_weights_from_tensors(self, tensors, *, mode: str = "drain", check_finite: bool = False) -> int:
+    async def update_weights_from_tensors(self, tensors, *, mode: str = "drain", check_finite: bool = True,
+                                          ignore_unknown_tensors: bool = False) -> int:
         """LLM.update_weights_from_tensors off the event loop (requests keep streaming)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            None, lambda: self.llm.update_weights_from_tensors(tensors, mode=mode, check_finite=check_finite))
+            None, lambda: self.llm.update_weights_from_tensors(tensors, mode=mode, check_finite=check_finite,
+                                                               ignore_unknown_tensors=ignore_unknown_tensors))
 
     # Weight sync from a torch.distributed trainer (LLM's methods, off the event loop: the
     # join and the receive block on the trainer while requests keep streaming).

@@ -178,9 +178,10 @@ std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& mode
 
 std::string refit_bench_markdown(const RefitBenchResult& r) {
   std::string out = fmt::format(
-      "refit (weight update) of {}: {:.3f} GB of parameters, largest {:.1f} MiB, {} threads\n\n",
+      "refit (weight update) of {}: {:.3f} GB of parameters, largest {:.1f} MiB, {} threads, "
+      "finiteness check {}\n\n",
       r.model, double(r.parameter_bytes) * 1e-9, double(r.largest_parameter_bytes) / 1048576.0,
-      r.n_threads);
+      r.n_threads, r.check_finite ? "on" : "off");
   out +=
       "| source                         |       GB |    GB/s (avg ± sd) |  best GB/s | % of memcpy "
       "| peak extra RSS | peak extra anon |\n";
@@ -209,6 +210,7 @@ nlohmann::ordered_json refit_bench_json(const RefitBenchResult& r) {
   j["parameter_bytes"] = r.parameter_bytes;
   j["largest_parameter_bytes"] = r.largest_parameter_bytes;
   j["n_threads"] = r.n_threads;
+  j["check_finite"] = r.check_finite;
   j["memcpy_bytes"] = r.memcpy_bytes;
   j["memcpy_gbs"] = r.memcpy_gbs;
   j["sources"] = nlohmann::ordered_json::array();

@@ -69,7 +69,8 @@ std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& en
   return out;
 }
 
-RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps) {
+RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps,
+                                       const UpdateOptions& options) {
   RefitBenchSource s;
   s.name = "disk";
   s.detail = path;
@@ -83,33 +84,36 @@ RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, 
   checkpoint.reset();
   warm_page_cache(path);
   s.page_cached = page_cached_fraction(path);
-  time_updates(s, reps, [&] { engine.update_weights_from_disk(path); });
+  time_updates(s, reps, [&] { engine.update_weights_from_disk(path, {}, options); });
   return s;
 }
 
 RefitBenchSource bench_refit_from_tensors(
-    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps) {
+    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps,
+    const UpdateOptions& options) {
   RefitBenchSource s;
   s.name = "tensors";
   s.detail = "in-memory tensors";
   for (const auto& [name, t] : tensors) s.bytes += t.nbytes();
-  time_updates(s, reps, [&] { engine.update_weights_from_tensors(tensors); });
+  time_updates(s, reps, [&] { engine.update_weights_from_tensors(tensors, options); });
   return s;
 }
 
-RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps) {
+RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps,
+                                 const UpdateOptions& options) {
   if (reps < 1) fail("bench: -r must be at least 1 (got {})", reps);
   RefitBenchResult r;
   r.model = engine.description();
   r.n_threads = num_threads();
+  r.check_finite = options.check_finite;
   for (const auto& p : engine.model().parameters().all()) {
     r.parameter_bytes += p->data().nbytes();
     r.largest_parameter_bytes = std::max<uint64_t>(r.largest_parameter_bytes, p->data().nbytes());
   }
-  r.sources.push_back(bench_refit_from_disk(engine, path, reps));
+  r.sources.push_back(bench_refit_from_disk(engine, path, reps, options));
   {
     const auto tensors = load_update_tensors(engine, path);
-    r.sources.push_back(bench_refit_from_tensors(engine, tensors, reps));
+    r.sources.push_back(bench_refit_from_tensors(engine, tensors, reps, options));
   }
   r.memcpy_bytes = r.sources.front().bytes;
   r.memcpy_gbs = measure_memcpy_gbs(static_cast<size_t>(r.memcpy_bytes), std::max(reps, 3));

@@ -40,7 +40,8 @@ struct RefitBenchResult {
   uint64_t parameter_bytes = 0;  // stored bytes of every parameter
   uint64_t largest_parameter_bytes = 0;
   int n_threads = 0;
-  double memcpy_gbs = 0;  // one std::memcpy of `bytes` (best of reps), one thread
+  bool check_finite = true;  // the updates scanned every value for NaN/inf
+  double memcpy_gbs = 0;     // one std::memcpy of `bytes` (best of reps), one thread
   uint64_t memcpy_bytes = 0;
   std::vector<RefitBenchSource> sources;
 };
@@ -52,12 +53,15 @@ std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& en
 
 // Times update_weights_from_disk(path) `reps` times (after warming the page cache and one
 // untimed update).
-RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps);
+RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps,
+                                       const UpdateOptions& options = {});
 // Times update_weights_from_tensors(tensors) `reps` times (after one untimed update).
 RefitBenchSource bench_refit_from_tensors(
-    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps);
+    Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps,
+    const UpdateOptions& options = {});
 
 // Both sources and the memcpy baseline for `engine` with weights from `path`.
-RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps);
+RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps,
+                                 const UpdateOptions& options = {});
 
 }  // namespace refit

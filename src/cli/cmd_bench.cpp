@@ -41,6 +41,7 @@ struct BenchArgs {
   bool no_bandwidth = false;
   bool refit = false;
   std::string refit_from;
+  bool no_check_finite = false;
   uint32_t seed = 0;
   bool progress = false;
 };
@@ -149,7 +150,9 @@ int run_bench(const BenchArgs& a) {
 
   const std::string source = a.refit_from.empty() ? a.model : a.refit_from;
   note(a, "refit from " + source);
-  const RefitBenchResult r = run_refit_bench(engine, source, a.reps);
+  UpdateOptions update_options;
+  update_options.check_finite = !a.no_check_finite;
+  const RefitBenchResult r = run_refit_bench(engine, source, a.reps, update_options);
   if (a.output == "md")
     fmt::print("{}", refit_bench_markdown(r));
   else
@@ -194,6 +197,8 @@ CommandRegistrar registrar{
            "Measure weight-update throughput (disk and in-memory) beside memcpy instead of pp/tg");
        sub.add_option("--refit-from", args->refit_from,
                       "--refit: checkpoint to update from (default: -m)");
+       sub.add_flag("--no-check-finite", args->no_check_finite,
+                    "--refit: updates skip the NaN/inf scan (on by default)");
        sub.add_option("--seed", args->seed, "Seed of the random prompt tokens")
            ->capture_default_str();
        sub.add_flag("--progress", args->progress, "Progress lines on stderr");

@@ -31,6 +31,7 @@ struct ServeOptions {
           block_size = 16;
   double queue_timeout = 120;
   bool no_prefix_cache = false;
+  bool no_check_finite = false;
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
   double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
@@ -109,6 +110,7 @@ ServerOptions server_options(const ServeOptions& o) {
   s.scheduler.max_waiting = o.max_waiting;
   s.scheduler.queue_timeout_seconds = o.queue_timeout;
   s.scheduler.prefix_cache = !o.no_prefix_cache;
+  s.check_finite = !o.no_check_finite;
   if (!o.logprobs_mode.empty()) {
     s.logprobs_mode = logprob_mode_from_name(o.logprobs_mode);
     s.logprobs_mode_explicit = true;
@@ -210,6 +212,9 @@ CommandRegistrar registrar{
            ->default_val(120);
        sub.add_flag("--no-prefix-cache", o->no_prefix_cache,
                     "Do not share KV blocks between requests with a common prefix");
+       sub.add_flag("--no-check-finite", o->no_check_finite,
+                    "Weight updates skip the NaN/inf scan unless a request sends "
+                    "\"check_finite\": true");
        sub.add_option(
               "--logprobs-mode", o->logprobs_mode,
               "What logprobs report (vLLM's values): raw_logprobs, processed_logprobs, raw_logits, "

@@ -7,10 +7,12 @@
 
 #include "core/error.h"
 #include "core/float_formats.h"
+#include "formats/gguf_finite.h"
 #include "kernels/weight_layout.h"
 #include "models/config_fields.h"
 #include "models/fp8_checkpoint_tensor.h"
 #include "models/tensor_table.h"
+#include "weights/finite_scan.h"
 
 namespace refit {
 namespace {
@@ -204,6 +206,17 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
       Tensor t = plain ? file->tensor(gguf_name) : file->dequantize(gguf_name);
       return undo_gguf_change(t, change);
     };
+    // The converter's changes (row order, + offset) keep finite values finite, so the
+    // file's own values (or Q8_0 / Q4_0 scales) say whether the produced tensor is finite.
+    if (plain || gguf_finite_scan_supported(info->type))
+      out->non_finite = [file, gguf_name, plain]() -> std::string {
+        if (!plain) return scan_gguf_finite(file->raw(gguf_name)).problem;
+        const std::optional<NonFinite> bad = find_non_finite(file->tensor(gguf_name));
+        if (!bad) return "";
+        std::string at;
+        for (int64_t i : bad->index) at += fmt::format("{}{}", at.empty() ? "" : ", ", i);
+        return fmt::format("element [{}] of GGUF tensor '{}' is {}", at, gguf_name, bad->value);
+      };
     return true;
   }
   out->view = find(name);

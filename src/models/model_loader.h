@@ -51,6 +51,9 @@ class CheckpointWeights {
     Shape shape;
     DType dtype = DType::f32;
     std::function<Tensor()> produce;
+    // Where set: describes the first non-finite value of what produce() makes ("" when all
+    // are finite) from the file's bytes, without making it (GGUF plain, Q8_0 and Q4_0).
+    std::function<std::string()> non_finite;
   };
   bool find_lazy(const std::string& name, Lazy* out) const;
 

@@ -209,21 +209,25 @@ void RankGroup::apply_everywhere(const std::function<std::unique_ptr<WeightUpdat
   engine_.commit(*update);
 }
 
-void RankGroup::update_from_disk(const std::string& path, const std::vector<std::string>& names) {
+void RankGroup::update_from_disk(const std::string& path, const std::vector<std::string>& names,
+                                 const UpdateOptions& options) {
   on_main([&] {
     WireWriter w;
     w.str(path);
     w.i64(static_cast<int64_t>(names.size()));
     for (const std::string& n : names) w.str(n);
+    w.i64(static_cast<int64_t>(options.bits()));
     send(Command::update_disk, w.take());
-    apply_everywhere([&] { return engine_.stage_update_from_disk(path, names); });
+    apply_everywhere([&] { return engine_.stage_update_from_disk(path, names, options); });
   });
 }
 
-void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                    const UpdateOptions& options) {
   on_main([&] {
     std::vector<Tensor> data;
     WireWriter w;
+    w.i64(static_cast<int64_t>(options.bits()));
     w.i64(static_cast<int64_t>(tensors.size()));
     for (const auto& [name, tensor] : tensors) {
       data.push_back(tensor.contiguous());
@@ -235,7 +239,7 @@ void RankGroup::update_from_tensors(const std::vector<std::pair<std::string, Ten
     send(Command::update_tensors, w.take());
     for (Tensor& t : data) broadcast_bytes(t.raw_data(), t.nbytes());
     apply_everywhere([&] {
-      auto update = engine_.begin_update();
+      auto update = engine_.begin_update(options);
       for (size_t i = 0; i < tensors.size(); ++i) update->update(tensors[i].first, data[i]);
       return update;
     });
@@ -375,7 +379,7 @@ void RankGroup::sync_update_here(const DistributedUpdate& u) {
   }
   if (error.empty()) {
     try {
-      staged.update = engine_.begin_update();
+      staged.update = engine_.begin_update(u.options);
       for (const auto& [name, t] : staged.tensors) staged.update->update(name, t);
     } catch (const std::exception& e) {
       error = e.what();
@@ -455,6 +459,7 @@ void RankGroup::sync_destroy(const std::string& group_name) {
 
 void RankGroup::worker_update_tensors(const std::string& meta) {
   WireReader r(meta, "tensor-parallel serving");
+  const UpdateOptions options = UpdateOptions::from_bits(static_cast<uint64_t>(r.i64()));
   const int64_t count = r.i64();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (int64_t i = 0; i < count; ++i) {
@@ -470,7 +475,7 @@ void RankGroup::worker_update_tensors(const std::string& meta) {
   // The lead sends every tensor's bytes before anyone stages.
   for (auto& [name, t] : tensors) broadcast_bytes(t.raw_data(), t.nbytes());
   apply_everywhere([&] {
-    auto update = engine_.begin_update();
+    auto update = engine_.begin_update(options);
     for (const auto& [name, t] : tensors) update->update(name, t);
     return update;
   });
@@ -516,7 +521,8 @@ void RankGroup::run_worker() {
         const std::string path = r.str();
         std::vector<std::string> names(static_cast<size_t>(std::max<int64_t>(r.i64(), 0)));
         for (std::string& n : names) n = r.str();
-        apply_everywhere([&] { return engine_.stage_update_from_disk(path, names); });
+        const UpdateOptions options = UpdateOptions::from_bits(static_cast<uint64_t>(r.i64()));
+        apply_everywhere([&] { return engine_.stage_update_from_disk(path, names, options); });
         break;
       }
       case Command::update_tensors:

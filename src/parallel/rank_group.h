@@ -69,8 +69,11 @@ class RankGroup {
   void announce_cache(int64_t n_blocks, int64_t block_size);
   BatchForwardResult forward(std::span<const BatchSequence> batch, PagedKvCache& cache);
   // Throws Error (nothing changed on any rank) when any rank refuses the update.
-  void update_from_disk(const std::string& path, const std::vector<std::string>& names = {});
-  void update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors);
+  // Every rank validates with `options`; the lead's report is engine.last_update_report().
+  void update_from_disk(const std::string& path, const std::vector<std::string>& names = {},
+                        const UpdateOptions& options = {});
+  void update_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const UpdateOptions& options = {});
   // Every rank's piece of the leading rows of checkpoint tensor `name` that hold its first
   // `wanted` values, in rank order (each read under its rank's weights lock). A failed
   // read (no such name, tile layout) is reported in the pieces' status.

@@ -42,6 +42,7 @@ std::string DistributedUpdate::encode() const {
   WireWriter w;
   w.str(group_name);
   w.i64(flattened_bucket ? 1 : 0);
+  w.i64(static_cast<int64_t>(options.bits()));
   w.i64(static_cast<int64_t>(names.size()));
   for (size_t i = 0; i < names.size(); ++i) {
     w.str(names[i]);
@@ -57,6 +58,7 @@ DistributedUpdate DistributedUpdate::decode(const std::string& payload) {
   DistributedUpdate u;
   u.group_name = c.str();
   u.flattened_bucket = c.i64() != 0;
+  u.options = UpdateOptions::from_bits(static_cast<uint64_t>(c.i64()));
   const int64_t n = c.count(int64_t{1} << 24, "tensor count");
   for (int64_t i = 0; i < n; ++i) {
     u.names.push_back(c.str());

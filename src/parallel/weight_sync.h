@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "dist/torch_group/torch_process_group.h"
+#include "weights/weight_update.h"
 
 namespace refit {
 
@@ -31,6 +32,7 @@ struct DistributedUpdate {
   // order, back to back (FlattenedTensorBucket: each tensor flattened to uint8 and
   // concatenated); otherwise one broadcast per tensor.
   bool flattened_bucket = false;
+  UpdateOptions options;  // how every rank validates what it receives
 
   std::string encode() const;                                   // for RankGroup commands
   static DistributedUpdate decode(const std::string& payload);  // bounds-checked

@@ -9,6 +9,8 @@
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "formats/checkpoint.h"
+#include "models/checkpoint_identity.h"
+#include "models/checkpoint_tensor_use.h"
 #include "models/fp8_checkpoint_tensor.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
@@ -160,9 +162,18 @@ void Engine::commit(WeightUpdate& update) {
   std::unique_lock lock(weights_mutex_);
   update.apply();
   ++weight_version_;
+  {
+    std::lock_guard report(report_mutex_);
+    last_report_ = update.report();
+  }
   std::lock_guard released(released_mutex_);
   for (const SubShard* s : written) released_.erase(s);
   released_count_ = released_.size();
+}
+
+UpdateReport Engine::last_update_report() const {
+  std::lock_guard lock(report_mutex_);
+  return last_report_;
 }
 
 size_t Engine::release_weights() {
@@ -210,35 +221,23 @@ uint64_t Engine::update_weights_from_disk(const std::string& path,
   return weight_version();
 }
 
-namespace {
-
-// The served model's shape must be the checkpoint's: a refit replaces values, never
-// architecture.
-void check_same_model(const std::string& path, const ModelConfig& source, const ModelConfig& c) {
-  if (source.dim != c.dim || source.n_layers != c.n_layers || source.vocab_size != c.vocab_size ||
-      source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads ||
-      source.ffn_dim != c.ffn_dim)
-    fail(
-        "{}: its model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {}) does not match "
-        "the served "
-        "model (dim {}, {} layers, {} heads, {} kv heads, ffn {}, vocab {})",
-        path, source.dim, source.n_layers, source.n_heads, source.n_kv_heads, source.ffn_dim,
-        source.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size);
-}
-
-}  // namespace
-
-std::vector<std::string> Engine::checkpoint_names_present(const std::string& path) const {
+CheckpointContents Engine::checkpoint_contents(const std::string& path) const {
   std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path);
   const ModelConfig source_config = read_model_config(*checkpoint);
-  check_same_model(path, source_config, config());
+  check_checkpoint_is_served_model(*checkpoint, source_config, config());
   CheckpointWeights weights(*checkpoint, source_config);
-  std::vector<std::string> present;
+  CheckpointContents contents;
   for (const std::string& name : model_->parameters().checkpoint_names()) {
     CheckpointWeights::Lazy lazy;  // finding makes nothing: views and producers only
-    if (weights.find_lazy(name, &lazy)) present.push_back(name);
+    if (weights.find_lazy(name, &lazy)) contents.present.push_back(name);
   }
-  return present;
+  contents.unknown =
+      unknown_checkpoint_tensors(*checkpoint, source_config, config(), model_->parameters());
+  return contents;
+}
+
+std::vector<std::string> Engine::checkpoint_names_present(const std::string& path) const {
+  return checkpoint_contents(path).present;
 }
 
 std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& path,
@@ -249,9 +248,15 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
   // engine half-updated. A copy costs the files' size in memory until the commit ends.
   std::shared_ptr<Checkpoint> checkpoint = Checkpoint::open(path, FileAccess::copied);
   ModelConfig source_config = read_model_config(*checkpoint);
-  check_same_model(path, source_config, config());
+  check_checkpoint_is_served_model(*checkpoint, source_config, config());
   auto update = begin_update(options);
   update->keep_alive(checkpoint);
+  if (names.empty()) {  // the whole checkpoint: tensors no parameter takes are refused or listed
+    std::vector<std::string> unknown =
+        unknown_checkpoint_tensors(*checkpoint, source_config, config(), model_->parameters());
+    if (!options.ignore_unknown_tensors) refuse_unknown_tensors(path, unknown);
+    update->add_ignored(unknown);
+  }
   CheckpointWeights weights(*checkpoint, source_config);
   const std::vector<std::string> wanted =
       names.empty() ? model_->parameters().checkpoint_names() : names;
@@ -272,7 +277,7 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
     if (lazy.view.defined())
       update->update(name, lazy.view);
     else
-      update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce);
+      update->update_lazy(name, lazy.shape, lazy.dtype, lazy.produce, lazy.non_finite);
   }
   return update;
 }

@@ -28,6 +28,11 @@ namespace refit {
 
 class Communicator;
 
+struct CheckpointContents {
+  std::vector<std::string> present;  // checkpoint names of this model's parameters
+  std::vector<std::string> unknown;  // tensors no parameter takes
+};
+
 struct EngineOptions {
   std::string model_path;      // empty: the built-in demo model
   std::string tokenizer_path;  // for formats without a tokenizer (llama2.c)
@@ -86,10 +91,14 @@ class Engine {
   // commit() applies all of them in place between forward passes and bumps the version.
   std::unique_ptr<WeightUpdate> begin_update(const UpdateOptions& options = {});
   void commit(WeightUpdate& update);
+  // What the latest commit wrote (empty before any).
+  UpdateReport last_update_report() const;
   // One-call forms (validate everything, then commit; on any error nothing changes).
   uint64_t update_weights_from_tensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                        const UpdateOptions& options = {});
-  // `names` empty: every parameter the checkpoint has for this model (all must be present).
+  // `names` empty: every parameter the checkpoint has for this model (all must be present),
+  // and a tensor of the checkpoint no parameter takes is refused unless
+  // options.ignore_unknown_tensors (then listed in the update's report).
   uint64_t update_weights_from_disk(const std::string& path,
                                     const std::vector<std::string>& names = {},
                                     const UpdateOptions& options = {});
@@ -100,8 +109,10 @@ class Engine {
                                                        const UpdateOptions& options = {});
   // A partial checkpoint (SGLang's update_weights_from_disk loads whatever tensors a folder
   // holds): the checkpoint names of this model's parameters that `path` has, in parameter
-  // order, for the `names` of the two calls above. Throws when `path` cannot be read or
-  // its model does not match the served one (dimensions, layers, heads, vocabulary).
+  // order, for the `names` of the two calls above, and the tensors it holds that no
+  // parameter takes (models/checkpoint_tensor_use.h). Throws when `path` cannot be read or
+  // is not the served model (architecture or a hyper-parameter: models/checkpoint_identity.h).
+  CheckpointContents checkpoint_contents(const std::string& path) const;
   std::vector<std::string> checkpoint_names_present(const std::string& path) const;
 
   // ---- memory release (vLLM's sleep level 2, SGLang's release_memory_occupation) ----
@@ -129,6 +140,8 @@ class Engine {
   mutable std::mutex released_mutex_;
   std::set<const SubShard*> released_;  // sub-shards released and not sent again since
   std::atomic<size_t> released_count_{0};
+  mutable std::mutex report_mutex_;
+  UpdateReport last_report_;
 };
 
 }  // namespace refit

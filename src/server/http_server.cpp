@@ -147,9 +147,13 @@ int HttpServer::max_logprobs() const {
 void HttpServer::routes() {
   openai_routes();
   monitoring_routes();
-  RlContext rl{
-      engine_, *scheduler_, labels_mutex_, labels_, [this](uint64_t v) { return version_label(v); },
-      ranks_};
+  RlContext rl{engine_,
+               *scheduler_,
+               labels_mutex_,
+               labels_,
+               [this](uint64_t v) { return version_label(v); },
+               ranks_,
+               options_.check_finite};
   rl.weights_root = &weights_root_;
   register_rl_endpoints(*http_, rl);
   register_weight_sync_endpoints(*http_, rl);

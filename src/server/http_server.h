@@ -54,6 +54,7 @@ struct ServerOptions {
   int max_logprobs = -1;      // top logprobs a request may ask for; -1: the whole vocabulary
   std::string chat_template;  // --chat-template: a file or the template text; empty: the model's
   AccessOptions access;       // keys, allowed hosts and origins, --weights-root (docs/security.md)
+  bool check_finite = true;   // weight updates refuse NaN/inf unless a request says otherwise
 };
 
 class RankGroup;

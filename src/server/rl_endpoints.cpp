@@ -7,11 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.h"
+#include "models/checkpoint_tensor_use.h"
 #include "parallel/rank_group.h"
 #include "parallel/weight_readback.h"
 #include "server/api_types.h"
 #include "server/http_util.h"
 #include "server/request_fields.h"
+#include "server/update_report_json.h"
 #include "server/weight_carrier.h"
 #include "server/weight_update_request.h"
 
@@ -78,6 +80,8 @@ struct UpdatePlan {
   bool keep_pause = false;
   std::string what;  // "N tensors", for the message
   json extra = json::object();
+  const UpdateReport* report = nullptr;  // filled by the commit, added to the reply
+  std::optional<bool> report_names;
 };
 
 // Runs a validated update between steps, labels it and answers as SGLang does
@@ -106,6 +110,7 @@ void run_update(RlContext& c, httplib::Response& res, const UpdatePlan& plan,
         fmt::format(" ({} in {:.3f} s; {} cached KV blocks dropped{})", plan.what, seconds, dropped,
                     plan.keep_pause ? "; generation stays paused until /continue_generation" : "");
     json extra = plan.extra;
+    if (plan.report) add_update_report(extra, *plan.report, plan.report_names);
     extra["version"] = v;
     extra["num_paused_requests"] = paused_requests;
     extra["flushed_cache_blocks"] = dropped;
@@ -139,11 +144,12 @@ void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Respon
   const json body = object_body(req);
   ignore_unknown_fields(body, kDiskUpdateFields, "/update_weights_from_disk");
   DiskUpdateRequest r = parse_disk_update(body);
+  const UpdateRequestOptions opts = parse_update_options(body, c.check_finite);
   // Inside --weights-root, symlinks resolved: the path that is checked is the one opened.
   if (c.weights_root) r.model_path = c.weights_root->resolve(r.model_path, "model_path");
   // Everything is read and validated before generation is disturbed: a refused update
   // neither drains nor aborts anyone.
-  std::vector<std::string> names;
+  std::vector<std::string> names, unknown;
   std::unique_ptr<WeightUpdate> staged;
   size_t total = 0;
   try {
@@ -151,11 +157,14 @@ void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Respon
                            checkpoint_format_name(Checkpoint::open(r.model_path)->format()));
     // SGLang loads whatever tensors the checkpoint holds; so does refit: a partial folder
     // updates its tensors and leaves every other parameter as it is.
-    names = c.engine.checkpoint_names_present(r.model_path);
+    CheckpointContents contents = c.engine.checkpoint_contents(r.model_path);
+    names = std::move(contents.present);
+    unknown = std::move(contents.unknown);
     total = c.engine.model().parameters().checkpoint_names().size();
+    if (!opts.options.ignore_unknown_tensors) refuse_unknown_tensors(r.model_path, unknown);
     if (names.empty())
       throw Error(fmt::format("{}: holds none of the served model's tensors", r.model_path));
-    if (!c.ranks) staged = c.engine.stage_update_from_disk(r.model_path, names);
+    if (!c.ranks) staged = c.engine.stage_update_from_disk(r.model_path, names, opts.options);
   } catch (const HttpError&) {
     throw;
   } catch (const std::exception& e) {
@@ -172,11 +181,18 @@ void update_from_disk(RlContext& c, const httplib::Request& req, httplib::Respon
                   ? fmt::format("{} tensors", names.size())
                   : fmt::format("{} of {} tensors: a partial checkpoint", names.size(), total);
   plan.extra = json{{"token_step", r.token_step}, {"tensors_updated", names.size()}};
+  UpdateReport report;
+  plan.report = &report;
+  plan.report_names = opts.report_names;
   run_update(c, res, plan, [&] {
-    if (c.ranks)
-      c.ranks->update_from_disk(r.model_path, names);
-    else
+    if (c.ranks) {
+      c.ranks->update_from_disk(r.model_path, names, opts.options);
+      report = c.engine.last_update_report();  // the lead's
+    } else {
       c.engine.commit(*staged);
+      report = staged->report();
+    }
+    report.ignored = unknown;
   });
 }
 
@@ -184,6 +200,7 @@ void update_from_tensor(RlContext& c, const httplib::Request& req, httplib::Resp
   const json body = object_body(req);
   ignore_unknown_fields(body, kTensorUpdateFields, "/update_weights_from_tensor");
   const TensorUpdateRequest r = parse_tensor_update(body);
+  const UpdateRequestOptions opts = parse_update_options(body, c.check_finite);
   const TensorLoadFormat format = tensor_load_format(r.load_format);
   const bool sglang =
       body.contains("serialized_named_tensors") && !body["serialized_named_tensors"].is_null();
@@ -209,7 +226,7 @@ void update_from_tensor(RlContext& c, const httplib::Request& req, httplib::Resp
   // Validate before pausing anything: a refused tensor never disturbs generation. Both
   // null and "direct" load through each parameter's recorded loader: refit addresses
   // parameters only by checkpoint name, and that path is what makes a reload exact.
-  auto update = c.engine.begin_update();
+  auto update = c.engine.begin_update(opts.options);
   for (const auto& [name, tensor] : tensors) {
     try {
       update->update(name, tensor);
@@ -224,13 +241,22 @@ void update_from_tensor(RlContext& c, const httplib::Request& req, httplib::Resp
   plan.label = r.weight_version;
   plan.what = fmt::format("{} tensors", tensors.size());
   plan.extra = json{{"tensors_updated", tensors.size()}};
+  UpdateReport report;
+  plan.report = &report;
+  plan.report_names = opts.report_names;
   if (c.ranks) {
     // Validated here on rank 0 already; every rank validates its shard again and all
     // commit or none does.
     update->abort();
-    run_update(c, res, plan, [&] { c.ranks->update_from_tensors(tensors); });
+    run_update(c, res, plan, [&] {
+      c.ranks->update_from_tensors(tensors, opts.options);
+      report = c.engine.last_update_report();  // the lead's
+    });
   } else {
-    run_update(c, res, plan, [&] { c.engine.commit(*update); });
+    run_update(c, res, plan, [&] {
+      c.engine.commit(*update);
+      report = update->report();
+    });
   }
 }
 

@@ -55,6 +55,7 @@ struct RlContext {
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
   RankGroup* ranks = nullptr;                 // tensor parallel: updates run on every rank
+  bool check_finite = true;                   // a request's check_finite default (--no-check-finite)
   const WeightsRoot* weights_root = nullptr;  // where model_path may point (none: anywhere)
 };
 

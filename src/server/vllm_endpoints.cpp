@@ -13,12 +13,14 @@
 
 #include <algorithm>
 
+#include "models/checkpoint_tensor_use.h"
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
 #include "server/chat_request.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
 #include "server/request_fields.h"
+#include "server/update_report_json.h"
 
 namespace refit {
 
@@ -91,21 +93,28 @@ void HttpServer::vllm_weight_routes() {
   httplib::Server& s = *http_;
   // Loads every tensor of `path` this model has, between steps; the reply as vLLM's
   // extension gives it, plus refit's version label.
-  auto load = [this](httplib::Response& res, const std::string& path) {
+  auto load = [this](httplib::Response& res, const std::string& path,
+                     const UpdateRequestOptions& opts) {
     try {
-      const std::vector<std::string> names = engine_.checkpoint_names_present(path);
+      const CheckpointContents contents = engine_.checkpoint_contents(path);
+      const std::vector<std::string>& names = contents.present;
+      if (!opts.options.ignore_unknown_tensors) refuse_unknown_tensors(path, contents.unknown);
       if (names.empty()) fail("{} holds none of this model's tensors", path);
+      UpdateReport report;
       const double seconds = scheduler_->run_exclusive(PauseMode::drain, [&] {
         if (ranks_)
-          ranks_->update_from_disk(path, names);
+          ranks_->update_from_disk(path, names, opts.options);
         else
-          engine_.update_weights_from_disk(path, names);
+          engine_.update_weights_from_disk(path, names, opts.options);
+        report = engine_.last_update_report();
       });
-      send_json(res, 200,
-                json{{"message", fmt::format("weights updated from {} ({} tensors, {:.3f} s)", path,
-                                             names.size(), seconds)},
-                     {"success", true},
-                     {"weight_version", current_version_label()}});
+      report.ignored = contents.unknown;
+      json reply{{"message", fmt::format("weights updated from {} ({} tensors, {:.3f} s)", path,
+                                         names.size(), seconds)},
+                 {"success", true},
+                 {"weight_version", current_version_label()}};
+      add_update_report(reply, report, opts.report_names);
+      send_json(res, 200, reply);
     } catch (const HttpError&) {
       throw;
     } catch (const std::exception& e) {
@@ -119,7 +128,11 @@ void HttpServer::vllm_weight_routes() {
   s.Post("/update_weights",
          guarded([this, load](const httplib::Request& req, httplib::Response& res) {
            const json body = object_body(req);
-           ignore_unknown_fields(body, {"model_path", "weight_dir"}, "/update_weights");
+           ignore_unknown_fields(body,
+                                 {"model_path", "weight_dir", "check_finite",
+                                  "ignore_unknown_tensors", "report_tensor_names"},
+                                 "/update_weights");
+           const UpdateRequestOptions opts = parse_update_options(body, options_.check_finite);
            std::string path, field;
            for (const char* key : {"model_path", "weight_dir"})
              if (body.contains(key) && !body[key].is_null()) {
@@ -130,10 +143,16 @@ void HttpServer::vllm_weight_routes() {
              }
            if (path.empty())
              bad_request("model_path", "'model_path' (or 'weight_dir') is required");
-           load(res, weights_root_.resolve(path, field));
+           load(res, weights_root_.resolve(path, field), opts);
          }));
-  s.Post("/reload_weights", guarded([this, load](const httplib::Request&, httplib::Response& res) {
-           load(res, engine_.description());
+  s.Post("/reload_weights",
+         guarded([this, load](const httplib::Request& req, httplib::Response& res) {
+           const json body = req.body.empty() ? json::object() : object_body(req);
+           UpdateRequestOptions opts = parse_update_options(body, options_.check_finite);
+           // The file the server started on was taken once: what a fresh load left out
+           // is listed, not refused, unless the request asks.
+           if (!body.contains("ignore_unknown_tensors")) opts.options.ignore_unknown_tensors = true;
+           load(res, engine_.description(), opts);
          }));
 }
 

@@ -13,6 +13,7 @@
 #include "server/api_types.h"
 #include "server/http_util.h"
 #include "server/request_fields.h"
+#include "server/update_report_json.h"
 
 namespace refit {
 
@@ -186,7 +187,8 @@ int64_t max_update_bytes(const Engine& engine) {
 // The update's commit between steps; the label and reply as run_update in rl_endpoints.
 void commit_between_steps(RlContext& c, httplib::Response& res, const json& body,
                           const DistributedUpdate& u, double receive_seconds,
-                          const std::function<void()>& commit) {
+                          const std::function<void()>& commit, const UpdateReport& report,
+                          std::optional<bool> report_names) {
   const bool abort_all = bool_field(body, "abort_all_requests", false);
   const std::string label = version_label(body);
   // flush_cache (SGLang's default true): a committed update always drops every cached
@@ -201,13 +203,15 @@ void commit_between_steps(RlContext& c, httplib::Response& res, const json& body
     c.labels[v] = label;
   }
   const uint64_t dropped = c.scheduler.stats().prefix_blocks_dropped - dropped_before;
+  json extra{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}};
+  add_update_report(extra, report, report_names);
   reply(res, c, 200, true,
         fmt::format("Succeeded to update parameter online: {} tensors from group '{}' received in "
                     "{:.3f} s{}, "
                     "committed in {:.3f} s; {} cached KV blocks dropped",
                     u.names.size(), u.group_name, receive_seconds,
                     u.flattened_bucket ? " (one flattened bucket)" : "", seconds, dropped),
-        json{{"version", v}, {"num_paused_requests", 0}, {"flushed_cache_blocks", dropped}});
+        extra);
 }
 
 void init_group(RlContext& c, SyncState& st, const httplib::Request& req, httplib::Response& res) {
@@ -268,7 +272,7 @@ std::unique_ptr<WeightUpdate> receive_update(RlContext& c, SyncState& st,
     return nullptr;
   }
   tensors = st.groups.receive(u);
-  std::unique_ptr<WeightUpdate> update = c.engine.begin_update();
+  std::unique_ptr<WeightUpdate> update = c.engine.begin_update(u.options);
   try {
     for (const auto& [name, t] : tensors) update->update(name, t);
   } catch (const std::exception&) {
@@ -283,13 +287,17 @@ void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request
   const json body = object_body(req);
   ignore_unknown_fields(body,
                         {"names", "dtypes", "shapes", "name", "dtype", "shape", "group_name",
-                         "flush_cache", "abort_all_requests", "weight_version", "load_format"},
+                         "flush_cache", "abort_all_requests", "weight_version", "load_format",
+                         "check_finite", "ignore_unknown_tensors", "report_tensor_names"},
                         "/update_weights_from_distributed");
   std::lock_guard lock(st.mutex);
   const std::string group = string_field(body, "group_name", kDefaultGroup);
   DistributedUpdate u;
+  UpdateRequestOptions opts;
   try {
     u = parse_update(body, max_update_bytes(c.engine));
+    opts = parse_update_options(body, c.check_finite);
+    u.options = opts.options;
     bool_field(body, "abort_all_requests", false);  // type errors before anything is received
     bool_field(body, "flush_cache", true);
     version_label(body);
@@ -317,12 +325,19 @@ void update_from_distributed(RlContext& c, SyncState& st, const httplib::Request
   const double received =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   try {
-    commit_between_steps(c, res, body, u, received, [&] {
-      if (c.ranks)
-        c.ranks->sync_commit();
-      else
-        c.engine.commit(*update);
-    });
+    UpdateReport report;
+    commit_between_steps(
+        c, res, body, u, received,
+        [&] {
+          if (c.ranks) {
+            c.ranks->sync_commit();
+            report = c.engine.last_update_report();  // the lead's
+          } else {
+            c.engine.commit(*update);
+            report = update->report();
+          }
+        },
+        report, opts.report_names);
   } catch (const std::exception& e) {
     if (c.ranks) {
       try {

@@ -10,14 +10,37 @@ namespace refit {
 
 using nlohmann::json;
 
-const std::initializer_list<const char*> kDiskUpdateFields = {
-    "model_path",        "load_format", "abort_all_requests",   "weight_version", "is_async",
-    "torch_empty_cache", "keep_pause",  "recapture_cuda_graph", "token_step",     "flush_cache",
-    "manifest",          "rid",         "http_worker_ipc"};
-const std::initializer_list<const char*> kTensorUpdateFields = {
-    "serialized_named_tensors", "load_format",         "flush_cache",       "abort_all_requests",
-    "weight_version",           "disable_draft_model", "torch_empty_cache", "rid",
-    "http_worker_ipc",          "named_tensors"};  // refit's own schema, kept
+// SGLang's fields, refit's own tensor schema (named_tensors) and refit's validation options
+// (check_finite, ignore_unknown_tensors, report_tensor_names: server/update_report_json.h).
+const std::initializer_list<const char*> kDiskUpdateFields = {"model_path",
+                                                              "load_format",
+                                                              "abort_all_requests",
+                                                              "weight_version",
+                                                              "is_async",
+                                                              "torch_empty_cache",
+                                                              "keep_pause",
+                                                              "recapture_cuda_graph",
+                                                              "token_step",
+                                                              "flush_cache",
+                                                              "manifest",
+                                                              "rid",
+                                                              "http_worker_ipc",
+                                                              "check_finite",
+                                                              "ignore_unknown_tensors",
+                                                              "report_tensor_names"};
+const std::initializer_list<const char*> kTensorUpdateFields = {"serialized_named_tensors",
+                                                                "load_format",
+                                                                "flush_cache",
+                                                                "abort_all_requests",
+                                                                "weight_version",
+                                                                "disable_draft_model",
+                                                                "torch_empty_cache",
+                                                                "rid",
+                                                                "http_worker_ipc",
+                                                                "named_tensors",
+                                                                "check_finite",
+                                                                "ignore_unknown_tensors",
+                                                                "report_tensor_names"};
 const std::initializer_list<const char*> kVersionUpdateFields = {
     "new_version", "abort_all_requests", "rid", "http_worker_ipc"};
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/quant/quantize.h"
+#include "weights/finite_scan.h"
 
 namespace refit {
 
@@ -137,12 +138,7 @@ void Parameter::check_loadable(const SubShard& sub, const Tensor& full, bool che
     for (float v : full.to_floats())
       if (!(std::isfinite(v) && v > 0.0f))
         fail("'{}': the scale is {}; it must be finite and positive", sub.checkpoint_name, v);
-  if (check_finite) {
-    std::vector<float> values = sub.slice(full).to_floats();
-    for (size_t i = 0; i < values.size(); ++i)
-      if (!std::isfinite(values[i]))
-        fail("'{}': element {} is {} (finite values required)", sub.checkpoint_name, i, values[i]);
-  }
+  if (check_finite) require_finite(sub, full);
 }
 
 Tensor Parameter::transformed(const Tensor& rows) const {

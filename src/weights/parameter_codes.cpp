@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "weights/finite_scan.h"
 #include "weights/parameter.h"
 
 namespace refit {
@@ -54,12 +55,7 @@ void Parameter::check_codes_loadable(const SubShard& sub, const Tensor& codes, c
   const float* s = scales.data<const float>();
   for (int64_t i = 0; i < scales.numel(); ++i)
     if (!std::isfinite(s[i])) fail("'{}': scale {} is {} (finite scales required)", what, i, s[i]);
-  if (check_finite) {
-    const Tensor c = codes.contiguous();
-    const auto* b = static_cast<const uint8_t*>(c.raw_data());
-    for (int64_t i = 0; i < c.numel(); ++i)
-      if ((b[i] & 0x7F) == 0x7F) fail("'{}': code {} is NaN (finite values required)", what, i);
-  }
+  if (check_finite) require_finite(sub, codes);  // e4m3fn's NaN codes, S.1111.111
 }
 
 void Parameter::load_codes(const SubShard& sub, const Tensor& codes, const Tensor& scales,

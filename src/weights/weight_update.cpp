@@ -1,8 +1,41 @@
 #include "weights/weight_update.h"
 
+#include <algorithm>
+#include <chrono>
+#include <set>
+
 #include "core/error.h"
 
 namespace refit {
+namespace {
+
+constexpr uint64_t kCheckFinite = 1, kIgnoreUnknown = 2;
+
+// Seconds since `start`, added to `total` however the scope is left.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& total) : total_(total) {}
+  ~Stopwatch() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+uint64_t UpdateOptions::bits() const {
+  return (check_finite ? kCheckFinite : 0) | (ignore_unknown_tensors ? kIgnoreUnknown : 0);
+}
+
+UpdateOptions UpdateOptions::from_bits(uint64_t bits) {
+  UpdateOptions o;
+  o.check_finite = (bits & kCheckFinite) != 0;
+  o.ignore_unknown_tensors = (bits & kIgnoreUnknown) != 0;
+  return o;
+}
 
 void WeightUpdate::stage(const std::string& name, Staged staged) {
   for (Staged& s : pending_)
@@ -19,11 +52,29 @@ std::vector<const SubShard*> WeightUpdate::staged_sub_shards() const {
   return out;
 }
 
-void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
+const Parameter* WeightUpdate::target_or_ignore(const std::string& name, CheckpointTarget& target) {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
+  target = params_.target(name);
+  if (target.parameter) return target.parameter;
+  if (!options_.ignore_unknown_tensors)
+    fail(
+        "weight update: unknown tensor '{}' (no parameter takes it; ignore_unknown_tensors true "
+        "leaves such tensors out and lists them)",
+        name);
+  add_ignored({name});
+  return nullptr;
+}
+
+void WeightUpdate::add_ignored(const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (std::find(ignored_.begin(), ignored_.end(), n) == ignored_.end()) ignored_.push_back(n);
+}
+
+void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
+  Stopwatch time(validate_seconds_);
   try {
-    CheckpointTarget target = params_.target(name);
-    if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
+    CheckpointTarget target;
+    if (!target_or_ignore(name, target)) return;
     target.parameter->check_loadable(*target.sub_shard, tensor, options_.check_finite);
     stage(name, {target, tensor, nullptr, Tensor(), QuantMethod::none});
   } catch (const Error& e) {
@@ -33,16 +84,28 @@ void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
 }
 
 void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DType dtype,
-                               std::function<Tensor()> produce) {
-  if (finished_) fail("weight update: the transaction has already been committed or aborted");
+                               std::function<Tensor()> produce,
+                               const std::function<std::string()>& non_finite) {
+  Stopwatch time(validate_seconds_);
   try {
-    CheckpointTarget target = params_.target(name);
-    if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
+    CheckpointTarget target;
+    if (!target_or_ignore(name, target)) return;
     target.parameter->check_declared(*target.sub_shard, shape, dtype, Device::cpu());
     // A scale's value is checked now (it is one number), so a bad one fails the staging.
-    if (options_.check_finite || target.parameter->positive_scale())
+    if (target.parameter->positive_scale() || (options_.check_finite && !non_finite)) {
       target.parameter->check_loadable(*target.sub_shard, produce(), options_.check_finite);
-    stage(name, {target, Tensor(), std::move(produce), Tensor(), QuantMethod::none});
+    } else if (options_.check_finite) {
+      // The whole source tensor (not only this rank's rows): every rank refuses alike.
+      if (const std::string problem = non_finite(); !problem.empty())
+        fail(
+            "'{}': {}; a weight update must hold finite values (the finiteness check is on by "
+            "default: check_finite false skips it)",
+            name, problem);
+    }
+    Staged staged{target, Tensor(), std::move(produce), Tensor(), QuantMethod::none};
+    staged.shape = shape;
+    staged.dtype = dtype;
+    stage(name, std::move(staged));
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();
     throw;
@@ -51,10 +114,10 @@ void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DTyp
 
 void WeightUpdate::update_codes(const std::string& name, const Tensor& codes, const Tensor& scales,
                                 QuantMethod stored) {
-  if (finished_) fail("weight update: the transaction has already been committed or aborted");
+  Stopwatch time(validate_seconds_);
   try {
-    CheckpointTarget target = params_.target(name);
-    if (!target.parameter) fail("weight update: unknown tensor '{}' (no parameter takes it)", name);
+    CheckpointTarget target;
+    if (!target_or_ignore(name, target)) return;
     target.parameter->check_codes_loadable(*target.sub_shard, codes, scales, stored,
                                            options_.check_finite);
     stage(name, {target, codes, nullptr, scales, stored});
@@ -70,20 +133,49 @@ void WeightUpdate::abort() {
   finished_ = true;
 }
 
+UpdateReport WeightUpdate::summary() const {
+  UpdateReport r;
+  std::set<const Parameter*> parameters;
+  for (const Staged& s : pending_) {
+    r.tensors.push_back(s.target.sub_shard->checkpoint_name);
+    parameters.insert(s.target.parameter);
+    if (s.tensor.defined())
+      r.bytes += s.tensor.nbytes() + (s.scales.defined() ? s.scales.nbytes() : 0);
+    else {
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      r.bytes += dtype_nbytes(s.dtype, n);
+    }
+  }
+  r.parameters = parameters.size();
+  r.ignored = ignored_;
+  r.checked_finite = options_.check_finite;
+  r.validate_seconds = validate_seconds_;
+  return r;
+}
+
+UpdateReport WeightUpdate::report() const { return finished_ ? written_ : summary(); }
+
 void WeightUpdate::apply() {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   if (failed())
     fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
-  for (Staged& s : pending_) {
-    if (s.scales.defined()) {
-      s.target.parameter->load_codes(*s.target.sub_shard, s.tensor, s.scales, s.stored);
-      s = Staged{};
-      continue;
+  written_ = summary();
+  double seconds = 0.0;
+  {
+    Stopwatch time(seconds);
+    for (Staged& s : pending_) {
+      if (s.scales.defined()) {
+        s.target.parameter->load_codes(*s.target.sub_shard, s.tensor, s.scales, s.stored);
+        s = Staged{};
+        continue;
+      }
+      Tensor tensor = s.tensor.defined() ? s.tensor : s.produce();
+      s.target.parameter->load(*s.target.sub_shard, tensor);
+      s = Staged{};  // release a produced tensor before making the next one
     }
-    Tensor tensor = s.tensor.defined() ? s.tensor : s.produce();
-    s.target.parameter->load(*s.target.sub_shard, tensor);
-    s = Staged{};  // release a produced tensor before making the next one
   }
+  written_.commit_seconds = seconds;
   pending_.clear();
   owners_.clear();
   finished_ = true;

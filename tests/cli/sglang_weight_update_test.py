@@ -170,6 +170,15 @@ PARTIAL_NAMES = ["model.layers.0.self_attn.q_proj.weight", "model.norm.weight", 
 PARTIAL = write_folder(os.path.join(work, "partial"), {n: B[n] for n in PARTIAL_NAMES})
 MODEL_AP = write_folder(os.path.join(work, "A-with-partial"), {**A, **{n: B[n] for n in PARTIAL_NAMES}})
 NOTHING = write_folder(os.path.join(work, "nothing-of-ours"), {"model.layers.0.unrelated.weight": torch.zeros(4)})
+# A diverged trainer's checkpoint (one NaN), and the partial folder plus a tensor no
+# parameter takes.
+NAN_NAME = "model.layers.1.mlp.down_proj.weight"
+NAN_B = {**B, NAN_NAME: B[NAN_NAME].clone()}
+NAN_B[NAN_NAME][3, 5] = float("nan")
+MODEL_NAN = write_folder(os.path.join(work, "nan"), NAN_B)
+EXTRA_NAME = "model.layers.0.mlp.extra_proj.weight"
+PARTIAL_EXTRA = write_folder(os.path.join(work, "partial-extra"),
+                             {**{n: B[n] for n in PARTIAL_NAMES}, EXTRA_NAME: torch.ones(2, 2)})
 
 
 def b_mixed_dtypes():
@@ -273,6 +282,13 @@ try:
          "abort_all_requests", None),
         ({"serialized_named_tensors": [good], "load_format": "flattened_bucket", "weight_version": 7},
          "weight_version", None),
+        # non-finite values are refused by default, naming the tensor and the element
+        ({"serialized_named_tensors": [wb.flatten_bucket([(k, B[k]), (NAN_NAME, NAN_B[NAN_NAME])])],
+          "load_format": "flattened_bucket"}, NAN_NAME, "element [3, 5] is nan"),
+        ({"serialized_named_tensors": [good], "load_format": "flattened_bucket", "check_finite": "no"},
+         "check_finite", None),
+        ({"serialized_named_tensors": [good], "load_format": "flattened_bucket", "ignore_unknown_tensors": 1},
+         "ignore_unknown_tensors", None),
     ]
     for body, want1, want2 in bad_cases:
         status, j = server.post("/update_weights_from_tensor", body)
@@ -292,8 +308,12 @@ try:
         ({"model_path": MODEL_B, "is_async": 1}, "is_async", None),
         ({"load_format": "auto"}, "model_path", None),
         ({"model_path": os.path.join(work, "missing")}, "missing", None),
-        ({"model_path": NOTHING}, "none of the served model's tensors", None),
-        ({"model_path": OTHER_MODEL}, "does not match", None),
+        ({"model_path": NOTHING}, "'model.layers.0.unrelated.weight'", "ignore_unknown_tensors"),
+        ({"model_path": NOTHING, "ignore_unknown_tensors": True}, "none of the served model's tensors", None),
+        ({"model_path": PARTIAL_EXTRA}, EXTRA_NAME, "no parameter of the served model takes"),
+        ({"model_path": OTHER_MODEL}, "does not match", "hidden_size: checkpoint 128, served 64"),
+        ({"model_path": MODEL_NAN}, NAN_NAME, "element [3, 5] is nan"),
+        ({"model_path": MODEL_B, "check_finite": 0}, "check_finite", None),
     ]
     for body, want1, want2 in disk_cases:
         status, j = server.post("/update_weights_from_disk", body)
@@ -379,6 +399,17 @@ try:
     j = expect_ok(server, "/update_weights_from_disk", {"model_path": PARTIAL, "load_format": "safetensors"},
                   "partial folder")
     check(j.get("tensors_updated") == len(PARTIAL_NAMES), f"partial folder: {j}")
+    report = j.get("report", {})
+    check(sorted(report.get("tensor_names", [])) == sorted(PARTIAL_NAMES) and report.get("tensors_written") == 3
+          and report.get("check_finite") is True and report.get("ignored") == [] and j.get("ignored") == []
+          and report.get("bytes") == sum(B[n].numel() * 4 for n in PARTIAL_NAMES)
+          and report.get("parameters_touched") == 3 and report.get("commit_seconds", -1) >= 0,
+          f"partial folder report: {report}")
+    # The same tensors beside one no parameter takes: listed as ignored when asked to.
+    j = expect_ok(server, "/update_weights_from_disk", {"model_path": PARTIAL_EXTRA, "ignore_unknown_tensors": True,
+                                                        "report_tensor_names": False}, "partial folder + extra")
+    check(j.get("ignored") == [EXTRA_NAME] and j.get("report", {}).get("tensors_written") == 3
+          and "tensor_names" not in j.get("report", {}), f"ignored tensor: {j}")
     check(server.greedy_all() == on_ap, "after the partial folder: not bitwise the fresh server on A + those tensors")
     check(server.weight(untouched) == before_untouched, "a tensor the partial folder lacks changed")
     check(server.weight(PARTIAL_NAMES[0]) == B[PARTIAL_NAMES[0]].reshape(-1).tolist(), "the partial tensor did not land")
@@ -408,6 +439,17 @@ try:
     t.join(60)
     check(result and result[0] == base[0], f"after continue: {result}")
     check(server.greedy_all() == base, "after the keep_pause update back to A: not bitwise the first answers")
+
+    # ---- check_finite false: the operator's choice, the values taken as they are -------
+    j = expect_ok(server, "/update_weights_from_disk", {"model_path": MODEL_NAN, "check_finite": False},
+                  "NaN with check_finite false")
+    check(j.get("report", {}).get("check_finite") is False, f"check_finite false report: {j}")
+    j = expect_ok(server, "/update_weights_from_tensor",
+                  {"serialized_named_tensors": [wb.flatten_bucket(sorted(A.items()))], "load_format": "flattened_bucket"},
+                  "back to A from tensors")
+    check(j.get("report", {}).get("tensors_written") == len(A) and "tensor_names" not in j.get("report", {}),
+          f"a full update's report (names left out past 32): {j.get('report')}")
+    check(server.greedy_all() == base, "after the NaN update and back to A: not bitwise the first answers")
 
     # ---- tensor parallel: every rank takes its slice of the same updates ---------------
     # (TP 2 equals TP 1 token for token; its logprobs differ in the last bits, as the

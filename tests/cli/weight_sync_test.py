@@ -145,6 +145,9 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
         status, j = update(s, tr, files["new"], new, weight_version="step-1")
         check(status == 200 and j["success"] and j["weight_version"] == "step-1" and tr.line() == "ok",
               f"tp {tp} update: {status} {j}")
+        report = j.get("report", {})
+        check(report.get("tensors_written") == len(new) and report.get("check_finite") is True and j.get("ignored") == []
+              and report.get("bytes") == sum(t.numel() * t.element_size() for _, t in new), f"tp {tp} report: {report}")
         check(s.outputs() == fresh_new, f"tp {tp}: after the update the outputs differ from a fresh server's on the new weights")
         # 3. Refused updates (received, so the group stays in step): a wrong shape, an unknown name.
         for what, file, named in [("wrong shape", files["wrong_shape"], files["wrong_shape_named"]),
@@ -154,6 +157,17 @@ def run_tp(tp, old, new, files, fresh_old, fresh_new):
                   f"tp {tp} {what}: {status} {j}")
             print(f"tp {tp} {what}: {j['message']}")
             check(s.outputs() == fresh_new, f"tp {tp}: a refused update ({what}) changed the outputs")
+        # A diverged trainer's NaN is refused by default on every rank; the group stays in step.
+        status, j = update(s, tr, files["nan"], files["nan_named"], weight_version="bad")
+        check(status == 400 and "element [3, 5] is nan" in j.get("message", "") and tr.line() == "ok",
+              f"tp {tp} NaN: {status} {j}")
+        check(s.outputs() == fresh_new, f"tp {tp}: a refused NaN update changed the outputs")
+        # The unknown name set aside on request (every rank): the rest lands, the name is listed.
+        status, j = update(s, tr, files["unknown"], files["unknown_named"], ignore_unknown_tensors=True)
+        check(status == 200 and j.get("ignored") == [files["unknown_named"][0][0]]
+              and j.get("report", {}).get("tensors_written") == 1 and tr.line() == "ok",
+              f"tp {tp} unknown name ignored: {status} {j}")
+        check(s.outputs() == fresh_new, f"tp {tp}: the ignored-name update (same q) changed the outputs")
         # SGLang's older one-tensor form {name, dtype, shape} (AReaL's callers of that era).
         q = "model.layers.0.self_attn.q_proj.weight"
         t, box = in_thread(lambda: s.post("/update_weights_from_distributed", {
@@ -279,11 +293,15 @@ def main():
         unknown = [("model.layers.0.self_attn.no_such.weight", new_t[q]), (q, new_t[q])]
         files = {}
         new_bf16 = [(n, t.bfloat16()) for n, t in new]
+        nan_q = new_t[q].clone()
+        nan_q[3, 5] = float("nan")
+        nan = [(q, nan_q)]
         for key, named in [("old", old), ("new", new), ("new_bf16", new_bf16), ("wrong_shape", wrong),
-                           ("unknown", unknown), ("new_q", [(q, new_t[q])])]:
+                           ("unknown", unknown), ("new_q", [(q, new_t[q])]), ("nan", nan)]:
             files[key] = os.path.join(work, key + ".pt")
             torch.save(named, files[key])
         files["wrong_shape_named"], files["unknown_named"], files["new_bf16_named"] = wrong, unknown, new_bf16
+        files["nan_named"] = nan
 
         tps = [1] + ([2] if shutil.which("mpirun") else [])
         if len(tps) == 1:

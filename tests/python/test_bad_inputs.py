@@ -101,15 +101,31 @@ def test_update_errors_are_value_errors_and_refit_errors(stories):
         stories.update_weights_from_tensors([(Q, torch.zeros(3))])
 
 
-def test_non_finite_values_are_refused_when_checking(stories, snapshot):
+def test_non_finite_values_are_refused_by_default(stories, snapshot):
     bad = good()
     with torch.no_grad():
         bad[7] = float("nan")
-    with pytest.raises(refit.UpdateError, match=r"model.norm.weight.*element 7"):
-        stories.update_weights_from_tensors([(NORM, bad)], check_finite=True)
+    with pytest.raises(refit.UpdateError, match=r"model.norm.weight.*element \[7\] is nan"):
+        stories.update_weights_from_tensors([(NORM, bad)])
     assert_unchanged(stories, snapshot)
-    stories.update_weights_from_tensors([(NORM, bad)])  # not checking: the trainer's call
+    with pytest.raises(refit.UpdateError, match=r"element \[7\]"):
+        with stories.begin_update() as update:
+            update.update(NORM, bad)
+    assert_unchanged(stories, snapshot)
+    stories.update_weights_from_tensors([(NORM, bad)], check_finite=False)  # the trainer's call
     assert stories.weight_version == snapshot["version"] + 1
+    report = stories.last_update_report()
+    assert report["tensor_names"] == [NORM] and report["check_finite"] is False
+    assert report["bytes"] == bad.numel() * bad.element_size() and report["parameters_touched"] == 1
+
+
+def test_unknown_tensors_are_refused_or_listed_as_ignored(stories, snapshot):
+    extra = "model.layers.0.mlp.extra_proj.weight"
+    with pytest.raises(refit.UpdateError, match="unknown tensor.*ignore_unknown_tensors"):
+        stories.update_weights_from_tensors([(NORM, good()), (extra, torch.zeros(2))])
+    assert_unchanged(stories, snapshot)
+    stories.update_weights_from_tensors([(NORM, good()), (extra, torch.zeros(2))], ignore_unknown_tensors=True)
+    assert stories.last_update_report()["ignored"] == [extra]
 
 
 def test_exception_inside_the_with_block_aborts(stories, snapshot):
