@@ -34,6 +34,7 @@ struct ServeOptions {
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
   double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
+  size_t max_request_bytes = 0, max_readback_bytes = 0;  // 0: the defaults
 };
 
 // SIGINT/SIGTERM: the handler only counts (async-signal-safe); a watcher thread shuts the
@@ -89,6 +90,8 @@ ServerOptions server_options(const ServeOptions& o) {
     s.logprobs_mode_explicit = true;
   }
   s.max_logprobs = o.max_logprobs;
+  s.max_request_bytes = o.max_request_bytes;
+  s.max_readback_bytes = o.max_readback_bytes;
   return s;
 }
 
@@ -198,6 +201,15 @@ CommandRegistrar registrar{
                       "at once)")
            ->default_val(30)
            ->check(CLI::NonNegativeNumber);
+       sub.add_option("--max-request-bytes", o->max_request_bytes,
+                      "Largest request body of every route (0: per route: generation routes from "
+                      "the context, /update_weights_from_tensor from the model's size, others 1 "
+                      "MiB)")
+           ->default_val(0);
+       sub.add_option("--max-readback-bytes", o->max_readback_bytes,
+                      "Most f32 bytes one /get_weights_by_name may return (0: 256 MiB or the "
+                      "largest parameter, whichever is more)")
+           ->default_val(0);
        return std::function<int()>([o] { return run(*o); });
      }}};
 

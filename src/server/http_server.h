@@ -26,7 +26,9 @@
 
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
+#include "server/body_limits.h"
 #include "server/chat_template.h"
+#include "server/prompt_limits.h"
 #include "server/request_registry.h"
 
 namespace httplib {
@@ -47,8 +49,10 @@ struct ServerOptions {
   // /generate uses SGLang's own semantics unless this is set explicitly.
   LogprobMode logprobs_mode = LogprobMode::raw_logprobs;
   bool logprobs_mode_explicit = false;
-  int max_logprobs = -1;      // top logprobs a request may ask for; -1: the whole vocabulary
-  std::string chat_template;  // --chat-template: a file or the template text; empty: the model's
+  int max_logprobs = -1;         // top logprobs a request may ask for; -1: the whole vocabulary
+  std::string chat_template;     // --chat-template: a file or the template text; empty: the model's
+  size_t max_request_bytes = 0;  // every route's body limit; 0: per route (server/body_limits.h)
+  size_t max_readback_bytes = 0;  // /get_weights_by_name values per request; 0: the default
 };
 
 class RankGroup;
@@ -110,6 +114,8 @@ class HttpServer {
   RankGroup* ranks_ = nullptr;
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
+  PromptLimits prompt_limits_;  // the context and the tokenizer's bytes per token
+  BodyLimits body_limits_;
   std::unique_ptr<httplib::Server> http_;
   RequestRegistry registry_;
   std::mutex shutdown_mutex_;  // shutdown() against stop_scheduler()

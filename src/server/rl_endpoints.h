@@ -54,6 +54,10 @@ struct RlContext {
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
   RankGroup* ranks = nullptr;  // tensor parallel: updates run on every rank
+  // /get_weights_by_name: most f32 bytes of values one reply holds (0: 256 MiB or the
+  // largest parameter, whichever is more), and how many readbacks run at once (more: 503).
+  size_t max_readback_bytes = 0;
+  int max_concurrent_readbacks = 2;
 };
 
 void register_rl_endpoints(httplib::Server& server, RlContext context);
