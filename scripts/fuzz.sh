@@ -22,6 +22,12 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 ninja -C "$BUILD" -j"${JOBS:-2}" $(for t in $TARGETS; do echo "fuzz_$t"; done) >&2
 
+# The parsers' unit tests under the same sanitizers first (no model needed).
+if ninja -C "$BUILD" -j"${JOBS:-2}" request_limits_tests_sanitized >&2; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$BUILD/request_limits_tests_sanitized" --gtest_brief=1 >&2
+fi
+
 SEEDS="$BUILD/seeds"
 rm -rf "$SEEDS"
 mkdir -p "$SEEDS"/{gguf,safetensors,llama2c,openai_request,sglang_generate,weight_update,tokenize}
