@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Builds the checkpoint-reader fuzzers with clang (libFuzzer + ASan + UBSan) into
-# build-fuzz and runs each for a bounded time from a seed corpus made of the oracle files
-# plus tiny hand-made files. Usage: scripts/fuzz.sh [seconds per target, default 30]
+# Builds the fuzzers with clang (libFuzzer + ASan + UBSan) into build-fuzz and runs each for
+# a bounded time: the checkpoint readers from a seed corpus of the oracle files plus tiny
+# hand-made files, the HTTP request parsers from a few valid bodies per route.
+# Usage: scripts/fuzz.sh [seconds per target, default 30] [target names, default all]
 # A crash leaves its input in build-fuzz/crashes/<target>/ and makes the script fail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
+shift || true
+READERS="gguf safetensors llama2c"
+REQUESTS="openai_request sglang_generate weight_update tokenize"
+TARGETS=${*:-$READERS $REQUESTS}
 BUILD=build-fuzz
 ORACLE=../shared/oracle
 
@@ -15,11 +20,17 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
     -DREFIT_FUZZ=ON -DREFIT_TESTS=OFF -DREFIT_BENCH=OFF >&2
 fi
-ninja -C "$BUILD" -j"${JOBS:-2}" fuzz_gguf fuzz_safetensors fuzz_llama2c >&2
+ninja -C "$BUILD" -j"${JOBS:-2}" $(for t in $TARGETS; do echo "fuzz_$t"; done) >&2
+
+# The parsers' unit tests under the same sanitizers first (no model needed).
+if ninja -C "$BUILD" -j"${JOBS:-2}" request_limits_tests_sanitized >&2; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$BUILD/request_limits_tests_sanitized" --gtest_brief=1 >&2
+fi
 
 SEEDS="$BUILD/seeds"
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS"/{gguf,safetensors,llama2c}
+mkdir -p "$SEEDS"/{gguf,safetensors,llama2c,openai_request,sglang_generate,weight_update,tokenize}
 cp "$ORACLE/stories260K/stories260K.gguf" "$SEEDS/gguf/"
 cp "$ORACLE/stories260K/hf/model.safetensors" "$SEEDS/safetensors/"
 # llama2c target: first byte picks the reader (0 model, 1 tokenizer to EOF, 2 tokenizer of 512).
@@ -55,9 +66,51 @@ open(f'{out}/llama2c/tiny_model', 'wb').write(b'\0' + struct.pack('<7i', D, H, L
 tok = struct.pack('<I', 3) + b''.join(struct.pack('<fi', -i, len(p)) + p for i, p in enumerate([b'a', b'bc', b'def']))
 open(f'{out}/llama2c/tiny_tok', 'wb').write(b'\x01' + tok)
 PY
+# Request bodies: a few valid ones per route (the first byte picks the variant where the
+# target has several: chat for openai_request, the route for weight_update).
+/usr/bin/python3 - "$SEEDS" <<'PY'
+import base64, json, struct, sys
+out = sys.argv[1]
+def put(target, name, body, lead=None):
+    data = json.dumps(body).encode()
+    open(f'{out}/{target}/{name}', 'wb').write((bytes([lead]) if lead is not None else b'') + data)
+put('openai_request', 'completion', {"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.7,
+    "top_p": 0.9, "top_k": 40, "stop": ["\n"], "logprobs": 2, "seed": 3, "n": 2}, 0)
+put('openai_request', 'ids', {"prompt": [[1, 5, 9], [1, 7]], "max_tokens": None, "echo": True,
+    "prompt_logprobs": 1, "min_tokens": 1, "stop_token_ids": [2], "stream": True,
+    "stream_options": {"include_usage": True}}, 0)
+put('openai_request', 'chat', {"messages": [{"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+     "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+    {"role": "tool", "tool_call_id": "c", "content": "2"}], "max_completion_tokens": 8,
+    "logprobs": True, "top_logprobs": 3, "tools": [{"type": "function", "function": {"name": "f"}}],
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1}, 1)
+put('sglang_generate', 'text', {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 8,
+    "temperature": 0.5, "top_k": 5, "min_p": 0.1, "stop": "x", "n": 2, "sampling_seed": 4},
+    "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": 2, "rid": "r"})
+put('sglang_generate', 'batch', {"input_ids": [[1, 5, 9], [1, 7]], "sampling_params": [
+    {"max_new_tokens": 0}, {"max_new_tokens": 3, "ignore_eos": True, "stop_token_ids": [2]}],
+    "return_logprob": [True, False], "rid": ["a", "b"], "stream": False})
+put('weight_update', 'disk', {"model_path": "/tmp/ckpt", "load_format": "safetensors",
+    "abort_all_requests": False, "weight_version": "v2", "is_async": True, "token_step": 3}, 0)
+put('weight_update', 'version', {"new_version": "v3", "abort_all_requests": False}, 1)
+put('weight_update', 'named', {"named_tensors": [{"name": "w", "dtype": "float32", "shape": [2, 2],
+    "data": base64.b64encode(struct.pack('<4f', 1, 2, 3, 4)).decode()}], "weight_version": "v4"}, 2)
+put('weight_update', 'direct', {"serialized_named_tensors": [base64.b64encode(json.dumps([{"name": "w",
+    "dtype": "bfloat16", "shape": [2], "data": base64.b64encode(b"\0\0\0\0").decode()}]).encode()).decode()],
+    "load_format": "direct"}, 2)
+put('weight_update', 'bucket', {"serialized_named_tensors": [{"flattened_tensor":
+    base64.b64encode(bytes(12)).decode(), "metadata": [{"name": "a", "shape": [2], "dtype": "float32",
+    "start_idx": 0, "end_idx": 8, "numel": 8}, {"name": "b", "shape": [2], "dtype": "bfloat16",
+    "start_idx": 8, "end_idx": 12, "numel": 4}]}, {"metadata": []}], "load_format": "flattened_bucket"}, 2)
+put('tokenize', 'prompt', {"prompt": "Once upon a time \u2615 <s>", "add_special_tokens": True})
+put('tokenize', 'chat', {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True})
+put('tokenize', 'detokenize', {"tokens": [1, 300, 301, 4, 200]})
+PY
 
 status=0
-for target in gguf safetensors llama2c; do
+for target in $TARGETS; do
   corpus="$BUILD/corpus/$target"; crashes="$BUILD/crashes/$target"
   mkdir -p "$corpus" "$crashes"
   echo "fuzz_$target: ${SECONDS_PER_TARGET}s" >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds refit with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan and runs the
-# checkpoint-reader tests (and `refit inspect`, which they drive) under it.
+# unit tests matching a filter under it (default: the checkpoint-reader tests and `refit
+# inspect`, which they drive; scripts/test --sanitize runs nearly all of them).
 # Usage: scripts/sanitize.sh [gtest filter, default 'Formats*']
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,6 +36,7 @@ struct ServeOptions {
   int max_logprobs = -1;
   double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
   AccessOptions access;          // keys, allowed hosts/origins, --weights-root
+  size_t max_request_bytes = 0, max_readback_bytes = 0;  // 0: the defaults
 };
 
 // SIGINT/SIGTERM: the handler only counts (async-signal-safe); a watcher thread shuts the
@@ -117,6 +118,8 @@ ServerOptions server_options(const ServeOptions& o) {
   }
   s.max_logprobs = o.max_logprobs;
   s.access = o.access;
+  s.max_request_bytes = o.max_request_bytes;
+  s.max_readback_bytes = o.max_readback_bytes;
   return s;
 }
 
@@ -233,6 +236,15 @@ CommandRegistrar registrar{
            ->default_val(30)
            ->check(CLI::NonNegativeNumber);
        add_access_options(sub, o->access);
+       sub.add_option("--max-request-bytes", o->max_request_bytes,
+                      "Largest request body of every route (0: per route: generation routes from "
+                      "the context, /update_weights_from_tensor from the model's size, others 1 "
+                      "MiB)")
+           ->default_val(0);
+       sub.add_option("--max-readback-bytes", o->max_readback_bytes,
+                      "Most f32 bytes one /get_weights_by_name may return (0: 256 MiB or the "
+                      "largest parameter, whichever is more)")
+           ->default_val(0);
        return std::function<int()>([o] { return run(*o); });
      }}};
 

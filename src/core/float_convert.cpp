@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "core/cpu_features.h"
 #include "core/float_formats.h"
 
 #if defined(__x86_64__)
@@ -13,7 +14,7 @@ namespace refit {
 namespace {
 
 #if defined(__x86_64__)
-const bool kHaveF16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+const bool kHaveF16c = cpu_has_avx_f16c();
 
 // Blocks of 8; a block with a NaN lane is converted by the scalar function, so NaN payloads
 // and quiet bits come out exactly as f32_to_f16 makes them (F16C's NaN rules differ).

@@ -279,6 +279,7 @@ void Scheduler::finish(Sequence& s, const std::string& reason, const std::string
 
 void Scheduler::retract(Sequence& s, bool restart) {
   detach_locked(s);
+  s.queued_at = Clock::now();  // its queue timeout counts from its return to the queue
   if (restart && s.generated() > 0) {
     s.tokens.resize(static_cast<size_t>(s.n_prompt));
     s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
@@ -536,9 +537,10 @@ void Scheduler::loop() {
     if (!can_run) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
       // Cancelled requests leave even while nothing runs (an abort during a pause frees
-      // their KV blocks now and lets a client waiting for an idle server see it).
+      // their KV blocks now and lets a client waiting for an idle server see it), and the
+      // queue timeout holds while generation is paused or held for an update.
       drop_cancelled_locked(running_);
-      drop_cancelled_locked(waiting_);
+      drop_expired_locked();
       continue;
     }
     lock.unlock();
@@ -599,10 +601,16 @@ void Scheduler::drop_expired_locked() {
       finish(s, "abort");
       it = waiting_.erase(it);
     } else if (waited > options_.queue_timeout_seconds && s.generated() == 0) {
+      const std::string why =
+          paused_ || exclusive_ || kv_released_
+              ? std::string(paused_      ? "while generation was paused"
+                            : exclusive_ ? "while the weights were being updated"
+                                         : "while the KV cache was released")
+              : fmt::format("for KV-cache space ({} of {} blocks in use)",
+                            cache_.stats().used_blocks, cache_.n_blocks());
       finish(s, "error",
-             fmt::format("the request waited {:.0f} s for KV-cache space ({} of {} blocks in use); "
-                         "retry later",
-                         waited, cache_.stats().used_blocks, cache_.n_blocks()),
+             fmt::format("the request waited {:.0f} s (--queue-timeout {:g} s) {}; retry later",
+                         waited, options_.queue_timeout_seconds, why),
              true);
       it = waiting_.erase(it);
     } else {
@@ -769,7 +777,9 @@ void Scheduler::report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchFo
                                        size_t index, uint64_t version, std::vector<double>& values,
                                        std::vector<float>& scaled) {
   const LogprobMode mode = s.spec.logprob_mode;
-  const float t = s.spec.sampling.temperature;
+  // The sampler's temperature: one below its greedy epsilon is 0 there (dividing by 1e-38
+  // would make every logprob inf or NaN).
+  const float t = s.sampler->params().temperature;
   RequestHandle::Event pe = make_event(RequestHandle::Event::prompt);
   for (int64_t j = 0; j < n_new; ++j) {
     const int64_t q = s.cached + j;

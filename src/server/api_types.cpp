@@ -29,9 +29,25 @@ double json_number(const nlohmann::json& j, const std::string& name) {
 }
 
 int64_t json_integer(const nlohmann::json& j, const std::string& name) {
-  if (!j.is_number_integer())
-    bad_request(name, fmt::format("'{}' must be an integer, got {}", name, j.dump()));
+  // 2^64 and beyond parse as floats; 2^63..2^64-1 as unsigned, which int64 cannot hold.
+  if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t{INT64_MAX}))
+    bad_request(
+        name, fmt::format("'{}' must be an integer (of at most 63 bits), got {}", name, j.dump()));
   return j.get<int64_t>();
+}
+
+float json_float_in(const nlohmann::json& j, const std::string& name, double lo, double hi) {
+  const double v = json_number(j, name);
+  if (!(v >= lo && v <= hi))
+    bad_request(name, fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, j.dump()));
+  return static_cast<float>(v);
+}
+
+int64_t json_integer_in(const nlohmann::json& j, const std::string& name, int64_t lo, int64_t hi) {
+  const int64_t v = json_integer(j, name);
+  if (v < lo || v > hi)
+    bad_request(name, fmt::format("'{}' must be in {}..{}, got {}", name, lo, hi, v));
+  return v;
 }
 
 bool json_boolean(const nlohmann::json& j, const std::string& name) {
@@ -42,7 +58,13 @@ bool json_boolean(const nlohmann::json& j, const std::string& name) {
 
 namespace {
 
-std::vector<int32_t> id_list(const nlohmann::json& j) {
+std::vector<int32_t> id_list(const nlohmann::json& j, int64_t context) {
+  if (context > 0 && j.size() >= static_cast<size_t>(context))
+    throw HttpError{400,
+                    fmt::format("this model's maximum context length is {} tokens; the prompt has "
+                                "{} token ids and leaves no room for output",
+                                context, j.size()),
+                    "invalid_request_error", "prompt", "context_length_exceeded"};
   std::vector<int32_t> ids;
   for (const auto& v : j) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
@@ -101,7 +123,8 @@ nlohmann::ordered_json parse_json_body_ordered(const std::string& body) {
 }
 
 GenerationParams parse_generation_request(const nlohmann::json& body, bool chat, int max_logprobs,
-                                          const nlohmann::ordered_json* ordered_body) {
+                                          const nlohmann::ordered_json* ordered_body,
+                                          int64_t context) {
   if (!body.is_object()) bad_request({}, "the request body must be a JSON object");
   static const std::set<std::string> common = {"model",
                                                "max_tokens",
@@ -154,13 +177,13 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     if (pr.is_string()) {
       p.prompt_texts.push_back(pr.get<std::string>());
     } else if (pr.is_array() && !pr.empty() && pr[0].is_number_integer()) {
-      p.prompt_ids.push_back(id_list(pr));
+      p.prompt_ids.push_back(id_list(pr, context));
     } else if (pr.is_array() && !pr.empty()) {
       for (const auto& item : pr) {
         if (item.is_string())
           p.prompt_texts.push_back(item.get<std::string>());
         else if (item.is_array())
-          p.prompt_ids.push_back(id_list(item));
+          p.prompt_ids.push_back(id_list(item, context));
         else
           bad_request("prompt", "'prompt' must be a string, a list of strings, or token ids");
       }
@@ -179,31 +202,30 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
   }
   p.max_tokens_null = body.contains(max_key) && body[max_key].is_null();
   // Returns whether the request set the field (null is unset, as in vLLM's pydantic models).
-  auto opt_number = [&](const char* key, auto& field) {
+  // Ranges are checked on the JSON number before it narrows to float.
+  auto opt_float = [&](const char* key, float& field, double lo, double hi) {
     if (!body.contains(key) || body[key].is_null()) return false;
-    field = static_cast<std::remove_reference_t<decltype(field)>>(json_number(body[key], key));
+    field = json_float_in(body[key], key, lo, hi);
     return true;
   };
+  constexpr double kFloatMax = 3.4028234663852886e38;
   SamplingFieldsGiven& given = p.sampling_given;
   p.sampling.temperature = 1.0f;  // OpenAI's default
-  given.temperature = opt_number("temperature", p.sampling.temperature);
-  given.top_p = opt_number("top_p", p.sampling.top_p);
-  given.min_p = opt_number("min_p", p.sampling.min_p);
-  given.repetition_penalty = opt_number("repetition_penalty", p.sampling.repetition_penalty);
-  if (body.contains("top_k") && !body["top_k"].is_null()) {
-    const int64_t k = json_integer(body["top_k"], "top_k");
-    p.sampling.top_k = k < 0 ? 0 : static_cast<int>(k);  // vLLM: -1 means off
-    given.top_k = true;
-  }
-  if (p.sampling.temperature < 0 || p.sampling.temperature > 100)
-    bad_request("temperature",
-                fmt::format("'temperature' must be in [0, 100], got {}", p.sampling.temperature));
-  if (!(p.sampling.top_p > 0 && p.sampling.top_p <= 1))
+  given.temperature = opt_float("temperature", p.sampling.temperature, 0, 100);
+  given.top_p = opt_float("top_p", p.sampling.top_p, 0, 1);
+  if (!(p.sampling.top_p > 0))
     bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", p.sampling.top_p));
-  if (!(p.sampling.min_p >= 0 && p.sampling.min_p <= 1))
-    bad_request("min_p", "'min_p' must be in [0, 1]");
+  given.min_p = opt_float("min_p", p.sampling.min_p, 0, 1);
+  given.repetition_penalty =
+      opt_float("repetition_penalty", p.sampling.repetition_penalty, 0, kFloatMax);
   if (!(p.sampling.repetition_penalty > 0))
     bad_request("repetition_penalty", "'repetition_penalty' must be > 0");
+  if (body.contains("top_k") && !body["top_k"].is_null()) {
+    // vLLM: -1 (or 0) means off; a k beyond the vocabulary keeps every token.
+    const int64_t k = json_integer_in(body["top_k"], "top_k", -1, INT64_MAX);
+    p.sampling.top_k = k < 0 ? 0 : static_cast<int>(std::min<int64_t>(k, INT32_MAX));
+    given.top_k = true;
+  }
   if (body.contains("seed") && !body["seed"].is_null()) {
     const auto& s = body["seed"];
     if (!s.is_number_integer()) bad_request("seed", "'seed' must be an integer");
@@ -265,17 +287,15 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
                                           max_logprobs, lp));
     p.logprobs = static_cast<int>(lp);
   }
-  opt_number("presence_penalty", p.sampling.presence_penalty);
-  opt_number("frequency_penalty", p.sampling.frequency_penalty);
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    const float v = key[0] == 'p' ? p.sampling.presence_penalty : p.sampling.frequency_penalty;
-    if (!(v >= -2 && v <= 2))
-      bad_request(key, fmt::format("'{}' must be in [-2, 2], got {}", key, v));
-  }
+  opt_float("presence_penalty", p.sampling.presence_penalty, -2, 2);
+  opt_float("frequency_penalty", p.sampling.frequency_penalty, -2, 2);
   if (body.contains("min_tokens") && !body["min_tokens"].is_null()) {
     p.min_tokens = json_integer(body["min_tokens"], "min_tokens");
     if (p.min_tokens < 0)
       bad_request("min_tokens", fmt::format("'min_tokens' must be >= 0, got {}", p.min_tokens));
+    if (p.max_tokens && p.min_tokens > *p.max_tokens)  // vLLM's rule
+      bad_request("min_tokens", fmt::format("'min_tokens' ({}) must be at most max_tokens ({})",
+                                            p.min_tokens, *p.max_tokens));
   }
   if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
     const auto& ids = body["stop_token_ids"];

@@ -64,9 +64,12 @@ struct GenerationParams {
 // Throws HttpError (400) naming the field for a malformed known field; unknown fields are
 // ignored (server/request_fields.h). `max_logprobs` caps logprobs/top_logprobs/prompt_logprobs.
 // `ordered_body`, the same body parsed keeping key order, is what a chat's template sees.
+// `context` (tokens, 0: unchecked) refuses a token-id prompt that cannot fit before its ids
+// are converted.
 GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
                                           int max_logprobs = 20,
-                                          const nlohmann::ordered_json* ordered_body = nullptr);
+                                          const nlohmann::ordered_json* ordered_body = nullptr,
+                                          int64_t context = 0);
 
 // A 400 naming the request field `param` (empty: the body as a whole).
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
@@ -74,6 +77,11 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
 double json_number(const nlohmann::json& value, const std::string& name);
 int64_t json_integer(const nlohmann::json& value, const std::string& name);
 bool json_boolean(const nlohmann::json& value, const std::string& name);
+// The same within [lo, hi], checked before any narrowing (a double beyond float's range is
+// refused, never cast to inf); the 400 names the field and the range.
+float json_float_in(const nlohmann::json& value, const std::string& name, double lo, double hi);
+int64_t json_integer_in(const nlohmann::json& value, const std::string& name, int64_t lo,
+                        int64_t hi);
 
 // Parses a request body; HttpError 400 with the parser's message when it is not JSON.
 nlohmann::json parse_json_body(const std::string& body);

@@ -90,7 +90,9 @@ ChatInput parse_chat_input(const Json& body) {
       bad_request(where, fmt::format("{} needs a string 'role'", where));
     const std::string role = m["role"].get<std::string>();
     Json msg = m;
-    // OpenAI: only an assistant turn (one that called tools) may come without content.
+    // Only an assistant turn may come without content (one that called tools; vLLM takes
+    // any assistant turn so, its content None): any other served as empty would be a wrong
+    // prompt answered with confidence.
     if (role != "assistant" && (!m.contains("content") || m["content"].is_null()))
       bad_request(where + ".content", fmt::format("{} ({}) needs 'content'", where, role));
     if (m.contains("content")) msg["content"] = message_content(m["content"], where + ".content");
@@ -148,17 +150,5 @@ ChatInput parse_chat_input(const Json& body) {
 }
 
 ChatInput parse_chat_input(const nlohmann::json& body) { return parse_chat_input(Json(body)); }
-
-std::string render_chat_prompt(const ChatTemplate& chat_template, const ChatInput& input) {
-  try {
-    return chat_template.render(input);
-  } catch (const TemplateRenderError& e) {
-    throw HttpError{400,
-                    fmt::format("the chat template refused the request: {}", e.what()),
-                    "invalid_request_error",
-                    "messages",
-                    {}};
-  }
-}
 
 }  // namespace refit

@@ -7,6 +7,7 @@
 
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
+#include "server/body_limits.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
@@ -47,6 +48,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   scheduler_ = std::make_unique<Scheduler>(
       engine_.model(), engine_.weights_mutex(), [this] { return engine_.weight_version(); },
       options_.scheduler, forward);
+  prompt_limits_ = prompt_limits(engine_.tokenizer(), scheduler_->max_context());
   // Released weights never serve a token, whichever route submits (health checks too).
   scheduler_->set_admission_check([this] { check_can_generate(); });
   // Every rank's pool gets the size the scheduler chose, before the first step.
@@ -57,26 +59,15 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   http_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
-  http_->set_payload_max_length(size_t{8} << 30);  // tensor updates are large
-  // Every other route's body is small: refused by its declared length before it is read
-  // (64 MiB holds any prompt a context can take; tensors travel only to one route).
+  // Each route's body is refused by its declared length before it is read
+  // (server/body_limits.h); a body sent without one is read up to the largest limit.
+  body_limits_ = body_limits_for(engine_, scheduler_->max_context(), options_.max_request_bytes);
+  http_->set_payload_max_length(body_limits_.largest());
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (guard_.refuse(req, res)) return httplib::Server::HandlerResponse::Handled;
-    constexpr size_t kBodyLimit = size_t{64} << 20;
-    if (req.path == "/update_weights_from_tensor" || !req.has_header("Content-Length"))
-      return httplib::Server::HandlerResponse::Unhandled;
-    const std::string& length = req.get_header_value("Content-Length");
-    const unsigned long long n = std::strtoull(length.c_str(), nullptr, 10);
-    if (n <= kBodyLimit) return httplib::Server::HandlerResponse::Unhandled;
-    send_json(res, 413,
-              HttpError{413,
-                        fmt::format("the request body ({} bytes) is over {}'s limit of {} bytes", n,
-                                    req.path, kBodyLimit),
-                        "invalid_request_error",
-                        {},
-                        "body_too_large"}
-                  .body());
-    return httplib::Server::HandlerResponse::Handled;
+    return refuse_oversized_body(body_limits_, req, res)
+               ? httplib::Server::HandlerResponse::Handled
+               : httplib::Server::HandlerResponse::Unhandled;
   });
   // Called once each reply is written, just before the request (and its body) is freed.
   http_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
@@ -155,6 +146,7 @@ void HttpServer::routes() {
                ranks_,
                options_.check_finite};
   rl.weights_root = &weights_root_;
+  rl.max_readback_bytes = options_.max_readback_bytes;
   register_rl_endpoints(*http_, rl);
   register_weight_sync_endpoints(*http_, rl);
   sglang_generate_routes();

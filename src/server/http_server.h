@@ -27,8 +27,10 @@
 
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
+#include "server/body_limits.h"
 #include "server/chat_template.h"
 #include "server/heap_trimmer.h"
+#include "server/prompt_limits.h"
 #include "server/request_guard.h"
 #include "server/request_registry.h"
 #include "server/weights_root.h"
@@ -55,6 +57,8 @@ struct ServerOptions {
   std::string chat_template;  // --chat-template: a file or the template text; empty: the model's
   AccessOptions access;       // keys, allowed hosts and origins, --weights-root (docs/security.md)
   bool check_finite = true;   // weight updates refuse NaN/inf unless a request says otherwise
+  size_t max_request_bytes = 0;   // every route's body limit; 0: per route (server/body_limits.h)
+  size_t max_readback_bytes = 0;  // /get_weights_by_name values per request; 0: the default
 };
 
 class RankGroup;
@@ -118,7 +122,9 @@ class HttpServer {
   RankGroup* ranks_ = nullptr;
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
-  HeapTrimmer trimmer_;  // before http_: its logger calls it until http_ is gone
+  HeapTrimmer trimmer_;         // before http_: its logger calls it until http_ is gone
+  PromptLimits prompt_limits_;  // the context and the tokenizer's bytes per token
+  BodyLimits body_limits_;
   std::unique_ptr<httplib::Server> http_;
   RequestRegistry registry_;
   // Host, Origin, key and content-type checks of every request, before its route runs.

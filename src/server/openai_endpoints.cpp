@@ -19,6 +19,7 @@
 #include "server/event_signal.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
+#include "server/prompt_limits.h"
 
 namespace refit {
 
@@ -80,7 +81,8 @@ struct Prompts {
 };
 
 Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* tok,
-                         const ChatTemplate& chat_template, const std::string& model_description) {
+                         const ChatTemplate& chat_template, const std::string& model_description,
+                         const PromptLimits& limits) {
   Prompts out{p.prompt_ids, p.stop};
   if (!chat && p.prompt_texts.empty()) return out;
   if (!tok)
@@ -93,10 +95,12 @@ Prompts tokenize_prompts(const GenerationParams& p, bool chat, const Tokenizer* 
   if (chat) {
     // The template writes the specials (BOS included): encoding adds none unless the
     // client asks (vLLM's add_special_tokens, false for chat).
-    out.ids.push_back(tok->encode(render_chat_prompt(chat_template, p.chat_input),
-                                  p.add_special_tokens, /*parse_special=*/true));
+    const std::string text = render_chat_prompt(chat_template, p.chat_input);
+    check_prompt_text_fits(text.size(), limits, "messages");
+    out.ids.push_back(tok->encode(text, p.add_special_tokens, /*parse_special=*/true));
     for (const auto& t : chat_template.end_of_turn_texts()) out.stops.push_back(t);
   } else {
+    for (const auto& text : p.prompt_texts) check_prompt_text_fits(text.size(), limits, "prompt");
     for (const auto& text : p.prompt_texts)
       out.ids.push_back(tok->encode(text, p.add_special_tokens, true));
   }
@@ -117,29 +121,6 @@ std::vector<int32_t> stop_token_ids(const GenerationParams& p, bool chat, const 
       if (ids.size() == 1) stop_tokens.push_back(ids[0]);
     }
   return stop_tokens;
-}
-
-// max_tokens of one prompt (its default when unset); a 400 when prompt and output do not fit.
-// Unset, as vLLM: 16 for completions (its field default; an explicit null as chat); for chat
-// the model's max_new_tokens, at most the rest of the context.
-int64_t checked_max_tokens(const GenerationParams& p, bool chat, int64_t n_prompt, int64_t ctx,
-                           const GenerationDefaults& defaults) {
-  if (n_prompt == 0)
-    throw HttpError{400, "the prompt is empty (no tokens)", "invalid_request_error", "prompt", {}};
-  const int64_t rest = std::max<int64_t>(ctx - n_prompt, 0);
-  const int64_t max_tokens = p.max_tokens || (!chat && !p.max_tokens_null)
-                                 ? defaults.max_tokens_for(p.max_tokens.value_or(16), 0)
-                                 : std::min(defaults.max_tokens_for(std::nullopt, rest), rest);
-  if (max_tokens > ctx || n_prompt + std::max<int64_t>(max_tokens, 1) > ctx)  // no overflow
-    throw HttpError{
-        400,
-        fmt::format(
-            "this model's maximum context length is {} tokens; the request has {} prompt tokens "
-            "and max_tokens {} ({} in all)",
-            ctx, n_prompt, max_tokens, n_prompt + max_tokens),
-        "invalid_request_error", p.max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"),
-        "context_length_exceeded"};
-  return max_tokens;
 }
 
 // The scheduler request of sample `j` of one prompt.
@@ -182,7 +163,8 @@ std::vector<std::shared_ptr<RequestHandle>> submit_choices(Generation& g, const 
   try {
     for (const std::vector<int32_t>& prompt : prompts.ids) {
       const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-      const int64_t max_tokens = checked_max_tokens(p, chat, n_prompt, ctx, defaults);
+      const int64_t max_tokens =
+          checked_max_tokens(p.max_tokens, p.max_tokens_null, chat, n_prompt, ctx, defaults);
       g.prompt_tokens += n_prompt;
       for (int j = 0; j < p.n; ++j) {
         auto h = scheduler.submit(choice_spec(g, prompt, max_tokens, j, stop_tokens, logprob_mode));
@@ -451,8 +433,9 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
   auto g = std::make_shared<Generation>();
   const nlohmann::ordered_json ordered =
       chat ? parse_json_body_ordered(req.body) : nlohmann::ordered_json();
+  const PromptLimits& limits = prompt_limits_;
   g->params = parse_generation_request(parse_json_body(req.body), chat, max_logprobs(),
-                                       chat ? &ordered : nullptr);
+                                       chat ? &ordered : nullptr, limits.context);
   // The model's generation_config.json defaults for the sampling fields the request left unset.
   engine_.generation_defaults().apply(g->params.sampling, g->params.sampling_given);
   const GenerationParams& p = g->params;
@@ -468,7 +451,8 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
                                 options_.model_name),
                     "invalid_request_error", "model", "model_not_found"};
   const Tokenizer* tok = engine_.tokenizer();
-  const Prompts prompts = tokenize_prompts(p, chat, tok, chat_template_, engine_.description());
+  const Prompts prompts =
+      tokenize_prompts(p, chat, tok, chat_template_, engine_.description(), limits);
   const std::vector<int32_t> stop_tokens =
       stop_token_ids(p, chat, tok, chat_template_, engine_.stop_ids());
   g->id = random_id(chat ? "chatcmpl" : "cmpl");

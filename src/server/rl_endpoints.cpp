@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "formats/checkpoint.h"
@@ -280,9 +283,42 @@ void update_weight_version(RlContext& c, const httplib::Request& req, httplib::R
         json{{"new_version", r.new_version}, {"version", v}});
 }
 
+// 256 MiB of values, or a whole parameter (lm_head, the embedding) when that is more.
+size_t default_readback_bytes(const Engine& engine) {
+  size_t largest = 0;
+  for (const ParameterInfo& p : engine.named_parameters()) {
+    size_t n = 1;
+    for (int64_t d : p.logical_shape) n *= static_cast<size_t>(d);
+    largest = std::max(largest, n * sizeof(float));
+  }
+  return std::max(size_t{256} << 20, largest);
+}
+
+// One of at most `limit` readbacks running; a 503 when all are taken.
+class ReadbackSlot {
+ public:
+  ReadbackSlot(std::atomic<int>& running, int limit) : running_(running) {
+    if (running_.fetch_add(1) >= limit) {
+      running_.fetch_sub(1);
+      throw HttpError{503,
+                      fmt::format("{} weight readbacks are running; retry later", limit),
+                      "service_unavailable",
+                      {},
+                      "server_busy"};
+    }
+  }
+  ~ReadbackSlot() { running_.fetch_sub(1); }
+  ReadbackSlot(const ReadbackSlot&) = delete;
+  ReadbackSlot& operator=(const ReadbackSlot&) = delete;
+
+ private:
+  std::atomic<int>& running_;
+};
+
 }  // namespace
 
 void register_rl_endpoints(httplib::Server& s, RlContext c) {
+  if (c.max_readback_bytes == 0) c.max_readback_bytes = default_readback_bytes(c.engine);
   auto wrap = [c](auto handler) mutable {
     return [c, handler](const httplib::Request& req, httplib::Response& res) mutable {
       try {
@@ -299,8 +335,9 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
   s.Post("/update_weights_from_tensor", wrap(update_from_tensor));
   s.Post("/update_weight_version", wrap(update_weight_version));
 
+  auto readbacks = std::make_shared<std::atomic<int>>(0);
   s.Post("/get_weights_by_name",
-         wrap([](RlContext& c, const httplib::Request& req, httplib::Response& res) {
+         wrap([readbacks](RlContext& c, const httplib::Request& req, httplib::Response& res) {
            const json body = object_body(req);
            ignore_unknown_fields(body, {"name", "truncate_size"}, "/get_weights_by_name");
            const std::string name = field<std::string>(body, "name", "");
@@ -308,21 +345,32 @@ void register_rl_endpoints(httplib::Server& s, RlContext c) {
            if (truncate < 0)
              throw HttpError{
                  400, "'truncate_size' must be >= 0", "invalid_request_error", "truncate_size", {}};
+           // Each reply holds its values several times over (f32, JSON values, text): the
+           // bytes per reply and the replies at once are both bounded.
+           const ReadbackSlot slot(*readbacks, c.max_concurrent_readbacks);
+           const int64_t cap = static_cast<int64_t>(c.max_readback_bytes / sizeof(float));
+           const int64_t wanted = std::min(truncate, cap + 1);  // one more tells it was cut
            // Under tensor parallelism every rank reads its piece and the lead puts them together,
            // so the reply is the whole checkpoint tensor whatever --tp is.
            std::vector<WeightPiece> pieces;
            if (c.ranks) {
-             pieces = c.ranks->read_weight(name, truncate);
+             pieces = c.ranks->read_weight(name, wanted);
            } else {
              std::shared_lock lock(c.engine.weights_mutex());
-             pieces.push_back(local_weight_piece(c.engine, name, truncate));
+             pieces.push_back(local_weight_piece(c.engine, name, wanted));
            }
            for (const WeightPiece& piece : pieces)
              if (piece.status != 200)
                throw HttpError{piece.status, piece.error, "invalid_request_error", "name", {}};
            const Tensor full = assemble_weight(pieces);
+           if (std::min(full.numel(), wanted) > cap)
+             throw HttpError{400,
+                             fmt::format("'truncate_size' {} asks for more than {} values of '{}' "
+                                         "({} bytes as f32, --max-readback-bytes)",
+                                         truncate, cap, name, c.max_readback_bytes),
+                             "invalid_request_error", "truncate_size", "readback_too_large"};
            const float* data = full.data<const float>();
-           const std::vector<float> values(data, data + std::min<int64_t>(full.numel(), truncate));
+           const std::vector<float> values(data, data + std::min<int64_t>(full.numel(), wanted));
            json out{{"name", name},
                     {"shape", pieces.front().full_shape},
                     {"dtype", pieces.front().dtype},

@@ -54,9 +54,13 @@ struct RlContext {
   std::mutex& labels_mutex;
   std::map<uint64_t, std::string>& labels;
   std::function<std::string(uint64_t)> label_of;
-  RankGroup* ranks = nullptr;                 // tensor parallel: updates run on every rank
-  bool check_finite = true;                   // a request's check_finite default (--no-check-finite)
+  RankGroup* ranks = nullptr;  // tensor parallel: updates run on every rank
+  bool check_finite = true;    // a request's check_finite default (--no-check-finite)
   const WeightsRoot* weights_root = nullptr;  // where model_path may point (none: anywhere)
+  // /get_weights_by_name: most f32 bytes of values one reply holds (0: 256 MiB or the
+  // largest parameter, whichever is more), and how many readbacks run at once (more: 503).
+  size_t max_readback_bytes = 0;
+  int max_concurrent_readbacks = 2;
 };
 
 void register_rl_endpoints(httplib::Server& server, RlContext context);

@@ -228,6 +228,7 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
   limits.tokenizer = tok;
   limits.model = engine_.description();
   limits.context = scheduler_->max_context();
+  limits.prompt = prompt_limits_;
   limits.vocab = engine_.config().vocab_size;
   limits.eos_ids = engine_.stop_ids().ids;
   limits.defaults = &engine_.generation_defaults();

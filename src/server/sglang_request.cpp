@@ -7,6 +7,7 @@
 
 #include "server/api_types.h"
 #include "server/http_util.h"
+#include "server/prompt_limits.h"
 #include "server/request_fields.h"
 
 namespace refit {
@@ -29,6 +30,8 @@ struct SglangSampling {
   bool seed_given = false;
   SamplingFieldsGiven given;  // fields set here; the rest take the model's defaults
 };
+
+constexpr double kFloatMax = 3.4028234663852886e38;
 
 // The fields the request gives, over SGLang's defaults.
 SglangSampling parse_given_sampling(const json& sp) {
@@ -72,13 +75,9 @@ SglangSampling parse_given_sampling(const json& sp) {
     }
     if (value.is_null()) continue;
     if (key == "max_new_tokens") {
-      out.max_new_tokens = json_integer(value, name);
-      if (out.max_new_tokens < 0)
-        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, out.max_new_tokens));
+      out.max_new_tokens = json_integer_in(value, name, 0, INT64_MAX);
     } else if (key == "min_new_tokens") {
-      out.min_new_tokens = json_integer(value, name);
-      if (out.min_new_tokens < 0)
-        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, out.min_new_tokens));
+      out.min_new_tokens = json_integer_in(value, name, 0, INT64_MAX);
     } else if (key == "stop") {
       if (value.is_string())
         out.stop.push_back(value.get<std::string>());
@@ -102,15 +101,13 @@ SglangSampling parse_given_sampling(const json& sp) {
         out.stop_token_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
       }
     } else if (key == "temperature") {
-      out.sampling.temperature = static_cast<float>(json_number(value, name));
+      // SGLang sets no upper bound; float's range is refit's (a larger value would be inf).
+      out.sampling.temperature = json_float_in(value, name, 0, kFloatMax);
       out.given.temperature = true;
-      if (!(out.sampling.temperature >= 0))
-        bad_request(name, fmt::format("'{}' must be >= 0, got {}", name, value.dump()));
     } else if (key == "top_p") {
-      out.sampling.top_p = static_cast<float>(json_number(value, name));
+      out.sampling.top_p = json_float_in(value, name, 0, 1);
       out.given.top_p = true;
-      if (!(out.sampling.top_p > 0 && out.sampling.top_p <= 1))
-        bad_request(name, "'sampling_params.top_p' must be in (0, 1]");
+      if (!(out.sampling.top_p > 0)) bad_request(name, "'sampling_params.top_p' must be in (0, 1]");
     } else if (key == "top_k") {
       const int64_t k = json_integer(value, name);
       if (k < -1 || k == 0)
@@ -118,10 +115,8 @@ SglangSampling parse_given_sampling(const json& sp) {
       out.sampling.top_k = k < 0 ? 0 : static_cast<int>(std::min<int64_t>(k, INT32_MAX));
       out.given.top_k = true;
     } else if (key == "min_p") {
-      out.sampling.min_p = static_cast<float>(json_number(value, name));
+      out.sampling.min_p = json_float_in(value, name, 0, 1);
       out.given.min_p = true;
-      if (!(out.sampling.min_p >= 0 && out.sampling.min_p <= 1))
-        bad_request(name, "'sampling_params.min_p' must be in [0, 1]");
     } else if (key == "ignore_eos") {
       out.ignore_eos = json_boolean(value, name);
     } else if (key == "skip_special_tokens") {
@@ -131,22 +126,16 @@ SglangSampling parse_given_sampling(const json& sp) {
     } else if (key == "no_stop_trim") {
       out.no_stop_trim = json_boolean(value, name);
     } else if (key == "repetition_penalty") {
-      out.sampling.repetition_penalty = static_cast<float>(json_number(value, name));
+      out.sampling.repetition_penalty = json_float_in(value, name, 0, 2);
       out.given.repetition_penalty = true;
-      if (!(out.sampling.repetition_penalty > 0 && out.sampling.repetition_penalty <= 2))
+      if (!(out.sampling.repetition_penalty > 0))
         bad_request(name, "'sampling_params.repetition_penalty' must be in (0, 2]");
     } else if (key == "frequency_penalty") {
-      out.sampling.frequency_penalty = static_cast<float>(json_number(value, name));
-      if (!(out.sampling.frequency_penalty >= -2 && out.sampling.frequency_penalty <= 2))
-        bad_request(name, "'sampling_params.frequency_penalty' must be in [-2, 2]");
+      out.sampling.frequency_penalty = json_float_in(value, name, -2, 2);
     } else if (key == "presence_penalty") {
-      out.sampling.presence_penalty = static_cast<float>(json_number(value, name));
-      if (!(out.sampling.presence_penalty >= -2 && out.sampling.presence_penalty <= 2))
-        bad_request(name, "'sampling_params.presence_penalty' must be in [-2, 2]");
+      out.sampling.presence_penalty = json_float_in(value, name, -2, 2);
     } else if (key == "n") {
-      const int64_t n = json_integer(value, name);
-      if (n < 1 || n > 64) bad_request(name, fmt::format("'{}' must be in 1..64, got {}", name, n));
-      out.n = static_cast<int>(n);
+      out.n = static_cast<int>(json_integer_in(value, name, 1, 64));
     } else if (key == "sampling_seed") {
       if (!value.is_number_integer())
         bad_request(name, "'sampling_params.sampling_seed' must be an integer");
@@ -247,15 +236,17 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
       }
     } else
       bad_request("text", "'text' must be a string or a non-empty list of strings");
+    for (const auto& x : texts) check_prompt_text_fits(x.size(), limits.prompt, "text");
     for (const auto& x : texts)
       prompts.push_back(tok->encode(x, /*add_special=*/true, /*parse_special=*/true));
   } else {
     const json& ids = body["input_ids"];
     if (!ids.is_array() || ids.empty())
       bad_request("input_ids", "'input_ids' must be a non-empty list of token ids (or of lists)");
-    auto id_list = [](const json& list) {
+    auto id_list = [&limits](const json& list) {
       if (!list.is_array())
         bad_request("input_ids", "'input_ids' must be a list of token ids or a list of such lists");
+      check_prompt_ids_fit(list.size(), limits.prompt, "input_ids");
       std::vector<int32_t> out;
       for (const auto& v : list) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
@@ -326,12 +317,10 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
       const json& ls = per_prompt(member(body, "logprob_start_len"), i, batch, "logprob_start_len");
       it.logprob_start = ls.is_null() ? -1 : json_integer(ls, "logprob_start_len");
       const json& tn = per_prompt(member(body, "top_logprobs_num"), i, batch, "top_logprobs_num");
-      it.top_logprobs = tn.is_null() ? 0
-                                     : static_cast<int>(std::clamp<int64_t>(
-                                           json_integer(tn, "top_logprobs_num"), -1, INT32_MAX));
-      if (it.top_logprobs < 0 || it.top_logprobs > limits.max_logprobs)
-        bad_request("top_logprobs_num", fmt::format("'top_logprobs_num' must be in 0..{}, got {}",
-                                                    limits.max_logprobs, it.top_logprobs));
+      it.top_logprobs = tn.is_null()
+                            ? 0
+                            : static_cast<int>(json_integer_in(tn, "top_logprobs_num", 0,
+                                                               std::max(limits.max_logprobs, 0)));
       const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
       if (n_prompt == 0)
         bad_request(has_text ? "text" : "input_ids", "the prompt is empty (no tokens)");

@@ -16,6 +16,7 @@
 #include "runtime/generation_defaults.h"
 #include "runtime/scheduler.h"
 #include "server/choice_stream.h"
+#include "server/prompt_limits.h"
 #include "tokenizer/tokenizer.h"
 
 namespace refit {
@@ -42,6 +43,7 @@ struct SglangLimits {
   const Tokenizer* tokenizer = nullptr;  // null: input_ids only
   std::string model;                     // for messages
   int64_t context = 0;
+  PromptLimits prompt;  // refuses a prompt that cannot fit before it is tokenized
   int64_t vocab = 0;
   std::vector<int32_t> eos_ids;  // the model's stop ids (Engine::stop_ids), unless ignore_eos
   const GenerationDefaults* defaults = nullptr;  // generation_config.json's; null: none

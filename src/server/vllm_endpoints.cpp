@@ -53,15 +53,19 @@ void HttpServer::vllm_token_routes() {
            bool special = !chat;
            if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null())
              special = json_boolean(body["add_special_tokens"], "add_special_tokens");
+           // A text that cannot fit the context is refused before it is tokenized (vLLM's
+           // /tokenize refuses a prompt over max_model_len too).
            if (chat) {
-             ids = tok->encode(
-                 render_chat_prompt(chat_template_,
-                                    parse_chat_input(parse_json_body_ordered(req.body))),
-                 special, true);
+             const std::string text = render_chat_prompt(
+                 chat_template_, parse_chat_input(parse_json_body_ordered(req.body)));
+             check_prompt_text_fits(text.size(), prompt_limits_, "messages");
+             ids = tok->encode(text, special, true);
            } else {
              if (!body.contains("prompt") || !body["prompt"].is_string())
                bad_request("prompt", "'prompt' (a string) or 'messages' is required");
-             ids = tok->encode(body["prompt"].get<std::string>(), special, true);
+             const std::string& text = body["prompt"].get_ref<const std::string&>();
+             check_prompt_text_fits(text.size(), prompt_limits_, "prompt");
+             ids = tok->encode(text, special, true);
            }
            send_json(res, 200,
                      json{{"tokens", ids},

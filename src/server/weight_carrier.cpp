@@ -63,9 +63,9 @@ json entry_json(const json& e, const std::string& where) {
     bad(where, fmt::format("decodes to {} bytes that are neither a pickle nor refit's JSON carrier",
                            bytes.size()));
   try {
-    return json::parse(bytes);
-  } catch (const json::parse_error& err) {
-    bad(where, fmt::format("decodes to text that is not valid JSON: {}", err.what()));
+    return parse_json_body(bytes);  // the body's depth limit holds inside an entry too
+  } catch (const HttpError& err) {
+    bad(where, fmt::format("decodes to text that is not a valid request: {}", err.message));
   }
 }
 
@@ -324,16 +324,23 @@ Tensor decode_named_tensor(const json& t, const std::string& where) {
   } catch (const HttpError& e) {
     throw HttpError{400, e.message, "invalid_request_error", where, {}};
   }
+  // The declared size is checked against the bytes the request carries before anything is
+  // allocated: a shape is a few bytes of JSON and may claim gigabytes.
+  const size_t need = dtype_nbytes(*dt, elements_of(shape));
+  const std::string& text = t["data"].get_ref<const std::string&>();
+  if (need > text.size() / 4 * 3 + 2)  // base64 carries at most 3 bytes per 4 characters
+    fail_here(fmt::format("{} {} needs {} bytes, the data has at most {}", dtype_name_given,
+                          shape_text(shape), need, text.size() / 4 * 3 + 2));
   std::string bytes;
   try {
-    bytes = base64_decode(t["data"].get<std::string>());
+    bytes = base64_decode(text);
   } catch (const Error& e) {
     fail_here(e.what());
   }
-  Tensor out = Tensor::empty(shape, *dt);
-  if (bytes.size() != out.nbytes())
+  if (bytes.size() != need)
     fail_here(fmt::format("{} {} needs {} bytes, the data has {}", dtype_name_given,
-                          shape_text(shape), out.nbytes(), bytes.size()));
+                          shape_text(shape), need, bytes.size()));
+  Tensor out = Tensor::empty(shape, *dt);
   if (!bytes.empty()) std::memcpy(out.raw_data(), bytes.data(), bytes.size());
   return out;
 }

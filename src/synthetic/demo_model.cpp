@@ -14,18 +14,7 @@ DemoModel make_demo_model(uint64_t seed, const TensorParallel& tp) {
     CheckpointTarget target = params.target(name);
     if (target.parameter) target.parameter->load(*target.sub_shard, tensor);
   }
-  const SyntheticVocab vocab = synthetic_vocab(config.vocab_size);
-  VocabData data;
-  data.source = "built-in demo vocabulary";
-  data.model = VocabModel::vocab_model_spm;
-  data.tokens = vocab.tokens;
-  data.scores = vocab.scores;
-  for (int32_t t : vocab.types) data.types.push_back(static_cast<TokenType>(t));
-  data.bos = vocab.bos_id;
-  data.eos = vocab.eos_id;
-  data.unk = vocab.unk_id;
-  data.add_bos = true;
-  demo.tokenizer = std::make_unique<Tokenizer>(std::move(data));
+  demo.tokenizer = synthetic_tokenizer(config.vocab_size);
   return demo;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
@@ -125,7 +126,7 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* in, uint16
   }
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
-const bool kHaveF16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+const bool kHaveF16c = cpu_has_avx_f16c();
 #endif
 
 void fill_chunk(uint64_t key, float c, float mean, int64_t begin, int64_t count, DType dtype,

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "formats/gguf_writer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace refit {
 
@@ -346,6 +347,21 @@ nlohmann::json hf_tokenizer_config_json(const SyntheticVocab& vocab, int64_t mod
           {"spaces_between_special_tokens", false},
           {"tokenizer_class", "LlamaTokenizer"},
           {"use_default_system_prompt", false}};
+}
+
+std::unique_ptr<Tokenizer> synthetic_tokenizer(int64_t vocab_size) {
+  const SyntheticVocab vocab = synthetic_vocab(vocab_size);
+  VocabData data;
+  data.source = "built-in demo vocabulary";
+  data.model = VocabModel::vocab_model_spm;
+  data.tokens = vocab.tokens;
+  data.scores = vocab.scores;
+  for (int32_t t : vocab.types) data.types.push_back(static_cast<TokenType>(t));
+  data.bos = vocab.bos_id;
+  data.eos = vocab.eos_id;
+  data.unk = vocab.unk_id;
+  data.add_bos = true;
+  return std::make_unique<Tokenizer>(std::move(data));
 }
 
 }  // namespace refit

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 namespace refit {
 
 class GgufWriter;
+class Tokenizer;
 
 // GGUF / llama.cpp token types (llama_token_type).
 enum class SyntheticTokenType : int32_t {
@@ -46,6 +48,9 @@ inline constexpr int64_t kSyntheticVocabMinSize = 3 + 256 + 95;
 
 // Deterministic: the same size always gives the same vocabulary. Throws below the minimum.
 SyntheticVocab synthetic_vocab(int64_t vocab_size);
+
+// The SentencePiece tokenizer of synthetic_vocab(vocab_size), BOS added (the demo model's).
+std::unique_ptr<Tokenizer> synthetic_tokenizer(int64_t vocab_size);
 
 // BPE merges "left right" in rank order, derived from the pieces (both halves in the vocab,
 // ordered by the merged piece's score, then by the ids of the halves).

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #endif
 
+#include "core/cpu_features.h"
 #include "core/float_formats.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_isa.h"
@@ -244,11 +245,10 @@ std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, boo
 
 bool avx512_vnni_usable() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
-                          __builtin_cpu_supports("fma");
+  static const bool cpu =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni") && cpu_has_avx_f16c() && __builtin_cpu_supports("fma");
   return cpu && avx512_allowed();
 #else
   return false;

@@ -1,0 +1,101 @@
+// The limits that need the engine's pieces: per-route body limits sized from the model, and
+// the scheduler's side (the queue timeout while paused, prompt logprobs at a tiny
+// temperature). The parsers' side is serve_request_limits_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/scheduler.h"
+#include "serve_test_model.h"
+#include "server/body_limits.h"
+
+namespace refit {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- body limits ----
+
+TEST(ServeBodyLimits, body_limits_are_per_route_and_sized_from_the_model) {
+  BodyLimitInputs in;
+  in.context = 1 << 17;
+  in.text_bytes_per_token = 128;
+  in.parameter_elements = int64_t{1} << 30;
+  const BodyLimits l = body_limits(in);
+  EXPECT_EQ(l.for_path("/update_weights_from_disk"), size_t{1} << 20);
+  EXPECT_EQ(l.for_path("/v1/completions"), (size_t{1} << 17) * 128 * 8);
+  EXPECT_EQ(l.for_path("/generate"), l.generation);
+  EXPECT_EQ(l.for_path("/update_weights_from_tensor"), (size_t{16} << 30) / 3 + (size_t{64} << 20));
+  EXPECT_EQ(l.largest(), l.tensor);
+  BodyLimitInputs small;  // a tiny model: the floors
+  small.context = 256;
+  small.text_bytes_per_token = 10;
+  small.parameter_elements = 1000;
+  EXPECT_EQ(body_limits(small).generation, size_t{64} << 20);
+  EXPECT_EQ(body_limits(small).tensor, 5333 + (size_t{64} << 20));
+  small.override_bytes = 12345;
+  EXPECT_EQ(body_limits(small).for_path("/health"), 12345u);
+  EXPECT_EQ(body_limits(small).for_path("/update_weights_from_tensor"), 12345u);
+}
+
+class LimitsSchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_ = testing::serve_test_config();
+    model_ = testing::serve_test_model(config_, DType::f32);
+  }
+  std::unique_ptr<Scheduler> make(SchedulerOptions o = {}) {
+    return std::make_unique<Scheduler>(
+        *model_, mutex_, [] { return uint64_t{1}; }, o);
+  }
+  ModelConfig config_;
+  std::unique_ptr<Model> model_;
+  std::shared_mutex mutex_;
+};
+
+TEST_F(LimitsSchedulerTest, prompt_logprobs_at_a_tiny_temperature_are_finite) {
+  auto sched = make();
+  for (LogprobMode mode : {LogprobMode::processed_logprobs, LogprobMode::sglang}) {
+    RequestSpec spec;
+    spec.prompt = {1, 5, 9, 13, 17, 21};
+    spec.max_tokens = 2;
+    spec.sampling.temperature = 1e-38f;
+    spec.logprob_mode = mode;
+    spec.prompt_logprobs_from = 1;
+    spec.prompt_top_logprobs = 2;
+    auto h = sched->submit(spec);
+    int prompt_rows = 0;
+    for (RequestHandle::Event e; h->next(e, 30s);) {
+      for (const TokenEvent& t : e.prompt_logprobs) {
+        ++prompt_rows;
+        EXPECT_TRUE(std::isfinite(t.logprob) && t.logprob <= 0) << t.logprob;
+        for (const TokenLogprob& x : t.top) EXPECT_TRUE(std::isfinite(x.logprob));
+      }
+      if (e.kind == RequestHandle::Event::token)
+        EXPECT_TRUE(std::isfinite(e.token_event.logprob)) << e.token_event.logprob;
+      if (e.kind == RequestHandle::Event::finished) break;
+    }
+    EXPECT_EQ(prompt_rows, 5);
+  }
+}
+
+TEST_F(LimitsSchedulerTest, the_queue_timeout_holds_while_generation_is_paused) {
+  SchedulerOptions o;
+  o.queue_timeout_seconds = 0.2;
+  auto sched = make(o);
+  sched->pause(PauseMode::abort);
+  RequestSpec spec;
+  spec.prompt = {1, 2, 3};
+  spec.max_tokens = 4;
+  auto h = sched->submit(spec);
+  RequestHandle::Event e;
+  ASSERT_TRUE(h->next(e, 20s)) << "the paused request was never timed out";
+  EXPECT_EQ(e.kind, RequestHandle::Event::finished);
+  EXPECT_EQ(e.finish_reason, "error");
+  EXPECT_TRUE(e.busy);
+  EXPECT_NE(e.error.find("while generation was paused"), std::string::npos) << e.error;
+  sched->resume();
+}
+
+}  // namespace
+}  // namespace refit
