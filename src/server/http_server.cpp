@@ -7,6 +7,7 @@
 
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
+#include "server/connection_server.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
@@ -52,11 +53,9 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   // Every rank's pool gets the size the scheduler chose, before the first step.
   if (ranks_)
     ranks_->announce_cache(scheduler_->options().kv_blocks, scheduler_->options().block_size);
-  http_ = std::make_unique<httplib::Server>();
-  const int threads = options_.http_threads;
-  http_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
+  auto connections = std::make_unique<ConnectionServer>(options_.connections);
+  connections_ = connections.get();
+  http_ = std::move(connections);
   http_->set_payload_max_length(size_t{8} << 30);  // tensor updates are large
   // Every other route's body is small: refused by its declared length before it is read
   // (64 MiB holds any prompt a context can take; tensors travel only to one route).
@@ -77,8 +76,6 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
                   .body());
     return httplib::Server::HandlerResponse::Handled;
   });
-  http_->set_read_timeout(600);
-  http_->set_write_timeout(600);
   routes();
 }
 
@@ -97,11 +94,12 @@ void HttpServer::bind() {
            options_.port);
     port_ = options_.port;
   }
+  connections_->apply_listen_backlog();
 }
 
 void HttpServer::serve() { http_->listen_after_bind(); }
 void HttpServer::stop() {
-  if (http_) http_->stop();
+  if (connections_) connections_->stop_accepting();
 }
 
 std::string HttpServer::version_label(uint64_t version) const {

@@ -27,6 +27,7 @@
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "server/chat_template.h"
+#include "server/connection_limits.h"
 #include "server/request_registry.h"
 
 namespace httplib {
@@ -41,7 +42,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;         // 0: any free port (see HttpServer::port())
   std::string model_name;  // "model" field reported; default: the model path's file name
-  int http_threads = 128;  // concurrent connections served
+  // Connections: how many (a thread each), their request deadlines, the listen backlog.
+  ConnectionLimits connections;
   SchedulerOptions scheduler;
   // What every reported logprob is computed from (vLLM's --logprobs-mode); SGLang's
   // /generate uses SGLang's own semantics unless this is set explicitly.
@@ -52,6 +54,7 @@ struct ServerOptions {
 };
 
 class RankGroup;
+class ConnectionServer;
 
 class HttpServer {
  public:
@@ -111,6 +114,7 @@ class HttpServer {
   ChatTemplate chat_template_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<httplib::Server> http_;
+  ConnectionServer* connections_ = nullptr;  // http_ as what it is (server/connection_server.h)
   RequestRegistry registry_;
   std::mutex shutdown_mutex_;  // shutdown() against stop_scheduler()
   int port_ = 0;
