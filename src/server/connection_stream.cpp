@@ -140,10 +140,10 @@ bool ConnectionStream::is_readable() const {
 void ConnectionStream::expire() {
   const bool headers = phase() == ConnectionPhase::connection_headers;
   refuse(408,
-         fmt::format("the request's {} did not arrive in time ({} s for the headers, and as long "
-                     "again plus {} KiB/s for the body)",
+         fmt::format("the request's {} did not arrive in time ({} s for the headers; the body as "
+                     "long again plus its size at {} MiB/s)",
                      headers ? "headers" : "body", limits_.request_read_seconds,
-                     limits_.min_body_bytes_per_second / 1024),
+                     limits_.min_body_bytes_per_second / double(1 << 20)),
          "request_timeout");
 }
 
