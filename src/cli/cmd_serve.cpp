@@ -26,7 +26,8 @@ namespace {
 struct ServeOptions {
   EngineArgs engine;
   std::string host = "127.0.0.1", served_name, chat_template;
-  int port = 8000, http_threads = 128;
+  int port = 8000, http_threads = 1024;
+  double request_read_timeout = 30, keep_alive_timeout = 5;
   int64_t kv_blocks = 0, max_running = 64, max_step_tokens = 256, max_waiting = 4096,
           block_size = 16;
   double queue_timeout = 120;
@@ -103,7 +104,9 @@ ServerOptions server_options(const ServeOptions& o) {
   s.port = o.port;
   s.model_name = o.served_name;
   s.chat_template = o.chat_template;
-  s.http_threads = o.http_threads;
+  s.connections.max_connections = o.http_threads;
+  s.connections.request_read_seconds = o.request_read_timeout;
+  s.connections.keep_alive_seconds = o.keep_alive_timeout;
   s.scheduler.kv_blocks = o.kv_blocks;
   s.scheduler.block_size = o.block_size;
   s.scheduler.max_running = o.max_running;
@@ -177,6 +180,7 @@ int run_tensor_parallel(const ServeOptions& o, Engine& engine,
 }
 
 int run(const ServeOptions& o) {
+  raise_open_file_limit();  // each connection is a file
   const EngineOptions e = engine_options(o.engine, "serve");
   Engine engine(e);
   if (o.engine.tp > 1) return run_tensor_parallel(o, engine, e.communicator);
@@ -200,8 +204,20 @@ CommandRegistrar registrar{
        sub.add_option("--chat-template", o->chat_template,
                       "Chat template to use instead of the model's: a Jinja file, or the "
                       "template text itself");
-       sub.add_option("--http-threads", o->http_threads, "Concurrent HTTP connections")
-           ->default_val(128);
+       sub.add_option("--http-threads", o->http_threads,
+                      "Most open HTTP connections, a thread each (started as they come); one "
+                      "more is answered 503")
+           ->default_val(1024)
+           ->check(CLI::Range(1, 1 << 16));
+       sub.add_option("--request-read-timeout", o->request_read_timeout,
+                      "Seconds a client has to send a request's headers, and as long again "
+                      "plus 1 s per MiB for its body, before it is answered 408 and closed")
+           ->default_val(30)
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--keep-alive-timeout", o->keep_alive_timeout,
+                      "Seconds an idle connection waits for its next request")
+           ->default_val(5)
+           ->check(CLI::PositiveNumber);
        sub.add_option("--kv-blocks", o->kv_blocks, "KV-cache blocks (0: auto)")->default_val(0);
        sub.add_option("--block-size", o->block_size, "Tokens per KV-cache block")->default_val(16);
        sub.add_option("--max-running", o->max_running, "Requests per batch")->default_val(64);

@@ -3,11 +3,10 @@
 // should cancel its generation and free its KV blocks, as a streaming one does when a
 // write fails.
 //
-// cpp-httplib 0.11 (Debian 12's) gives a handler no access to its connection, so the
-// connection's socket is found among the process's descriptors by its two endpoints
-// (the request's remote and local address and port, which httplib fills in): a TCP
-// connection is the only socket with that pair, and httplib keeps it open until the
-// handler returns. Polling it for POLLRDHUP then tells whether the peer has closed.
+// cpp-httplib 0.11 (Debian 12's) gives a handler no access to its connection; the server's
+// own connection loop (server/connection_server.h) does, and a handler runs on the thread
+// of its connection, so the request's connection is the one this thread serves. A client
+// that half-closed after its request is not taken for gone: see ConnectionStream::peer_gone.
 #pragma once
 
 namespace httplib {
@@ -16,16 +15,18 @@ struct Request;
 
 namespace refit {
 
+class ConnectionStream;
+
 class ClientConnection {
  public:
-  // Looks the socket up once; if it cannot be found, disconnects are never reported.
+  // The connection `request` came on; if it cannot be found, disconnects are never reported.
   explicit ClientConnection(const httplib::Request& request);
   // True once the client has closed or reset the connection. Never blocks.
   bool closed() const;
-  bool found() const { return fd_ >= 0; }
+  bool found() const { return stream_ != nullptr; }
 
  private:
-  int fd_ = -1;
+  ConnectionStream* stream_ = nullptr;
 };
 
 }  // namespace refit

@@ -8,6 +8,7 @@
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
 #include "server/body_limits.h"
+#include "server/connection_server.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
@@ -54,11 +55,9 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   // Every rank's pool gets the size the scheduler chose, before the first step.
   if (ranks_)
     ranks_->announce_cache(scheduler_->options().kv_blocks, scheduler_->options().block_size);
-  http_ = std::make_unique<httplib::Server>();
-  const int threads = options_.http_threads;
-  http_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
+  auto connections = std::make_unique<ConnectionServer>(options_.connections);
+  connections_ = connections.get();
+  http_ = std::move(connections);
   // Each route's body is refused by its declared length before it is read
   // (server/body_limits.h); a body sent without one is read up to the largest limit.
   body_limits_ = body_limits_for(engine_, scheduler_->max_context(), options_.max_request_bytes);
@@ -73,8 +72,6 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   http_->set_logger([this](const httplib::Request& req, const httplib::Response&) {
     trimmer_.note_request(req.body.size());
   });
-  http_->set_read_timeout(600);
-  http_->set_write_timeout(600);
   routes();
 }
 
@@ -93,11 +90,12 @@ void HttpServer::bind() {
            options_.port);
     port_ = options_.port;
   }
+  connections_->apply_listen_backlog();
 }
 
 void HttpServer::serve() { http_->listen_after_bind(); }
 void HttpServer::stop() {
-  if (http_) http_->stop();
+  if (connections_) connections_->stop_accepting();
 }
 
 std::string HttpServer::version_label(uint64_t version) const {

@@ -29,6 +29,7 @@
 #include "runtime/scheduler.h"
 #include "server/body_limits.h"
 #include "server/chat_template.h"
+#include "server/connection_limits.h"
 #include "server/heap_trimmer.h"
 #include "server/prompt_limits.h"
 #include "server/request_guard.h"
@@ -47,7 +48,8 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;         // 0: any free port (see HttpServer::port())
   std::string model_name;  // "model" field reported; default: the model path's file name
-  int http_threads = 128;  // concurrent connections served
+  // Connections: how many (a thread each), their request deadlines, the listen backlog.
+  ConnectionLimits connections;
   SchedulerOptions scheduler;
   // What every reported logprob is computed from (vLLM's --logprobs-mode); SGLang's
   // /generate uses SGLang's own semantics unless this is set explicitly.
@@ -62,6 +64,7 @@ struct ServerOptions {
 };
 
 class RankGroup;
+class ConnectionServer;
 
 class HttpServer {
  public:
@@ -126,6 +129,7 @@ class HttpServer {
   PromptLimits prompt_limits_;  // the context and the tokenizer's bytes per token
   BodyLimits body_limits_;
   std::unique_ptr<httplib::Server> http_;
+  ConnectionServer* connections_ = nullptr;  // http_ as what it is (server/connection_server.h)
   RequestRegistry registry_;
   // Host, Origin, key and content-type checks of every request, before its route runs.
   const RequestGuard guard_{options_.access, options_.host};
