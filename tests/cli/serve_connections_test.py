@@ -98,7 +98,7 @@ def safe(call):
 
 def raw_post(path, body, extra=b""):
     data = json.dumps(body).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n").encode() + extra + b"\r\n" + data
 
 
@@ -144,7 +144,7 @@ try:
     check(not pending, f"backlog: {300 - len(pending)} of 300 connects completed while the server was stopped")
     for c in socks:
         c.setblocking(True)
-        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     answered = sum(read_answer(c)[0] == 200 for c in socks)
     for c in socks:
         c.close()
@@ -154,7 +154,7 @@ try:
     drips = []
     for i in range(500):
         c = connect(s.port)
-        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Drip: ")
         drips.append(c)
     stop_dripping = threading.Event()
 
@@ -188,21 +188,21 @@ try:
 
     # ---- bodies and their lengths ----
     c = connect(s.port)
-    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n"
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\r\n"
               + json.dumps(COMPLETION).encode())
     status, _, body = read_answer(c, timeout=2)
     c.close()
     err = json.loads(body or b"{}").get("error", {})
     check(status == 411 and err.get("code") == "length_required", f"a body without its length: {status} {body[:200]}")
     c = connect(s.port)
-    c.sendall(b"POST /continue_generation HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    c.sendall(b"POST /continue_generation HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     status, _, body = read_answer(c, timeout=2)
     c.close()
     check(status == 200, f"a POST without a body and without Content-Length: {status} {body[:200]}")
     data = json.dumps(COMPLETION).encode()
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 7]), data[i:i + 7]) for i in range(0, len(data), 7)) + b"0\r\n\r\n"
     c = connect(s.port)
-    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
     status, _, body = read_answer(c)
     c.close()
@@ -274,11 +274,11 @@ try:
     check(b"data: " in first, f"the stream started: {first[:200]}")
     d.post("/pause_generation", {"mode": "in_place"})  # the stream stays in flight
     keep_alive = connect(d.port)
-    keep_alive.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    keep_alive.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     keep_alive.settimeout(5)
     check(keep_alive.recv(65536).startswith(b"HTTP/1.1 200"), "keep-alive connection: /health")
     sending = connect(d.port)
-    sending.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # its headers never end
+    sending.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # its headers never end
     t0 = time.time()
     os.kill(d.pid, signal.SIGTERM)
     try:

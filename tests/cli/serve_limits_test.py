@@ -48,7 +48,7 @@ def reset_peak(pid):
 def declared_only(s, path, length):
     """Sends headers declaring `length` bytes and a few of them; the status line answered."""
     with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      f"Content-Length: {length}\r\n\r\n{{".encode())
         answer = sock.recv(4096).decode(errors="replace")
     return answer.split("\r\n", 1)[0]
