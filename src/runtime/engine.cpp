@@ -54,6 +54,7 @@ Engine::Engine(const EngineOptions& options) {
     const QuantScheme stored = checkpoint_quant_scheme(*checkpoint);
     QuantScheme quant = requested_quant.enabled() ? requested_quant : stored;
     description_ = options.model_path;
+    model_path_ = options.model_path;
     // The weights are read through the file's mapping: a file truncated or rewritten under
     // the load is reported as such (not as whatever its torn bytes looked like).
     try {

@@ -71,6 +71,9 @@ class Engine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const Model& model() const { return *model_; }
   const std::string& description() const { return description_; }
+  // The checkpoint the engine was started on, as given ("" for the demo model); unlike
+  // description() it carries no quantization note, so it can be opened again.
+  const std::string& model_path() const { return model_path_; }
   // The ids that end generation unless a request sets ignore_eos (every front end stops on
   // these), and the sampling defaults for fields a request leaves unset.
   const StopTokenIds& stop_ids() const { return stop_ids_; }
@@ -133,6 +136,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string description_;
+  std::string model_path_;
   StopTokenIds stop_ids_;
   GenerationDefaults generation_defaults_;
   std::atomic<uint64_t> weight_version_{1};

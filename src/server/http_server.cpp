@@ -25,10 +25,9 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   if (ranks_ && !ranks_->lead())
     fail("the HTTP server runs on rank 0 only (this is rank {})", ranks_->rank());
   if (options_.model_name.empty()) {
-    const std::string& d = engine_.description();
-    options_.model_name = d.find('/') != std::string::npos || std::filesystem::exists(d)
-                              ? std::filesystem::path(d).filename().string()
-                              : std::string("refit-demo");
+    const std::string& d = engine_.model_path();
+    options_.model_name =
+        !d.empty() ? std::filesystem::path(d).filename().string() : std::string("refit-demo");
     if (options_.model_name.empty())
       options_.model_name = std::filesystem::path(d).parent_path().filename().string();
   }
@@ -38,9 +37,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
     if (tok->vocab().bos() >= 0) bos = tok->token_to_piece(tok->vocab().bos());
     if (tok->vocab().eos() >= 0) eos = tok->token_to_piece(tok->vocab().eos());
   }
-  chat_template_ = load_chat_template(
-      std::filesystem::exists(engine_.description()) ? engine_.description() : "",
-      {options_.chat_template, bos, eos});
+  chat_template_ = load_chat_template(engine_.model_path(), {options_.chat_template, bos, eos});
   StepForward forward;
   if (ranks_)
     forward = [r = ranks_](std::span<const BatchSequence> batch, PagedKvCache& cache) {

@@ -170,9 +170,9 @@ json HttpServer::server_info() const {
   const SchedulerOptions& so = scheduler_->options();
   const SchedulerStats st = scheduler_->stats();
   return json{
-      {"model_path", engine_.description()},
+      {"model_path", engine_.model_path()},
       {"served_model_name", options_.model_name},
-      {"tokenizer_path", engine_.description()},
+      {"tokenizer_path", engine_.model_path()},
       {"tp_size", engine_.world_size()},
       {"dp_size", 1},
       {"context_length", scheduler_->max_context()},
@@ -233,9 +233,9 @@ void HttpServer::info_routes() {
         }));
   s.Get("/get_model_info", guarded([this](const httplib::Request&, httplib::Response& res) {
           send_json(res, 200,
-                    json{{"model_path", engine_.description()},
+                    json{{"model_path", engine_.model_path()},
                          {"tokenizer_path",
-                          engine_.tokenizer() ? json(engine_.description()) : json(nullptr)},
+                          engine_.tokenizer() ? json(engine_.model_path()) : json(nullptr)},
                          {"is_generation", true},
                          {"preferred_sampling_params", nullptr},
                          {"weight_version", current_version_label()},

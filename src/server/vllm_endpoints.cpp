@@ -156,7 +156,9 @@ void HttpServer::vllm_weight_routes() {
            // The file the server started on was taken once: what a fresh load left out
            // is listed, not refused, unless the request asks.
            if (!body.contains("ignore_unknown_tensors")) opts.options.ignore_unknown_tensors = true;
-           load(res, engine_.description(), opts);
+           if (engine_.model_path().empty())
+             bad_request("model_path", "the built-in demo model has no file to reload");
+           load(res, engine_.model_path(), opts);
          }));
 }
 
