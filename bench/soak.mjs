@@ -136,6 +136,8 @@ let requests = 0, torn = 0, failed = 0, tokens = 0;
 const t0 = performance.now();
 const end = t0 + minutes * 60 * 1000;
 const note = (list, msg) => { if (list.length < 20) list.push(msg); };
+// Math.max(...xs) overflows the stack for the tens of thousands of latencies of a long run.
+const maxOf = (xs) => xs.reduce((m, x) => (x > m ? x : m), -Infinity);
 
 const worker = async (w) => {
   for (let i = w; performance.now() < end; i += clients) {
@@ -184,6 +186,10 @@ const trainer = async () => {
 const sampler = async () => {
   while (performance.now() < end) {
     rss.push([Math.round((performance.now() - t0) / 1000), rssKib(pid)]);
+    if (rss.length % Math.max(1, Math.round(60 / rssEvery)) === 0)  // a line a minute, to stderr
+      console.error(`soak: ${rss.at(-1)[0]} s, ${requests} requests, ${failed} failed, ${torn} torn, ` +
+                    `${refitMs.disk.length + refitMs.tensor.length} refits, ${bad.refused}/${bad.sent} bad refused, ` +
+                    `RSS ${(rss.at(-1)[1] / 1024).toFixed(0)} MiB`);
     await new Promise((res) => setTimeout(res, rssEvery * 1000));
   }
 };
@@ -203,16 +209,16 @@ const growth = after.length >= 2 ? percentile(last, 50) - percentile(first, 50) 
 const flat = after.length >= 2 && growth <= Math.max(16 * 1024, 0.02 * percentile(first, 50));
 if (!flat) note(failures, `RSS grew by ${mib(growth)} MiB after warm-up`);
 const commits = refitMs.disk.length + refitMs.tensor.length;
-const ms = (xs) => ({ p50: Math.round(percentile(xs, 50)), max: Math.round(Math.max(...xs)) });
+const ms = (xs) => ({ p50: Math.round(percentile(xs, 50)), max: Math.round(maxOf(xs)) });
 
 const summary = {
   preset, clients, minutes, seconds: Math.round(seconds), max_tokens: maxTokens,
   requests, failed_requests: failed, torn_versions: torn, tokens_per_s: Number((tokens / seconds).toFixed(1)),
-  latency_ms: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)), max: Math.round(Math.max(...latencies)) },
+  latency_ms: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)), max: Math.round(maxOf(latencies)) },
   good_refits: commits, refit_ms: { disk: ms(refitMs.disk), tensor: ms(refitMs.tensor) }, last_label: lastLabel,
   bad_updates: bad,
   rss_mib: { first_quarter_median: mib(percentile(first, 50) ?? 0), last_quarter_median: mib(percentile(last, 50) ?? 0),
-             first_quarter_max: mib(Math.max(0, ...first)), last_quarter_max: mib(Math.max(0, ...last)), growth: mib(growth), flat },
+             first_quarter_max: mib(maxOf([0, ...first])), last_quarter_max: mib(maxOf([0, ...last])), growth: mib(growth), flat },
   rss_csv: csv, server_exit: exit, first_failures: failures.slice(0, 10),
 };
 console.log(JSON.stringify(summary, null, 2));
