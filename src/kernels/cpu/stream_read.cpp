@@ -12,6 +12,18 @@ HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The lanes summed in unsigned scalar code: SumOfLanes on u64 lanes lowers to the
+// intrinsic _mm512_reduce_add_epi64, whose header adds as signed long long, an overflow
+// UBSan stops on (the sum of raw bytes wraps by design).
+template <class D, class V>
+uint64_t SumLanesWrapping(D d, V v) {
+  HWY_ALIGN uint64_t lanes[hn::MaxLanes(d)];
+  hn::Store(v, d, lanes);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < hn::Lanes(d); ++i) sum += lanes[i];
+  return sum;
+}
+
 uint64_t ReadSweep(const uint8_t* p, size_t n) {
   const hn::ScalableTag<uint64_t> d;
   const size_t L = hn::Lanes(d), step = 4 * L * sizeof(uint64_t);
@@ -25,7 +37,7 @@ uint64_t ReadSweep(const uint8_t* p, size_t n) {
     a2 = hn::Add(a2, hn::LoadU(d, q + 2 * L));
     a3 = hn::Add(a3, hn::LoadU(d, q + 3 * L));
   }
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  uint64_t sum = SumLanesWrapping(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)));
   for (; i < n; ++i) sum += p[i];
   return sum;
 }
@@ -47,7 +59,7 @@ uint64_t ReadSweepStreams(const uint8_t* p, size_t n) {
       a3 = hn::Add(a3, hn::LoadU(d, reinterpret_cast<const uint64_t*>(p + (s + 3) * part + i)));
     }
   }
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  uint64_t sum = SumLanesWrapping(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)));
   for (size_t i = kStreams * part; i < n; ++i) sum += p[i];
   return sum;
 }
