@@ -45,6 +45,10 @@ struct Kernel {
     int64_t min_weight_cols = 0;   // narrower weights gain nothing (e.g. the same bytes)
   };
   std::optional<WeightLayoutPreference> prefers_weight_layout{};
+  // What this machine's CPU lacks to run the kernel at all ("" when it can), whatever
+  // REFIT_CPU_ISA caps: the constraint refuses such a row every input, and the registry walk
+  // (tests/unit/kernels_registry_walk_test.cpp) skips it, saying so, on such machines.
+  std::function<std::string()> cpu_lacks;
   // false: a reference row, looked up by name (tests, benchmarks) and never chosen by
   // select(), for a kernel that a higher row takes over for every input it accepts.
   bool selectable = true;

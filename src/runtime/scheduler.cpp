@@ -74,6 +74,10 @@ struct Scheduler::Sequence {
   uint64_t kv_epoch = 0;                           // the cache epoch its KV was started in
   std::unique_ptr<Sampler> sampler;
   Clock::time_point queued_at;
+  // Admitted once (and retracted since): the queue timeout no longer applies. A trainer's
+  // pause_generation(retract) or a long weight update parks running requests, which must
+  // survive it however long it takes, as in SGLang; only requests never started time out.
+  bool admitted_before = false;
   int64_t prompt_lp_next = 0;  // the next prompt position whose logprob is still to be sent
   int64_t cached_tokens = 0;   // prompt tokens the prefix cache served at the last admission
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
@@ -279,7 +283,8 @@ void Scheduler::finish(Sequence& s, const std::string& reason, const std::string
 
 void Scheduler::retract(Sequence& s, bool restart) {
   detach_locked(s);
-  s.queued_at = Clock::now();  // its queue timeout counts from its return to the queue
+  s.queued_at = Clock::now();
+  s.admitted_before = true;
   if (restart && s.generated() > 0) {
     s.tokens.resize(static_cast<size_t>(s.n_prompt));
     s.sampler = std::make_unique<Sampler>(s.spec.sampling);  // same seed: reproducible re-run
@@ -589,8 +594,8 @@ bool Scheduler::step() {
   return true;
 }
 
-// Cancelled requests leave, freeing their blocks; a request that waited too long for
-// KV-cache space without generating anything ends with a busy error.
+// Cancelled requests leave, freeing their blocks; a request never admitted that waited too
+// long (for KV-cache space, or while paused or updating) ends with a busy error.
 void Scheduler::drop_expired_locked() {
   const auto now = Clock::now();
   drop_cancelled_locked(running_);
@@ -600,7 +605,8 @@ void Scheduler::drop_expired_locked() {
     if (s.handle->cancelled()) {
       finish(s, "abort");
       it = waiting_.erase(it);
-    } else if (waited > options_.queue_timeout_seconds && s.generated() == 0) {
+    } else if (waited > options_.queue_timeout_seconds && s.generated() == 0 &&
+               !s.admitted_before) {
       const std::string why =
           paused_ || exclusive_ || kv_released_
               ? std::string(paused_      ? "while generation was paused"

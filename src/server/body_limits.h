@@ -44,8 +44,7 @@ class Engine;
 BodyLimits body_limits_for(const Engine& engine, int64_t context, size_t override_bytes);
 
 // The pre-routing check: true (and a 413 in `res`) when the declared length is over the
-// route's limit. A body without Content-Length is read up to the largest limit (the
-// server's payload limit).
+// route's limit. A chunked body is counted as it is read (ConnectionStream::begin_body).
 bool refuse_oversized_body(const BodyLimits& limits, const httplib::Request& req,
                            httplib::Response& res);
 

@@ -23,8 +23,10 @@ namespace {
 // sent without a length (a client writing its headers and body separately).
 constexpr auto kBodyGrace = std::chrono::milliseconds(100);
 
+// The methods cpp-httplib reads a body for (its expect_content): DELETE too.
 bool has_body_method(const std::string& method) {
-  return method == "POST" || method == "PUT" || method == "PATCH" || method == "PRI";
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "PRI" ||
+         method == "DELETE";
 }
 
 bool all_digits(const std::string& s) {
@@ -142,7 +144,7 @@ void ConnectionServer::check_body_framing(ConnectionStream& stream, httplib::Req
     refuse(503, "the server is shutting down", "shutting_down");
     return;
   }
-  stream.begin_body();
+  stream.begin_body(body_limit_ ? body_limit_(req.path) : SIZE_MAX);
   if (!has_body_method(req.method)) return;
   const std::string encoding = req.get_header_value("Transfer-Encoding");
   if (!encoding.empty()) {

@@ -19,6 +19,7 @@
 
 #include <httplib.h>
 
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -35,6 +36,10 @@ class ConnectionServer : public httplib::Server {
   void apply_listen_backlog();
   void stop_accepting();
   size_t open_connections() const;
+  // The most body bytes a request to `path` may send on the wire (set before listening).
+  void set_body_limit(std::function<size_t(const std::string& path)> limit) {
+    body_limit_ = std::move(limit);
+  }
 
  private:
   bool process_and_close_socket(socket_t sock) override;
@@ -46,6 +51,7 @@ class ConnectionServer : public httplib::Server {
   void check_body_framing(ConnectionStream& stream, httplib::Request& req);
 
   const ConnectionLimits limits_;
+  std::function<size_t(const std::string&)> body_limit_;
   mutable std::mutex mutex_;
   std::set<ConnectionStream*> connections_;
   bool stopping_ = false;

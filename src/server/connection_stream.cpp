@@ -112,7 +112,10 @@ void ConnectionStream::begin_request() {
   answer_started_ = false;
 }
 
-void ConnectionStream::begin_body() { body_start_ = std::chrono::steady_clock::now(); }
+void ConnectionStream::begin_body(size_t max_body_bytes) {
+  body_start_ = std::chrono::steady_clock::now();
+  max_body_bytes_ = max_body_bytes;
+}
 
 void ConnectionStream::end_body_here() { body_ended_ = true; }
 
@@ -200,6 +203,16 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
     }
   } else if (p == ConnectionPhase::connection_body) {
     body_bytes_ += static_cast<size_t>(n);
+    // A declared Content-Length over the limit was refused before routing; this catches
+    // chunked bodies (and anything else cpp-httplib would read without a bound).
+    if (body_bytes_ > max_body_bytes_) {
+      refuse(413,
+             fmt::format("the request body is over this route's limit of {} bytes "
+                         "(--max-request-bytes)",
+                         max_body_bytes_),
+             "body_too_large");
+      return -1;
+    }
   }
   return n;
 }

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,9 @@ class ConnectionStream : public httplib::Stream {
   bool wait_for_request(double seconds);
   // Deadlines: the request's first byte is here; its headers are in.
   void begin_request();
-  void begin_body();
+  // The body may take up to `max_body_bytes` bytes on the wire (chunk framing included):
+  // past that the request is refused 413 before more is read, whatever its framing.
+  void begin_body(size_t max_body_bytes = SIZE_MAX);
   // The request has no body (RFC 9112 6.3: neither Content-Length nor chunked): its body
   // reads see the end at once, whatever follows stays for the next request.
   void end_body_here();
@@ -94,7 +97,7 @@ class ConnectionStream : public httplib::Stream {
   std::vector<char> buffer_;
   size_t buffer_begin_ = 0, buffer_end_ = 0;
   std::chrono::steady_clock::time_point request_start_, body_start_;
-  size_t header_bytes_ = 0, body_bytes_ = 0;
+  size_t header_bytes_ = 0, body_bytes_ = 0, max_body_bytes_ = SIZE_MAX;
   bool body_ended_ = false, failed_ = false, refused_ = false;
   // peer_gone()'s probe: bytes of the answer's prefix sent ahead of it, and how many of
   // them the answer has skipped since.

@@ -56,9 +56,14 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
   connections_ = connections.get();
   http_ = std::move(connections);
   // Each route's body is refused by its declared length before it is read
-  // (server/body_limits.h); a body sent without one is read up to the largest limit.
+  // (server/body_limits.h); a chunked one as soon as its bytes pass the limit (plus room
+  // for the chunk framing: sizes and CRLFs, under 1/8 for chunks of 64 bytes or more).
   body_limits_ = body_limits_for(engine_, scheduler_->max_context(), options_.max_request_bytes);
   http_->set_payload_max_length(body_limits_.largest());
+  connections_->set_body_limit([this](const std::string& path) {
+    const size_t limit = body_limits_.for_path(path);
+    return limit + limit / 8 + (size_t{64} << 10);
+  });
   http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (guard_.refuse(req, res)) return httplib::Server::HandlerResponse::Handled;
     return refuse_oversized_body(body_limits_, req, res)

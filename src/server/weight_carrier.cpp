@@ -89,7 +89,8 @@ Shape parse_shape(const json& t, const std::string& where) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0)
       bad(where, fmt::format("'shape' entries must be non-negative integers, not {}", d.dump()));
     const int64_t n = d.get<int64_t>();
-    if (n > 0 && elements > (int64_t{1} << 60) / n) bad(where, "'shape' has too many elements");
+    // 2^56 elements: their bytes (at up to 64 bits each) and bits stay within int64.
+    if (n > 0 && elements > (int64_t{1} << 56) / n) bad(where, "'shape' has too many elements");
     elements *= n;
     shape.push_back(n);
   }

@@ -8,10 +8,13 @@ size_t max_text_bytes_per_token(const Vocab& vocab) {
   size_t shrink = 1;
   for (const NormalizerStep& step : vocab.normalizer()) {
     switch (step.kind) {
-      case NormalizerStep::Kind::nfc:
       case NormalizerStep::Kind::nfkc:
-      case NormalizerStep::Kind::nfd:
       case NormalizerStep::Kind::nfkd:
+        // Compatibility forms: MATHEMATICAL BOLD CAPITAL A (4 bytes) becomes 'A'.
+        shrink *= 4;
+        break;
+      case NormalizerStep::Kind::nfc:
+      case NormalizerStep::Kind::nfd:
       case NormalizerStep::Kind::lowercase:
         // Hangul jamo compose 9 bytes into 3; KELVIN SIGN (3 bytes) lowercases to 'k'.
         shrink *= 3;

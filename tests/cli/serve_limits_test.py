@@ -3,11 +3,13 @@ binary), measured by the server's peak RSS (VmHWM, reset through /proc/PID/clear
 
 - a 120-byte /update_weights_from_tensor declaring gigabytes is refused without allocating;
 - a prompt far over the context is refused by its length before it is tokenized;
-- each route has its own body limit (413 before the body is read), --max-request-bytes too;
+- each route has its own body limit (413 before the body is read; a chunked body once it passes
+  the limit), --max-request-bytes too;
 - /get_weights_by_name is capped by --max-readback-bytes (400 naming truncate_size);
 - the queue timeout holds while generation is paused (503, then serving goes on).
 """
 import json
+import select
 import os
 import socket
 import sys
@@ -99,6 +101,36 @@ try:
     status, answer = s.post("/v1/completions", {"prompt": "x" * (2 << 20)})
     check(status == 400 and answer["error"]["code"] == "context_length_exceeded",
           f"a 2 MiB completion is read (generation routes take more than 1 MiB): {status}")
+
+    # ---- a chunked body is counted as it arrives, on every route (open probes too) ----
+    def chunked_flood(method, path, total):
+        """Streams `total` bytes of chunks (no Content-Length); the status line answered."""
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         f"Transfer-Encoding: chunked\r\n\r\n".encode())
+            chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+            sent = 0
+            sock.settimeout(5)
+            try:
+                while sent < total and not select.select([sock], [], [], 0)[0]:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass  # the server stopped reading: its answer is waiting
+            sock.settimeout(30)
+            try:
+                answer = sock.recv(4096).decode(errors="replace")
+            except OSError as e:
+                answer = f"no answer: {e}"
+        return answer.split("\r\n", 1)[0], sent
+    for method, path in [("POST", "/health"), ("POST", "/update_weights_from_disk")]:
+        line, sent = chunked_flood(method, path, 64 << 20)
+        check(" 413 " in line + " " and sent < (16 << 20),
+              f"{method} {path} with an endless chunked body -> 413 after {sent >> 10} KiB: {line!r}")
+    # No route takes DELETE: answered (404) without the body being read to its end.
+    line, sent = chunked_flood("DELETE", "/health", 64 << 20)
+    check(line.startswith("HTTP/1.1 4") and sent < (16 << 20),
+          f"DELETE /health with an endless chunked body -> answered after {sent >> 10} KiB: {line!r}")
 
     # ---- readback capped ----
     status, w = s.post("/get_weights_by_name", {"name": "model.embed_tokens.weight", "truncate_size": 1024})

@@ -91,6 +91,13 @@ void walk(const KernelRegistry& registry, const std::string& which) {
                 << device_type_name(k->device) << "): " << missing << "\n";
       continue;
     }
+    if (k->cpu_lacks) {
+      if (std::string lacks = k->cpu_lacks(); !lacks.empty()) {
+        std::cout << "[  SKIPPED ] " << which << ": " << k->name << ": this CPU lacks " << lacks
+                  << "\n";
+        continue;
+      }
+    }
     // The row's own rules and constraint, whether or not dispatch may choose it.
     Kernel probe = *k;
     probe.selectable = true;

@@ -172,6 +172,9 @@ TEST(ServeRequestLimits, the_tokenizer_bound_is_unbounded_when_the_normalizer_ca
   data.hf_pipeline = true;
   data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfc}};
   EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 4u * 3);  // an unknown character, NFC
+  data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfkc}};
+  EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 4u * 4);  // U+1D400 (4 bytes) -> 'A'
+  data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfc}};
   data.normalizer.push_back(NormalizerStep{NormalizerStep::Kind::strip});
   EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 0u);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "runtime/scheduler.h"
 #include "serve_test_model.h"
@@ -95,6 +96,39 @@ TEST_F(LimitsSchedulerTest, the_queue_timeout_holds_while_generation_is_paused) 
   EXPECT_TRUE(e.busy);
   EXPECT_NE(e.error.find("while generation was paused"), std::string::npos) << e.error;
   sched->resume();
+}
+
+
+// Requests a trainer's pause parks (retracted, restarted from the prompt, so nothing
+// generated counts) wait out a pause longer than the queue timeout and then finish: the
+// timeout is for requests that never started.
+TEST_F(LimitsSchedulerTest, requests_retracted_by_a_pause_outlive_the_queue_timeout) {
+  SchedulerOptions o;
+  o.queue_timeout_seconds = 0.2;
+  auto sched = make(o);
+  RequestSpec spec;
+  spec.prompt = {1, 2, 3};
+  spec.max_tokens = 64;
+  spec.restart_on_retract = true;
+  auto h = sched->submit(spec);
+  RequestHandle::Event e;
+  ASSERT_TRUE(h->next(e, 20s));
+  ASSERT_EQ(e.kind, RequestHandle::Event::token);  // running
+  sched->pause(PauseMode::retract);
+  std::this_thread::sleep_for(800ms);  // four queue timeouts
+  sched->resume();
+  bool restarted = false;
+  std::string finish_reason, error;
+  while (h->next(e, 30s)) {
+    if (e.kind == RequestHandle::Event::restart) restarted = true;
+    if (e.kind == RequestHandle::Event::finished) {
+      finish_reason = e.finish_reason;
+      error = e.error;
+      break;
+    }
+  }
+  EXPECT_TRUE(restarted) << "the pause did not retract the running request";
+  EXPECT_EQ(finish_reason, "length") << error;
 }
 
 }  // namespace

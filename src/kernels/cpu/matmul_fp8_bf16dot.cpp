@@ -94,18 +94,20 @@ void matmul_fp8_bf16dot(const Tensor& x, const Tensor& x_scale, const Tensor& w,
 
 }  // namespace
 
-bool usable() {
+bool on_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bf16") &&
                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma");
-  return cpu && avx512_allowed();
+  return cpu;
 #else
   return false;
 #endif
 }
+
+bool usable() { return on_cpu() && avx512_allowed(); }
 
 void prepare_activations(const uint8_t* x_codes, int64_t ldx, int64_t M, int64_t K, int64_t Kp,
                          uint16_t* xb) {
@@ -155,6 +157,7 @@ void register_kernels(KernelRegistry& registry) {
                         "scales per row or per 128 columns";
     k.fn = shuffled ? kernel_fn<Fn>(&matmul_fp8_bf16dot<true>)
                     : kernel_fn<Fn>(&matmul_fp8_bf16dot<false>);
+    k.cpu_lacks = [] { return on_cpu() ? std::string() : "AVX-512 BF16 and VBMI"; };
     registry.add(std::move(k));
   }
 }

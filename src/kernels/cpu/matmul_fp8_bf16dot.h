@@ -27,6 +27,7 @@ namespace refit::cpu::fp8dot {
 
 // Whether the kernel may run: the CPU has AVX-512 BF16 and VBMI and REFIT_CPU_ISA allows avx3.
 bool usable();
+bool on_cpu();  // the CPU has them (REFIT_CPU_ISA aside)
 
 struct Operands {
   int64_t M, K, N, group, S;  // group: K (one scale per row) or a multiple of 64

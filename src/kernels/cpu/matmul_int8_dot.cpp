@@ -243,17 +243,19 @@ std::string operands_reason(std::span<const Tensor* const> a, bool shuffled, boo
 
 }  // namespace
 
-bool avx512_vnni_usable() {
+bool avx512_vnni_on_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool cpu =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512vnni") && cpu_has_avx_f16c() && __builtin_cpu_supports("fma");
-  return cpu && avx512_allowed();
+  return cpu;
 #else
   return false;
 #endif
 }
+
+bool avx512_vnni_usable() { return avx512_vnni_on_cpu() && avx512_allowed(); }
 
 namespace {
 std::atomic<bool> g_vbmi_allowed{true};
@@ -384,6 +386,8 @@ void register_kernels(KernelRegistry& registry) {
           (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
           "int8 activations [M, K], x_scale [M, K/32]";
       k.fn = simd ? row.avx512 : row.definition;
+      if (simd)
+        k.cpu_lacks = [] { return avx512_vnni_on_cpu() ? std::string() : "AVX-512 VNNI"; };
       // The interleave is what this kernel reads fastest (prefill 10-28% faster on
       // `medium`, decode within noise: bench/RESULTS.md); rows shorter than one run of 16
       // blocks are the same bytes interleaved, so they stay plain.
@@ -409,6 +413,7 @@ void register_kernels(KernelRegistry& registry) {
       return {};
     };
     q.constraint_text = simd ? "AVX-512 VNNI; rows dense" : "exact definition (scalar); rows dense";
+    if (simd) q.cpu_lacks = [] { return avx512_vnni_on_cpu() ? std::string() : "AVX-512 VNNI"; };
     q.fn = simd ? kernel_fn<kernels::QuantizePerTokenFn>(
                       &quantize_per_block_q8_cpu<&quantize_row_avx512>)
                 : kernel_fn<kernels::QuantizePerTokenFn>(

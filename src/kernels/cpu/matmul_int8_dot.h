@@ -72,6 +72,8 @@ struct Prepared {
 
 // Whether the AVX-512 VNNI kernel may run: the CPU has it and REFIT_CPU_ISA allows avx3.
 bool avx512_vnni_usable();
+// The CPU has them (REFIT_CPU_ISA aside).
+bool avx512_vnni_on_cpu();
 // MXFP4 nibbles are decoded with vpermb where the CPU has AVX-512 VBMI (Ice Lake and
 // later) and with vpshufb otherwise (Cascade Lake has VNNI without VBMI); both give the
 // same integers. Tests turn VBMI off to run the other path on a CPU that has it.
