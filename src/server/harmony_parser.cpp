@@ -173,8 +173,8 @@ std::optional<HarmonyTokens> harmony_for(const std::string& reasoning_parser,
         reasoning_parser));
   if (!tokenizer) {
     if (forced)
-      throw Error(fmt::format("--reasoning-parser {}: the model carries no tokenizer",
-                              reasoning_parser));
+      throw Error(
+          fmt::format("--reasoning-parser {}: the model carries no tokenizer", reasoning_parser));
     return std::nullopt;
   }
   std::optional<HarmonyTokens> found = HarmonyTokens::find(*tokenizer);

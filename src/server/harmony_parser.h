@@ -1,11 +1,11 @@
 // gpt-oss's "harmony" response format, read from the generated token ids as vLLM reads it
 // (openai_harmony's StreamableParser) to fill a chat completion:
 //
-//   <|channel|>analysis<|message|>...<|end|>                                  -> reasoning
-//   <|start|>assistant<|channel|>final<|message|>...<|return|>                -> content
-//   <|start|>assistant<|channel|>commentary<|message|>...<|end|>              -> content (a preamble)
-//   <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
-//                                                                             -> tool call NAME
+//   <|channel|>analysis<|message|>...<|end|>                       -> reasoning
+//   <|start|>assistant<|channel|>final<|message|>...<|return|>     -> content
+//   <|start|>assistant<|channel|>commentary<|message|>...<|end|>   -> content (a preamble)
+//   <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json
+//     <|message|>{...}<|call|>                                     -> tool call NAME
 //
 // The prompt ends with "<|start|>assistant" (the template's generation prompt), so the
 // output opens with a message header. The structural tokens are matched by id, never by
@@ -78,8 +78,8 @@ class HarmonyParser {
  private:
   enum class Sink { none, reasoning, content, tool };
   enum class State { header, body, between };
-  void open_message();           // at <|message|>: decides where the body goes
-  void close_message();          // at <|end|>, <|return|>, <|call|>
+  void open_message();   // at <|message|>: decides where the body goes
+  void close_message();  // at <|end|>, <|return|>, <|call|>
   void emit(const std::string& text, HarmonyDelta& delta);
   void flush_decoder(HarmonyDelta& delta);
 

@@ -26,7 +26,8 @@ struct Parsed {
 // Everything the model wrote after the prompt's "<|start|>assistant", one token at a time.
 Parsed parse(const std::vector<TokenId>& output) {
   int n = 0;
-  HarmonyParser p(tok(), *HarmonyTokens::find(tok()), [&n] { return "call_" + std::to_string(n++); });
+  HarmonyParser p(tok(), *HarmonyTokens::find(tok()),
+                  [&n] { return "call_" + std::to_string(n++); });
   Parsed out;
   for (TokenId id : output) out.deltas.push_back(p.push(id));
   out.deltas.push_back(p.finish());
@@ -96,7 +97,8 @@ TEST(HarmonyParser, output_cut_inside_a_body_keeps_the_partial_message) {
   const Parsed p = parse("<|channel|>analysis<|message|>Let me th");
   EXPECT_EQ(p.reasoning, "Let me th");
   EXPECT_EQ(p.content, "");
-  const Parsed tool = parse("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"ci");
+  const Parsed tool =
+      parse("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"ci");
   ASSERT_EQ(tool.calls.size(), 1u);
   EXPECT_EQ(tool.calls[0].arguments, "{\"ci");
 }
