@@ -4,9 +4,11 @@ namespace refit {
 
 using nlohmann::json;
 
-void reasoning_as_thinking(ChatInput& input) {
+void harmony_chat_input(ChatInput& input) {
   for (auto& m : input.messages) {
-    if (!m.is_object() || m.value("role", "") != "assistant" || m.contains("thinking")) continue;
+    if (!m.is_object() || m.value("role", "") != "assistant") continue;
+    if (m.contains("content") && m["content"].is_null()) m["content"] = "";
+    if (m.contains("thinking")) continue;
     for (const char* key : {"reasoning", "reasoning_content"})
       if (m.contains(key) && m[key].is_string()) {
         m["thinking"] = m[key];

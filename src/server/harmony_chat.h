@@ -18,10 +18,11 @@
 
 namespace refit {
 
-// gpt-oss's template reads an earlier assistant turn's analysis from "thinking"; vLLM's
-// clients send it back as "reasoning" (or "reasoning_content"). Copies it where "thinking"
-// is absent.
-void reasoning_as_thinking(ChatInput& input);
+// An earlier assistant turn as gpt-oss's template reads it: its analysis in "thinking" (vLLM's
+// clients send it back as "reasoning", SGLang's as "reasoning_content"; copied where
+// "thinking" is absent), and content "" where a tool-calling turn sent null (the template
+// tests `"<|channel|>" in message.content`, which a null fails; "" renders as null would).
+void harmony_chat_input(ChatInput& input);
 
 // The whole answer's message.
 nlohmann::json harmony_message(const HarmonyParser& parser);

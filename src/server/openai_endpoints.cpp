@@ -489,7 +489,7 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
   if (chat) {
     g->harmony = harmony_for(options_.reasoning_parser, tok);
     g->tokenizer = tok;
-    if (g->harmony) reasoning_as_thinking(g->params.chat_input);
+    if (g->harmony) harmony_chat_input(g->params.chat_input);
   }
   const Prompts prompts =
       tokenize_prompts(p, chat, tok, chat_template_, engine_.description(), limits);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "server/harmony_chat.h"
 #include "server/harmony_parser.h"
 #include "tokenizer/vocab_loaders.h"
 
@@ -194,6 +195,24 @@ TEST(HarmonyParser, harmony_applies_by_vocabulary_or_by_flag) {
     EXPECT_NE(std::string(e.what()).find("<|channel|>"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find("<|start|>"), std::string::npos) << e.what();
   }
+}
+
+// What the request says of earlier turns, where gpt-oss's template looks for it.
+TEST(HarmonyChat, earlier_reasoning_becomes_thinking_and_null_content_empty) {
+  ChatInput in;
+  in.messages = ChatInput::Json::parse(R"([
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": null, "reasoning": "Need a tool.",
+     "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+    {"role": "assistant", "content": "Hello", "reasoning_content": "Greeted."},
+    {"role": "assistant", "content": "Kept", "thinking": "Own.", "reasoning": "Other."},
+    {"role": "user", "content": "x", "reasoning": "not an assistant turn"}])");
+  harmony_chat_input(in);
+  EXPECT_EQ(in.messages[1]["content"], "");
+  EXPECT_EQ(in.messages[1]["thinking"], "Need a tool.");
+  EXPECT_EQ(in.messages[2]["thinking"], "Greeted.");
+  EXPECT_EQ(in.messages[3]["thinking"], "Own.");
+  EXPECT_FALSE(in.messages[4].contains("thinking"));
 }
 
 }  // namespace
