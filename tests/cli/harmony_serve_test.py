@@ -147,6 +147,9 @@ def main():
 def run_checks(s, model):
     st, models = s.get("/v1/models")
     check(models["data"][0]["reasoning_parser"] == "gpt-oss", f"auto picks harmony: {models}")
+    stops = models["data"][0]["stop_token_ids"]
+    check(SPECIALS["<|return|>"] in stops and SPECIALS["<|call|>"] in stops and SPECIALS["<|end|>"] not in stops,
+          f"stop on <|return|> and <|call|>, not <|end|>: {stops}")
 
     def encode(text):
         st, r = s.post("/tokenize", {"prompt": text, "add_special_tokens": False})
@@ -175,6 +178,7 @@ def run_checks(s, model):
 
     # Sampled answers, parsed; the same seed streamed adds up to the same answer.
     seen = {"reasoning": 0, "content": 0, "tool": 0}
+    multi = 0
     for seed in range(24):
         req = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 48, "temperature": 1.5,
                "seed": seed, "tools": tools}
@@ -195,6 +199,7 @@ def run_checks(s, model):
         seen["reasoning"] += reasoning is not None
         seen["content"] += content is not None
         seen["tool"] += bool(calls)
+        multi += SPECIALS["<|end|>"] in ch["token_ids"][:-1]
 
         events = s.stream("/v1/chat/completions", dict(req, stream=True))
         chunks = [json.loads(e) for e in events if e != "[DONE]"]
@@ -216,6 +221,7 @@ def run_checks(s, model):
         check(finish == ch["finish_reason"], f"seed {seed}: stream finish {finish} != {ch['finish_reason']}")
     print("parsed answers with reasoning / content / tool calls:", seen)
     check(seen["reasoning"] + seen["content"] > 0, "no sampled answer exercised the parser")
+    check(multi > 0, "no sampled answer went past an <|end|>")
 
     # The completions route stays raw text, as vLLM's does.
     st, body = s.post("/v1/completions", {"prompt": "<|start|>assistant", "max_tokens": 8, "temperature": 0})

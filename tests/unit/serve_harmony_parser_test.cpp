@@ -215,5 +215,41 @@ TEST(HarmonyChat, earlier_reasoning_becomes_thinking_and_null_content_empty) {
   EXPECT_FALSE(in.messages[4].contains("thinking"));
 }
 
+// The OpenAI shapes vLLM gives: the whole message, and a stream's deltas with a tool call's
+// id and name first and its argument text after.
+TEST(HarmonyChat, message_and_delta_json_have_vllms_shape) {
+  HarmonyParser p(tok(), *HarmonyTokens::find(tok()), [] { return std::string("call_x"); });
+  HarmonyDelta all;
+  for (TokenId id : ids("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+                        "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                        "<|message|>{\"city\":\"Paris\"}<|call|>"))
+    merge_delta(all, p.push(id));
+  merge_delta(all, p.finish());
+  const nlohmann::json m = harmony_message(p);
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning"], "Need weather.");
+  EXPECT_EQ(m["reasoning_content"], "Need weather.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0], nlohmann::json::parse(
+                                    R"({"id": "call_x", "type": "function", "function":
+                                        {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}})"));
+  const nlohmann::json d = harmony_delta(all, p);
+  EXPECT_EQ(d["reasoning"], "Need weather.");
+  EXPECT_EQ(d["reasoning_content"], "Need weather.");
+  EXPECT_FALSE(d.contains("content"));
+  ASSERT_EQ(d["tool_calls"].size(), 2u);
+  EXPECT_EQ(d["tool_calls"][0],
+            nlohmann::json::parse(R"({"index": 0, "id": "call_x", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": ""}})"));
+  EXPECT_EQ(d["tool_calls"][1], nlohmann::json::parse(R"({"index": 0, "function":
+                                    {"arguments": "{\"city\":\"Paris\"}"}})"));
+  EXPECT_EQ(harmony_finish_reason(p, "stop"), "tool_calls");
+  EXPECT_EQ(harmony_finish_reason(p, "length"), "tool_calls");
+  EXPECT_EQ(harmony_finish_reason(p, "abort"), "abort");
+  HarmonyParser plain(tok(), *HarmonyTokens::find(tok()), [] { return std::string(); });
+  EXPECT_EQ(harmony_finish_reason(plain, "stop"), "stop");
+}
+
 }  // namespace
 }  // namespace refit
