@@ -33,6 +33,7 @@ struct ServeOptions {
   double queue_timeout = 120;
   bool no_prefix_cache = false;
   bool no_check_finite = false;
+  std::string reasoning_parser = "auto";  // harmony (gpt-oss) output parsing on chat completions
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
   double shutdown_timeout = 30;  // seconds requests in flight may finish after SIGTERM
@@ -104,6 +105,7 @@ ServerOptions server_options(const ServeOptions& o) {
   s.port = o.port;
   s.model_name = o.served_name;
   s.chat_template = o.chat_template;
+  s.reasoning_parser = o.reasoning_parser;
   s.connections.max_connections = o.http_threads;
   s.connections.request_read_seconds = o.request_read_timeout;
   s.connections.keep_alive_seconds = o.keep_alive_timeout;
@@ -234,6 +236,11 @@ CommandRegistrar registrar{
        sub.add_flag("--no-check-finite", o->no_check_finite,
                     "Weight updates skip the NaN/inf scan unless a request sends "
                     "\"check_finite\": true");
+       sub.add_option("--reasoning-parser", o->reasoning_parser,
+                      "Chat completions of a harmony model (gpt-oss): auto (when the vocabulary "
+                      "has the harmony tokens), gpt-oss (vLLM's openai_gptoss), none (raw text)")
+           ->default_val("auto")
+           ->check(CLI::IsMember({"auto", "gpt-oss", "openai_gptoss", "none"}));
        sub.add_option(
               "--logprobs-mode", o->logprobs_mode,
               "What logprobs report (vLLM's values): raw_logprobs, processed_logprobs, raw_logits, "

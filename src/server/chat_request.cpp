@@ -14,7 +14,8 @@ const char* const kChatInputFields[] = {"messages",
                                         "chat_template",
                                         "chat_template_kwargs",
                                         "add_generation_prompt",
-                                        "continue_final_message"};
+                                        "continue_final_message",
+                                        "reasoning_effort"};
 const size_t kChatInputFieldCount = sizeof(kChatInputFields) / sizeof(kChatInputFields[0]);
 
 namespace {
@@ -132,6 +133,14 @@ ChatInput parse_chat_input(const Json& body) {
     if (!body["chat_template_kwargs"].is_object())
       bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     in.kwargs = body["chat_template_kwargs"];
+  }
+  // vLLM and SGLang hand the request's reasoning_effort to the template (gpt-oss's writes
+  // "Reasoning: low|medium|high"); chat_template_kwargs still win.
+  if (body.contains("reasoning_effort") && !body["reasoning_effort"].is_null()) {
+    if (!body["reasoning_effort"].is_string())
+      bad_request("reasoning_effort", "'reasoning_effort' must be a string (low, medium, high)");
+    if (!in.kwargs.contains("reasoning_effort"))
+      in.kwargs["reasoning_effort"] = body["reasoning_effort"];
   }
   if (body.contains("chat_template") && !body["chat_template"].is_null())
     // vLLM refuses it too unless started with --trust-request-chat-template: a template

@@ -9,6 +9,7 @@
 #include "server/api_types.h"
 #include "server/body_limits.h"
 #include "server/connection_server.h"
+#include "server/harmony_parser.h"
 #include "server/http_util.h"
 #include "server/rl_endpoints.h"
 #include "server/weight_sync_endpoints.h"
@@ -38,6 +39,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
     if (tok->vocab().eos() >= 0) eos = tok->token_to_piece(tok->vocab().eos());
   }
   chat_template_ = load_chat_template(engine_.model_path(), {options_.chat_template, bos, eos});
+  harmony_for(options_.reasoning_parser, tok);  // an unusable --reasoning-parser fails here
   StepForward forward;
   if (ranks_)
     forward = [r = ranks_](std::span<const BatchSequence> batch, PagedKvCache& cache) {

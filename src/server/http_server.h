@@ -61,6 +61,9 @@ struct ServerOptions {
   bool check_finite = true;   // weight updates refuse NaN/inf unless a request says otherwise
   size_t max_request_bytes = 0;   // every route's body limit; 0: per route (server/body_limits.h)
   size_t max_readback_bytes = 0;  // /get_weights_by_name values per request; 0: the default
+  // --reasoning-parser: auto (harmony when the vocabulary has its tokens), gpt-oss, none
+  // (server/harmony_parser.h).
+  std::string reasoning_parser = "auto";
 };
 
 class RankGroup;

@@ -17,6 +17,7 @@
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
 #include "server/event_signal.h"
+#include "server/harmony_chat.h"
 #include "server/http_server.h"
 #include "server/http_util.h"
 #include "server/prompt_limits.h"
@@ -40,6 +41,18 @@ struct Generation {
   int64_t prompt_tokens = 0;                  // summed over prompts (once per prompt, not per n)
   std::shared_ptr<RequestRegistry::Entry> registration;
   std::shared_ptr<EventSignal> signal = EventSignal::make();
+  // A harmony model's chat (gpt-oss): its tokens, and per choice the parser of a stream.
+  std::optional<HarmonyTokens> harmony;
+  const Tokenizer* tokenizer = nullptr;
+  std::vector<std::unique_ptr<HarmonyParser>> parsers;
+
+  HarmonyParser& harmony_parser(size_t i) {
+    if (parsers.size() < choices.size()) parsers.resize(choices.size());
+    if (!parsers[i])
+      parsers[i] = std::make_unique<HarmonyParser>(*tokenizer, *harmony,
+                                                   [] { return random_id("chatcmpl-tool"); });
+    return *parsers[i];
+  }
 
   json usage() const {
     int64_t completion = 0;
@@ -266,7 +279,15 @@ json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok
           {"token_ids", c.tokens()},
           {"weight_versions", versions}};
   const std::vector<int32_t>& prompt = g.prompts[i];
-  if (chat) {
+  if (chat && g.harmony && tok) {
+    // Parsed from the tokens, not the text: the structural tokens are matched by id.
+    HarmonyParser parser(*tok, *g.harmony, [] { return random_id("chatcmpl-tool"); });
+    for (int32_t id : c.tokens()) parser.push(id);
+    parser.finish();
+    ch["message"] = harmony_message(parser);
+    ch["finish_reason"] = harmony_finish_reason(parser, c.finish_reason());
+    ch["logprobs"] = p.logprobs >= 0 ? c.chat_logprobs(0, c.tokens().size()) : json(nullptr);
+  } else if (chat) {
     ch["message"] = json{{"role", "assistant"}, {"content", c.text()}};
     ch["logprobs"] = p.logprobs >= 0 ? c.chat_logprobs(0, c.tokens().size()) : json(nullptr);
   } else {
@@ -398,8 +419,22 @@ bool stream_generation(Generation& g, bool chat, httplib::DataSink& sink, const 
     }
     const std::string text = c.take_text();
     if (text.empty() && !c.done() && c.tokens_taken() == c.tokens().size()) continue;
+    json harmony_fields;
+    if (chat && g.harmony) {
+      // The tokens not sent yet, through this choice's parser (the text is not used).
+      HarmonyParser& parser = g.harmony_parser(static_cast<size_t>(i));
+      HarmonyDelta delta;
+      for (size_t k = c.tokens_taken(); k < c.tokens().size(); ++k)
+        merge_delta(delta, parser.push(c.tokens()[k]));
+      if (c.done()) merge_delta(delta, parser.finish());
+      harmony_fields =
+          json{{"delta", harmony_delta(delta, parser)},
+               {"finish_reason",
+                c.done() ? json(harmony_finish_reason(parser, c.finish_reason())) : json(nullptr)}};
+    }
     json j = stream_chunk(g, chat, static_cast<size_t>(i),
                           stream_fields(c, text, chat, g.params.logprobs >= 0, label));
+    for (const auto& [k, v] : harmony_fields.items()) j["choices"][0][k] = v;
     // Completions name the prompt's ids in each choice's first chunk (vLLM's
     // return_token_ids; a chat names them in its opening chunk above).
     if (!chat && g.params.return_token_ids && !prompt_ids_sent[static_cast<size_t>(i)]) {
@@ -451,6 +486,11 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
                                 options_.model_name),
                     "invalid_request_error", "model", "model_not_found"};
   const Tokenizer* tok = engine_.tokenizer();
+  if (chat) {
+    g->harmony = harmony_for(options_.reasoning_parser, tok);
+    g->tokenizer = tok;
+    if (g->harmony) harmony_chat_input(g->params.chat_input);
+  }
   const Prompts prompts =
       tokenize_prompts(p, chat, tok, chat_template_, engine_.description(), limits);
   const std::vector<int32_t> stop_tokens =
@@ -495,6 +535,8 @@ void HttpServer::openai_routes() {
                  {"weight_version", current_version_label()},
                  {"chat_template", chat_template_.is_fallback() ? "fallback" : "model"},
                  {"chat_template_source", chat_template_.source()},
+                 {"reasoning_parser",
+                  harmony_for(options_.reasoning_parser, engine_.tokenizer()) ? "gpt-oss" : "none"},
                  // refit's extras: what ends generation and the defaults of unset fields.
                  {"stop_token_ids", engine_.stop_ids().ids},
                  {"generation_defaults", engine_.generation_defaults().fields_json()},

@@ -23,6 +23,15 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// o200k (GPT-4o, gpt-oss's o200k_harmony): words split at a lower-to-upper case change, an
+// optional contraction of any case kept with its word, digits in runs of at most three, and
+// "/" or line breaks kept after punctuation. PCRE2 runs the tokenizer.json pattern as written,
+// so llama.cpp's lookahead expansion of it is not needed.
+constexpr const char* kO200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // DeepSeek LLM's cased-letter class, written with code points: the published pattern
 // spells these characters literally, and several of them (U+1FBE, U+2126, U+212A, the ends
 // of U+1F5F-U+1F7D, U+1FD0-U+1FD3, U+1FD6-U+1FDB) change under Unicode normalisation, which
@@ -99,6 +108,10 @@ PreTokenizerPreset pre_tokenizer_preset(const std::string& name, const std::stri
   } else if (name == "viking") {
     p.regexes = {kBloom, R"(\p{N})"};
     p.clean_spaces = false;
+  } else if (is_one_of(name, {"gpt-4o", "o200k", "llama4", "kanana2", "talkie"})) {
+    // llama.cpp writes "gpt-4o" for o200k_base and o200k_harmony (gpt-oss).
+    p.regexes = {kO200k};
+    p.clean_spaces = false;
   } else if (name == "tekken") {
     p.regexes = {
         R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
@@ -108,13 +121,15 @@ PreTokenizerPreset pre_tokenizer_preset(const std::string& name, const std::stri
   } else {
     throw FormatError(fmt::format(
         "{}: unknown pre-tokenizer '{}' (tokenizer.ggml.pre); known: default, llama-bpe, qwen2, "
-        "deepseek-llm, deepseek-coder, deepseek-v3, falcon, starcoder, gpt-2, ...",
+        "deepseek-llm, deepseek-coder, deepseek-v3, falcon, starcoder, gpt-2, gpt-4o, ...",
         source, name));
   }
   return p;
 }
 
 const char* gpt2_pre_tokenizer_regex() { return kGpt2; }
+
+const char* o200k_pre_tokenizer_regex() { return kO200k; }
 
 struct RegexSplitter::Compiled {
   pcre2_code* code = nullptr;

@@ -32,6 +32,10 @@ PreTokenizerPreset pre_tokenizer_preset(const std::string& name, const std::stri
 // Hugging Face's GPT-2 pattern, what ByteLevel(use_regex=true) applies.
 const char* gpt2_pre_tokenizer_regex();
 
+// The o200k pattern (GPT-4o, gpt-oss), as its tokenizer.json Split writes it: GGUF pre
+// "gpt-4o" (or "o200k") runs this.
+const char* o200k_pre_tokenizer_regex();
+
 class RegexSplitter {
  public:
   // Compiles every pattern; throws Error with the PCRE2 message and the pattern.
