@@ -32,8 +32,9 @@ using ScaleFn = void (*)(const Tensor& x, float s, Tensor& out);
 using EmbeddingFn = void (*)(const Tensor& table, const Tensor& ids, Tensor& out);
 // select() args: {a, b, out}
 using AddFn = void (*)(const Tensor& a, const Tensor& b, Tensor& out);
-// select() args: {q, k_cache, v_cache, out}
+// select() args: {q, k_cache, v_cache, out, sinks} (sinks optional)
 using AttentionFn = void (*)(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                             int64_t start_pos, float scale, Tensor& out, int64_t window);
+                             int64_t start_pos, float scale, Tensor& out, int64_t window,
+                             const Tensor& sinks);
 
 }  // namespace refit::kernels

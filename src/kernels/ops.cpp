@@ -181,7 +181,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out, int64_t window) {
+               float scale, Tensor& out, int64_t window, const Tensor& sinks) {
   constexpr const char* op = op_names::attention;
   need_dims(op, "q", q, 3, "[T, n_heads, head_dim]");
   need_dims(op, "k_cache", k_cache, 3, "[max_seq, n_kv_heads, head_dim]");
@@ -199,8 +199,9 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
     fail("attention: tokens {}..{} do not fit a KV cache of {} rows", start_pos, start_pos + T, S);
   if (!std::isfinite(scale)) fail("attention: scale must be finite, got {}", scale);
   if (window < 0) fail("attention: window must be >= 0 (0: unlimited), got {}", window);
-  auto fn = dispatch<kernels::AttentionFn>(op, tensors(q, k_cache, v_cache, out));
-  fn(q, k_cache, v_cache, start_pos, scale, out, window);
+  if (sinks.defined()) need_shape(op, "sinks", sinks, {H}, "[n_heads]");
+  auto fn = dispatch<kernels::AttentionFn>(op, tensors(q, k_cache, v_cache, out, sinks));
+  fn(q, k_cache, v_cache, start_pos, scale, out, window, sinks);
 }
 
 }  // namespace refit::ops

@@ -62,7 +62,12 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 // a sliding window (window > 0) only to those with p - k < window, i.e. the last `window`
 // positions including its own (Hugging Face's and llama.cpp's standard SWA rule: a key is
 // masked when p - k >= window). window 0: no limit. out: f32 [T, n_heads, head_dim].
+// sinks: optional f32 [n_heads] (gpt-oss's learned sinks): head h's logit joins the softmax
+// denominator only, as Hugging Face's extra score column that is dropped after the softmax
+// and llama.cpp's ggml_soft_max_add_sinks: with scores s_k and m = max(max_k s_k, sink),
+// p_k = exp(s_k - m) / (sum_j exp(s_j - m) + exp(sink - m)). An undefined Tensor: none, and
+// the sink-less result bit for bit.
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out, int64_t window = 0);
+               float scale, Tensor& out, int64_t window = 0, const Tensor& sinks = Tensor());
 
 }  // namespace refit::ops

@@ -21,7 +21,8 @@ void need(bool ok, const char* what, const Tensor& t) {
 
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window,
+                     const Tensor& sinks) {
   need(q.defined() && q.dim() == 3, "'q' must be 3-D [N, n_heads, head_dim]", q);
   need(k_pool.defined() && k_pool.dim() == 4,
        "'k_pool' must be 4-D [n_blocks, block_size, n_kv_heads, head_dim]", k_pool);
@@ -44,9 +45,11 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
     fail("paged_attention: n_heads {} must be a multiple of n_kv_heads {}", H, KVH);
   if (!std::isfinite(scale)) fail("paged_attention: scale must be finite, got {}", scale);
   if (window < 0) fail("paged_attention: window must be >= 0 (0: unlimited), got {}", window);
+  if (sinks.defined())
+    need(sinks.dim() == 1 && sinks.size(0) == H, "'sinks' must be [n_heads] like q's heads", sinks);
 
-  const std::array<const Tensor*, 7> args{
-      &q, &k_pool, &v_pool, &block_tables, &query_starts, &start_positions, &out};
+  const std::array<const Tensor*, 8> args{
+      &q, &k_pool, &v_pool, &block_tables, &query_starts, &start_positions, &out, &sinks};
   const Kernel& kernel = KernelRegistry::global().select(op_names::paged_attention, args);
   if (kernel.device == DeviceType::cpu) {
     // The registry accepted i32 index tensors; check their values before a kernel uses them.
@@ -78,7 +81,7 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
     }
   }
   auto fn = reinterpret_cast<kernels::PagedAttentionFn>(kernel.fn);
-  fn(q, k_pool, v_pool, block_tables, query_starts, start_positions, scale, out, window);
+  fn(q, k_pool, v_pool, block_tables, query_starts, start_positions, scale, out, window, sinks);
 }
 
 }  // namespace refit::ops

@@ -21,21 +21,24 @@ namespace refit::ops {
 // Token i of sequence b sits at p = start_positions[b] + (i - query_starts[b]) and attends
 // positions k <= p, and with a sliding window (window > 0) only those with p - k < window
 // (ops::attention's rule). Query head h uses kv head h / (n_heads / n_kv_heads).
-// out: f32 [N, H, hd].
+// sinks: optional f32 [n_heads], one logit per head joining the softmax's denominator
+// (ops::attention). out: f32 [N, H, hd].
 //
 // Batch invariance: each (token, head) output is computed the same way whatever else is
 // in the batch and however the sequence's prompt was chunked; on the CPU it is bitwise
 // equal to ops::attention over a contiguous cache holding the same rows.
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0);
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0,
+                     const Tensor& sinks = Tensor());
 
 }  // namespace refit::ops
 
 namespace refit::kernels {
-// select() args: {q, k_pool, v_pool, block_tables, query_starts, start_positions, out}
+// select() args: {q, k_pool, v_pool, block_tables, query_starts, start_positions, out, sinks}
+// (sinks optional)
 using PagedAttentionFn = void (*)(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                                   const Tensor& block_tables, const Tensor& query_starts,
                                   const Tensor& start_positions, float scale, Tensor& out,
-                                  int64_t window);
+                                  int64_t window, const Tensor& sinks);
 }  // namespace refit::kernels

@@ -42,8 +42,9 @@ void ContiguousKvStore::write(int64_t layer, const Tensor& k, const Tensor& v) {
 }
 
 void ContiguousKvStore::attend(int64_t layer, const Tensor& q, float scale, int64_t window,
-                               Tensor& out) {
-  ops::attention(q, cache_.keys(layer), cache_.values(layer), start_pos_, scale, out, window);
+                               const Tensor& sinks, Tensor& out) {
+  ops::attention(q, cache_.keys(layer), cache_.values(layer), start_pos_, scale, out, window,
+                 sinks);
 }
 
 }  // namespace refit

@@ -21,8 +21,10 @@ class KvStore {
   // k, v: f32 [N, kv_heads, head_dim], the batch's new tokens stacked in order.
   virtual void write(int64_t layer, const Tensor& k, const Tensor& v) = 0;
   // q: f32 [N, heads, head_dim] -> out, same shape. Causal; `window` > 0 limits each
-  // query to the `window` latest positions (itself included).
-  virtual void attend(int64_t layer, const Tensor& q, float scale, int64_t window, Tensor& out) = 0;
+  // query to the `window` latest positions (itself included). sinks: f32 [heads] (the
+  // local heads' attention sinks) or an undefined Tensor for none (ops::attention).
+  virtual void attend(int64_t layer, const Tensor& q, float scale, int64_t window,
+                      const Tensor& sinks, Tensor& out) = 0;
 };
 
 }  // namespace refit

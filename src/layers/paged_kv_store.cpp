@@ -47,9 +47,9 @@ void PagedKvStore::write(int64_t layer, const Tensor& k, const Tensor& v) {
 }
 
 void PagedKvStore::attend(int64_t layer, const Tensor& q, float scale, int64_t window,
-                          Tensor& out) {
+                          const Tensor& sinks, Tensor& out) {
   ops::paged_attention(q, cache_.keys(layer), cache_.values(layer), tables_, query_starts_, starts_,
-                       scale, out, window);
+                       scale, out, window, sinks);
 }
 
 }  // namespace refit

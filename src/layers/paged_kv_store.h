@@ -14,7 +14,8 @@ class PagedKvStore : public KvStore {
   explicit PagedKvStore(PagedKvCache& cache) : cache_(cache) {}
   void begin(std::span<const BatchSequence> batch) override;
   void write(int64_t layer, const Tensor& k, const Tensor& v) override;
-  void attend(int64_t layer, const Tensor& q, float scale, int64_t window, Tensor& out) override;
+  void attend(int64_t layer, const Tensor& q, float scale, int64_t window, const Tensor& sinks,
+              Tensor& out) override;
 
  private:
   PagedKvCache& cache_;

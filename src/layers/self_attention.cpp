@@ -1,9 +1,26 @@
 #include "layers/self_attention.h"
 
+#include <memory>
+
 #include "core/error.h"
 #include "kernels/ops.h"
 
 namespace refit {
+namespace {
+
+// One sink per query head, split across ranks as q_proj's heads (split_units), so that a
+// rank holds exactly the sinks of the heads it attends with.
+std::unique_ptr<Parameter> sinks_parameter(const AttentionSpec& s, const TensorParallel& tp,
+                                           int64_t local_heads) {
+  auto [first, count] = split_units(s.n_heads, tp.rank(), tp.world(), s.sinks);
+  if (count != local_heads)
+    fail("{}: {} sinks on rank {} but {} query heads", s.sinks, count, tp.rank(), local_heads);
+  const SubShard shard{s.sinks, {s.n_heads}, tp.world() > 1 ? 0 : -1, first, count, 0, count};
+  return std::make_unique<Parameter>(s.sinks, Shape{count}, DType::f32,
+                                     std::vector<SubShard>{shard}, tp.rank(), tp.world());
+}
+
+}  // namespace
 
 SelfAttention::SelfAttention(ParameterSet& params, const AttentionSpec& s, DType weight_dtype,
                              const TensorParallel& tp)
@@ -17,7 +34,10 @@ SelfAttention::SelfAttention(ParameterSet& params, const AttentionSpec& s, DType
     q_norm_ = &params.add(s.q_norm, {s.head_dim}, DType::f32);
     k_norm_ = &params.add(s.k_norm, {s.head_dim}, DType::f32);
   }
+  if (!s.sinks.empty()) sinks_ = &params.add(sinks_parameter(s, tp, local_heads_));
 }
+
+Tensor SelfAttention::sinks() const { return sinks_ ? sinks_->data() : Tensor(); }
 
 QkvProjection SelfAttention::project(const Tensor& x, const Tensor& positions,
                                      const Tensor& rope_table) const {
@@ -51,7 +71,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, const Te
   QkvProjection p = project(x, positions, rope_table);
   kv.write(layer, p.k, p.v);
   Tensor attn = Tensor::empty(p.q.shape(), DType::f32);
-  kv.attend(layer, p.q, spec_.scale, spec_.window, attn);
+  kv.attend(layer, p.q, spec_.scale, spec_.window, sinks(), attn);
   return output(attn);
 }
 

@@ -1,7 +1,7 @@
 // Grouped-query self-attention with rotary embeddings: a fused QKV-parallel projection
 // (optional biases: Qwen2), optional per-head RMSNorm of q and k before rope (Qwen3,
-// Gemma 3), attention through a KvStore (optionally a sliding window), and a row-parallel
-// output projection.
+// Gemma 3), attention through a KvStore (optionally a sliding window, optionally a learned
+// sink logit per head: gpt-oss), and a row-parallel output projection.
 #pragma once
 
 #include <string>
@@ -26,6 +26,9 @@ struct AttentionSpec {
   std::vector<LinearSource> qkv;  // q, k, v rows (separate or fused checkpoint tensors)
   std::string o_proj;             // checkpoint prefix of the output projection
   std::string q_norm, k_norm;     // per-head norm weights; empty: none
+  // Per-head attention sinks, f32 [n_heads] ("model.layers.0.self_attn.sinks"); empty: none.
+  // Split by query heads under tensor parallelism, as q_proj's rows.
+  std::string sinks;
   int64_t dim = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   bool bias = false;    // q, k, v biases
   bool o_bias = false;  // o_proj bias (added once, after the all-reduce)
@@ -52,12 +55,15 @@ class SelfAttention {
   int64_t local_kv_heads() const { return local_kv_heads_; }
   float scale() const { return spec_.scale; }
   int64_t window() const { return spec_.window; }
+  // This rank's heads' sinks, f32 [local_heads]; undefined without sinks.
+  Tensor sinks() const;
 
  private:
   AttentionSpec spec_;
   Linear qkv_proj_, o_proj_;
   Parameter* q_norm_ = nullptr;
   Parameter* k_norm_ = nullptr;
+  Parameter* sinks_ = nullptr;
   int64_t local_heads_, local_kv_heads_;
 };
 

@@ -96,6 +96,7 @@ std::vector<ConfigDifference> config_differences(const ModelConfig& a, const Mod
   diff("attention_bias (q, k, v)", text(a.qkv_bias), text(b.qkv_bias));
   diff("attention_bias (o_proj)", text(a.o_bias), text(b.o_bias));
   diff("mlp_bias", text(a.mlp_bias), text(b.mlp_bias));
+  diff("attention sinks", text(a.attention_sinks), text(b.attention_sinks));
   if (compare_tied) diff("tie_word_embeddings", text(a.tied_embeddings), text(b.tied_embeddings));
   diff_float("embedding scale", a.embedding_scale, b.embedding_scale);
   diff_float("norm weight offset (1 + w)", a.norm_weight_offset, b.norm_weight_offset);

@@ -287,6 +287,7 @@ std::vector<std::string> describe_config(const ModelConfig& c) {
   else if (c.qkv_bias)
     out.push_back("q, k, v biases");
   if (c.mlp_bias) out.push_back("mlp_bias (gate, up and down biases)");
+  if (c.attention_sinks) out.push_back("attention sinks (a learned softmax sink per head)");
   if (c.qk_norm) out.push_back("q/k RMSNorm per head");
   out.push_back(fmt::format("rms_norm_eps {}", number(c.rms_eps)));
   out.push_back(c.tied_embeddings ? "tied embeddings" : "separate lm_head");

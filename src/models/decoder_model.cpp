@@ -72,6 +72,7 @@ AttentionSpec attention_spec(const ModelConfig& c, int64_t l, const LayerConfig&
     a.q_norm = name(TensorSlot::attn_q_norm);
     a.k_norm = name(TensorSlot::attn_k_norm);
   }
+  if (c.attention_sinks) a.sinks = name(TensorSlot::attn_sinks);
   return a;
 }
 

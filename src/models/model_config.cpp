@@ -8,6 +8,7 @@
 #include "formats/json_depth.h"
 #include "models/architecture.h"
 #include "models/config_fields.h"
+#include "models/gguf_rope_config.h"
 #include "models/hf_rope_config.h"
 #include "models/tensor_table.h"
 
@@ -261,10 +262,7 @@ ModelConfig config_from_gguf(const GgufMetadata& m) {
   c.rope_theta = m.get_f32(key("rope.freq_base")).value_or(10000.0f);
   c.rope_dim = m.get_u32(key("rope.dimension_count")).value_or(0);
   c.rope_style = ops::RopeStyle::neox;
-  if (auto type = m.get_string(key("rope.scaling.type")); type && *type == "linear") {
-    c.rope_scaling.kind = RopeScalingKind::linear;
-    c.rope_scaling.factor = m.get_f32(key("rope.scaling.factor")).value_or(1.0f);
-  }
+  read_gguf_rope_scaling(m, arch_name, c);  // linear, yarn (models/gguf_rope_config.h)
   if (auto tokens = m.find_array_strings("tokenizer.ggml.tokens")) c.vocab_size = tokens->size();
   c.vocab_size = m.get_u32(key("vocab_size")).value_or(static_cast<uint32_t>(c.vocab_size));
   if (auto bos = m.get_u32("tokenizer.ggml.bos_token_id")) c.bos_id = *bos;

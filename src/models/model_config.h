@@ -67,6 +67,9 @@ struct ModelConfig {
   bool qkv_bias = false;  // biases on q, k and v (Qwen2; attention_bias)
   bool o_bias = false;    // a bias on o_proj (attention_bias in Llama, Mistral, Qwen3)
   bool mlp_bias = false;  // biases on gate, up and down (Llama's mlp_bias)
+  // A learned sink logit per attention head joining the softmax's denominator (gpt-oss:
+  // TensorSlot::attn_sinks, ops::attention's sinks).
+  bool attention_sinks = false;
   bool tied_embeddings = false;
   float embedding_scale = 1.0f;     // Gemma: token embeddings times sqrt(dim)
   float norm_weight_offset = 0.0f;  // Gemma: RMSNorm multiplies by (1 + w)

@@ -59,6 +59,8 @@ const char* slot_name(TensorSlot slot) {
       return "output_norm";
     case TensorSlot::output:
       return "output";
+    case TensorSlot::attn_sinks:
+      return "attn_sinks";
   }
   return "?";
 }
@@ -90,6 +92,8 @@ bool slot_used(const ModelConfig& c, TensorSlot s, int64_t layer) {
       return c.layer(layer).norms == NormPlacement::sandwich;
     case TensorSlot::output:
       return !c.tied_embeddings;
+    case TensorSlot::attn_sinks:
+      return c.attention_sinks;
     default:
       return true;
   }
@@ -135,6 +139,8 @@ Shape slot_shape(const ModelConfig& c, TensorSlot s) {
       return {2 * c.ffn_dim, c.dim};
     case TensorSlot::ffn_down:
       return {c.dim, c.ffn_dim};
+    case TensorSlot::attn_sinks:
+      return {c.n_heads};
   }
   return {};
 }
@@ -150,6 +156,7 @@ TensorRole slot_role(TensorSlot s) {
     case TensorSlot::ffn_gate_bias:
     case TensorSlot::ffn_up_bias:
     case TensorSlot::ffn_down_bias:
+    case TensorSlot::attn_sinks:  // f32 [n_heads], never quantized, split like q's heads
       return TensorRole::bias;
     case TensorSlot::attn_norm:
     case TensorSlot::attn_q_norm:

@@ -42,6 +42,7 @@ enum class TensorSlot : uint8_t {
   post_ffn_norm,     // [dim]     on the FFN output (sandwich norms)
   output_norm,       // [dim]
   output,            // [vocab, dim] (absent when tied to token_embd)
+  attn_sinks,        // [n_heads] f32: a learned softmax sink logit per head (gpt-oss)
 };
 const char* slot_name(TensorSlot slot);
 

@@ -91,7 +91,7 @@ TEST(CudaDispatch, CpuTensorsStillReachCpuKernels) {
       {"silu_mul", {&x, &x, &norm_out}},
       {"embedding", {&w, &ids, &emb_out}},
       {"add", {&x, &x, &norm_out}},
-      {"attention", {&q, &kc, &vc, &att_out}},
+      {"attention", {&q, &kc, &vc, &att_out, &empty_bias}},
   };
   for (const auto& [op, args] : cases) {
     const Kernel& k = KernelRegistry::global().select(op, std::span<const Tensor* const>(args));
@@ -123,7 +123,8 @@ TEST(CudaDispatch, CudaTensorsReachCudaRowsAndMixedDevicesAreRefused) {
   const std::string mm16 = select_name("matmul", {&x, &w_f16, &none, &out});
   EXPECT_TRUE(mm16 == "matmul.cuda.f16_bf16_warp" || mm16 == "matmul.test_double.cuda_any") << mm16;
   EXPECT_EQ(select_name("rms_norm", {&x, &norm_w, &norm_out}), "rms_norm.cuda.block");
-  EXPECT_EQ(select_name("attention", {&q, &kc, &vc, &att_out}), "attention.cuda.online_softmax");
+  EXPECT_EQ(select_name("attention", {&q, &kc, &vc, &att_out, &none}),
+            "attention.cuda.online_softmax");
 
   Tensor host_x = Tensor::empty({3, 8}, DType::f32);
   try {
@@ -138,7 +139,7 @@ TEST(CudaDispatch, CudaTensorsReachCudaRowsAndMixedDevicesAreRefused) {
   Tensor q512 = tagged_cuda({1, 1, 512}), k512 = tagged_cuda({2, 1, 512}),
          o512 = tagged_cuda({1, 1, 512});
   try {
-    select_name("attention", {&q512, &k512, &k512, &o512});
+    select_name("attention", {&q512, &k512, &k512, &o512, &none});
     FAIL() << "head_dim 512 must be refused";
   } catch (const DispatchError& e) {
     const std::string msg = e.what();
@@ -352,6 +353,13 @@ TEST(CudaKernels, AttentionMatchesCpuForPrefillDecodeAndLongContext) {
     ops::attention(q, k, v, c.start_pos, scale, expected);
     Tensor out = gpu_empty({c.T, c.H, c.hd});
     ops::attention(gpu(q), gpu(k), gpu(v), c.start_pos, scale, out);
+    EXPECT_LT(nmse(out, expected), kNmse);
+    // With sinks (gpt-oss): far above the scores, far below, about their size.
+    Tensor sinks = Tensor::empty({c.H}, DType::f32);
+    const float sink_values[] = {6.0f, -30.0f, 0.5f};
+    for (int64_t h = 0; h < c.H; ++h) sinks.data<float>()[h] = sink_values[h % 3];
+    ops::attention(q, k, v, c.start_pos, scale, expected, 0, sinks);
+    ops::attention(gpu(q), gpu(k), gpu(v), c.start_pos, scale, out, 0, gpu(sinks));
     EXPECT_LT(nmse(out, expected), kNmse);
   }
 }

@@ -445,30 +445,42 @@ const AttentionDims kAttention[] = {
     {1, 0, 1, 1, 1, 0},       {1, 37, 8, 2, 64, 0}, {5, 3, 4, 1, 17, 2},   {17, 3, 6, 3, 33, 5},
     {3, 100, 2, 2, 128, 103}, {2, 10, 8, 1, 16, 1}, {1, 20, 4, 4, 256, 8}, {6, 0, 8, 2, 80, 0}};
 
+// Attention sinks [H] that matter: per head alternately far above the scores (most of the
+// probability goes to the sink), far below (none does), and about their size.
+Tensor attention_sinks(int64_t H) {
+  Tensor s = Tensor::empty({H}, DType::f32);
+  const float values[] = {6.0f, -30.0f, 0.5f, 3.0f};
+  for (int64_t h = 0; h < H; ++h) s.data<float>()[h] = values[h % 4];
+  return s;
+}
+
 std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   uint32_t seed = 900;
-  for (const AttentionDims& d : kAttention) {
-    const int64_t S = d.start + d.T + 2;  // rows past the last position are never read
-    const Tensor q = random_tensor({d.T, d.H, d.hd}, seed++, -2, 2);
-    const Tensor k = random_tensor({S, d.KVH, d.hd}, seed++, -2, 2),
-                 v = random_tensor({S, d.KVH, d.hd}, seed++);
-    const float scale = 1.0f / std::sqrt(float(d.hd));
-    Case c;
-    c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}", d.T, d.start, d.H, d.KVH, d.hd,
-                          d.window);
-    c.args = {q, k, v, Tensor::empty(q.shape(), DType::f32)};
-    c.expected = Tensor::empty(q.shape(), DType::f32);
-    cpu::reference::attention(q, k, v, d.start, scale, c.expected, d.window);
-    c.tolerance = kF32;
-    const int64_t start = d.start, window = d.window;
-    c.run = [start, scale, window](const void* fn, const std::vector<Tensor>& a) {
-      Tensor out = out_like(a[0].shape(), a[0]);
-      reinterpret_cast<kernels::AttentionFn>(fn)(a[0], a[1], a[2], start, scale, out, window);
-      return to_cpu(out);
-    };
-    cases.push_back(std::move(c));
-  }
+  for (const bool with_sinks : {false, true})
+    for (const AttentionDims& d : kAttention) {
+      const int64_t S = d.start + d.T + 2;  // rows past the last position are never read
+      const Tensor q = random_tensor({d.T, d.H, d.hd}, seed++, -2, 2);
+      const Tensor k = random_tensor({S, d.KVH, d.hd}, seed++, -2, 2),
+                   v = random_tensor({S, d.KVH, d.hd}, seed++);
+      const Tensor sinks = with_sinks ? attention_sinks(d.H) : Tensor();
+      const float scale = 1.0f / std::sqrt(float(d.hd));
+      Case c;
+      c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}{}", d.T, d.start, d.H, d.KVH,
+                            d.hd, d.window, with_sinks ? " sinks" : "");
+      c.args = {q, k, v, Tensor::empty(q.shape(), DType::f32), sinks};
+      c.expected = Tensor::empty(q.shape(), DType::f32);
+      cpu::reference::attention(q, k, v, d.start, scale, c.expected, d.window, sinks);
+      c.tolerance = kF32;
+      const int64_t start = d.start, window = d.window;
+      c.run = [start, scale, window](const void* fn, const std::vector<Tensor>& a) {
+        Tensor out = out_like(a[0].shape(), a[0]);
+        reinterpret_cast<kernels::AttentionFn>(fn)(a[0], a[1], a[2], start, scale, out, window,
+                                                   a[4]);
+        return to_cpu(out);
+      };
+      cases.push_back(std::move(c));
+    }
   return cases;
 }
 
@@ -478,6 +490,7 @@ std::vector<Case> paged_attention_cases() {
   struct Paged {
     int64_t bs, H, KVH, hd, window;
   };
+  for (const bool with_sinks : {false, true})
   for (Paged d : {Paged{1, 2, 1, 8, 0}, Paged{4, 4, 2, 24, 0}, Paged{4, 8, 2, 17, 3},
                   Paged{16, 4, 4, 64, 5}}) {
     // Two sequences: 3 new tokens at 9..11 and one at 13 (decode), blocks scattered in a pool.
@@ -491,19 +504,21 @@ std::vector<Case> paged_attention_cases() {
     const Tensor q = random_tensor({4, d.H, d.hd}, seed++, -2, 2);
     const Tensor tables = i32({2, max_blocks}, table), starts = i32({3}, {0, 3, 4}),
                  positions = i32({2}, {9, 13});
+    const Tensor sinks = with_sinks ? attention_sinks(d.H) : Tensor();
     const float scale = 0.25f;
     Case c;
-    c.label = fmt::format("block {} H{} KVH{} hd{} window{}", d.bs, d.H, d.KVH, d.hd, d.window);
-    c.args = {q, k, v, tables, starts, positions, Tensor::empty(q.shape(), DType::f32)};
+    c.label = fmt::format("block {} H{} KVH{} hd{} window{}{}", d.bs, d.H, d.KVH, d.hd, d.window,
+                          with_sinks ? " sinks" : "");
+    c.args = {q, k, v, tables, starts, positions, Tensor::empty(q.shape(), DType::f32), sinks};
     c.expected = Tensor::empty(q.shape(), DType::f32);
     cpu::reference::paged_attention(q, k, v, tables, starts, positions, scale, c.expected,
-                                    d.window);
+                                    d.window, sinks);
     c.tolerance = kF32;
     const int64_t window = d.window;
     c.run = [scale, window](const void* fn, const std::vector<Tensor>& a) {
       Tensor out = out_like(a[0].shape(), a[0]);
       reinterpret_cast<kernels::PagedAttentionFn>(fn)(a[0], a[1], a[2], a[3], a[4], a[5], scale,
-                                                      out, window);
+                                                      out, window, a[7]);
       return to_cpu(out);
     };
     cases.push_back(std::move(c));

@@ -5,7 +5,8 @@
 // online softmax (running max m, running sum l, running weighted sum of value rows in
 // registers, head_dim / 32 values per lane). The warps' partial results are merged in
 // shared memory at the end. No score buffer, so any context length fits; head_dim is
-// limited to kAttentionMaxHeadDim by the registers each lane keeps.
+// limited to kAttentionMaxHeadDim by the registers each lane keeps. A head's sink (gpt-oss)
+// joins the merge as one more term of the denominator with no value row.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -78,8 +79,10 @@ __global__ void attention_kernel(AttentionArgs a) {
   float m_all = -INFINITY;
   for (int w = 0; w < kWarps; ++w)
     if (warp_l[w] > 0.0f) m_all = fmaxf(m_all, warp_m[w]);
+  const float sink = a.sinks ? a.sinks[h * a.sink_h] : -INFINITY;
+  m_all = fmaxf(m_all, sink);
   float scale_w[kWarps];
-  float l_all = 0.0f;
+  float l_all = a.sinks ? expf(sink - m_all) : 0.0f;
   for (int w = 0; w < kWarps; ++w) {
     scale_w[w] = warp_l[w] > 0.0f ? expf(warp_m[w] - m_all) : 0.0f;
     l_all += warp_l[w] * scale_w[w];

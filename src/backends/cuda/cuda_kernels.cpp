@@ -153,7 +153,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
 }
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out, int64_t window) {
+               float scale, Tensor& out, int64_t window, const Tensor& sinks) {
   AttentionArgs a{};
   a.q = q.data<const float>();
   a.q_t = q.stride(0);
@@ -174,6 +174,8 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
   a.start_pos = start_pos;
   a.window = window;
   a.scale = scale;
+  a.sinks = sinks.defined() ? sinks.data<const float>() : nullptr;
+  a.sink_h = sinks.defined() ? sinks.stride(0) : 0;
   DeviceGuard guard(q.device().index);
   launched(launch_attention(a), "attention");
 }
@@ -306,8 +308,10 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     kernel_fn<kernels::AddFn>(&cuda::add)));
   registry.add(
       make("attention", "attention.cuda.online_softmax",
-           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
-           constraint({"q", "k_cache", "v_cache", "out"}, {0, 1, 2, 3}, {}, attention_fits),
+           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32}),
+            arg("sinks", {f32}, true)},
+           constraint({"q", "k_cache", "v_cache", "out", "sinks"}, {0, 1, 2, 3}, {},
+                      attention_fits),
            "stride 1 along head_dim; head_dim <= 256",
            kernel_fn<kernels::AttentionFn>(&cuda::attention)));
 }

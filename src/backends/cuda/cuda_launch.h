@@ -59,7 +59,8 @@ cudaError_t launch_rope(float* x, int64_t ldt, int64_t ldh, int64_t T, int64_t H
                         int64_t ldcs, int64_t rot, bool neox);
 
 // Causal GQA attention (kernels/ops.h); strides per [token, head]; head_dim <= 256;
-// window 0 unlimited, else the last `window` positions.
+// window 0 unlimited, else the last `window` positions; sinks: [H] (stride sink_h) or
+// nullptr, one logit per head joining the softmax denominator.
 constexpr int64_t kAttentionMaxHeadDim = 256;
 struct AttentionArgs {
   const float* q;
@@ -72,6 +73,8 @@ struct AttentionArgs {
   int64_t o_t, o_h;
   int64_t T, H, KVH, head_dim, start_pos, window;
   float scale;
+  const float* sinks;
+  int64_t sink_h;
 };
 cudaError_t launch_attention(const AttentionArgs& args);
 

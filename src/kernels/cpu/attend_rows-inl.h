@@ -103,13 +103,17 @@ HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, in
 }
 
 // scores[0, len) -> exp(score - max), in place; returns their sum (lanes, then the tail).
-HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len) {
+// A sink (a learned per-head logit, gpt-oss) joins the softmax's denominator only: the max
+// runs over the scores and the sink, and exp(sink - max) is added after the scores' sum.
+// sink == nullptr: no sink, and exactly the sink-less steps.
+HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len, const float* sink) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   float mx = -HUGE_VALF;
   for (int64_t s = 0; s < len; ++s) mx = std::max(mx, scores[s]);
+  if (sink) mx = std::max(mx, *sink);
   const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
   VF vsum = hn::Zero(df);
   int64_t s = 0;
@@ -120,6 +124,7 @@ HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len) {
   }
   float sum = hn::GetLane(hn::SumOfLanes(df, vsum));
   for (; s < len; ++s) sum += (scores[s] = std::exp(scores[s] - mx));
+  if (sink) sum += std::exp(*sink - mx);
   return sum;
 }
 
@@ -144,7 +149,7 @@ HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_
 }
 
 // q: [hd]; k_row(s), v_row(s): the key and value rows s (0 <= s < len) of this kv head.
-// scores: scratch [len]. out: [hd].
+// sink: this head's sink logit, or nullptr for none. scores: scratch [len]. out: [hd].
 // Every output element takes the same floating-point steps in the same order as a plain
 // row-at-a-time loop would (scores row by row, max and sum in row order, the weighted sum
 // of value rows in row order); the loops are only arranged so that independent chains run
@@ -152,14 +157,14 @@ HWY_INLINE void FinishRow(const VRow& v_row, const float* HWY_RESTRICT p, int64_
 // row, a store-to-load chain per cache row).
 template <class KRow, class VRow>
 HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const VRow& v_row,
-                           int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-                           float* HWY_RESTRICT out) {
+                           int64_t len, int64_t hd, float scale, const float* sink,
+                           float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   int64_t s = 0;
   for (; s + 4 <= len; s += 4) ScoreRows<4>(q, k_row, s, hd, scale, scores);
   for (; s < len; ++s) ScoreRows<1>(q, k_row, s, hd, scale, scores);
-  const float sum = SoftmaxInPlace(scores, len);
+  const float sum = SoftmaxInPlace(scores, len, sink);
   const int64_t dv = hd / L * L;  // the vector part of a row; the rest in scalar steps
   int64_t d = 0;
   for (; d + 4 * L <= dv; d += 4 * L) WeightedRows<4>(v_row, scores, len, d, out);
@@ -171,15 +176,16 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
 // one position (same keys, same length). Each query's output takes exactly AttendRows's
 // steps, element by element in the same order (so a head's bits do not depend on whether
 // it was grouped); the loops only load each key and value row once for all NQ queries and
-// keep NQ x kGroupVecs independent chains in flight. scores: scratch [NQ][len].
+// keep NQ x kGroupVecs independent chains in flight. sinks: the NQ heads' sink logits, in
+// order, or nullptr for none. scores: scratch [NQ][len].
 // Vectors of a row per pass: NQ x this many accumulators, the row's vectors and a
 // broadcast must fit the registers (32 on AVX-512 and Arm, 16 below AVX-512 on x86).
 inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 2 : 4;
 
 template <int NQ, class KRow, class VRow>
 HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row,
-                            int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-                            float* const* out) {
+                            int64_t len, int64_t hd, float scale, const float* sinks,
+                            float* HWY_RESTRICT scores, float* const* out) {
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -200,7 +206,8 @@ HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow
     }
   }
   float sum[NQ];
-  for (int j = 0; j < NQ; ++j) sum[j] = SoftmaxInPlace(scores + j * len, len);
+  for (int j = 0; j < NQ; ++j)
+    sum[j] = SoftmaxInPlace(scores + j * len, len, sinks ? sinks + j : nullptr);
   const int64_t dv = hd / L * L;
   int64_t d = 0;
   for (; d + kGroupVecs * L <= dv; d += kGroupVecs * L)

@@ -8,7 +8,8 @@
 // contiguous chunks give each thread whole heads, which balances the causal triangle
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
 // A sliding window only moves where a token's rows start: the same AttendRows over the
-// rows lo .. p, so window 0 (lo = 0) is the unlimited kernel's arithmetic exactly.
+// rows lo .. p, so window 0 (lo = 0) is the unlimited kernel's arithmetic exactly. Sinks
+// (one logit per head, optional) only add a term to each row's softmax denominator.
 // Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
 // clang-format off
 #undef HWY_TARGET_INCLUDE
@@ -22,26 +23,27 @@
 HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
 
-// q: [hd]; k row s at k + s*ldk, v row s at v + s*ldv; len rows. scores: scratch [len].
-// out: [hd].
+// q: [hd]; k row s at k + s*ldk, v row s at v + s*ldv; len rows. sink: the head's sink or
+// nullptr. scores: scratch [len]. out: [hd].
 void AttendOne(const float* HWY_RESTRICT q, const float* k, int64_t ldk, const float* v,
-               int64_t ldv, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-               float* HWY_RESTRICT out) {
+               int64_t ldv, int64_t len, int64_t hd, float scale, const float* sink,
+               float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   AttendRows(
       q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd,
-      scale, scores, out);
+      scale, sink, scores, out);
 }
 
-// nq (2 or 4) query heads sharing k and v: q[j], out[j] per head; scores: scratch [nq][len].
+// nq (2 or 4) query heads sharing k and v: q[j], out[j] per head; sinks: their nq sinks or
+// nullptr; scores: scratch [nq][len].
 void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, const float* v,
-                 int64_t ldv, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-                 float* const* out) {
+                 int64_t ldv, int64_t len, int64_t hd, float scale, const float* sinks,
+                 float* HWY_RESTRICT scores, float* const* out) {
   const auto k_row = [=](int64_t s) { return k + s * ldk; };
   const auto v_row = [=](int64_t s) { return v + s * ldv; };
   if (nq == 4)
-    AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+    AttendGroup<4>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
   else
-    AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+    AttendGroup<2>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
@@ -60,7 +62,7 @@ HWY_EXPORT(AttendOne);
 HWY_EXPORT(AttendHeads);
 
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-                   float scale, Tensor& out, int64_t window) {
+                   float scale, Tensor& out, int64_t window, const Tensor& sinks) {
   init_cpu_isa();
   const int64_t T = q.size(0), H = q.size(1), hd = q.size(2), KVH = k_cache.size(1);
   const int64_t group = H / KVH;  // ops::attention checks H % KVH == 0
@@ -68,6 +70,8 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   const float* kp = k_cache.data<const float>();
   const float* vp = v_cache.data<const float>();
   float* op = out.data<float>();
+  // [H] contiguous (the row's constraint), or none.
+  const float* sp = sinks.defined() ? sinks.data<const float>() : nullptr;
   const int64_t qt = q.stride(0), qh = q.stride(1);
   const int64_t kt = k_cache.stride(0), kh = k_cache.stride(1);
   const int64_t vt = v_cache.stride(0), vh = v_cache.stride(1);
@@ -92,8 +96,8 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
           const float* v0 = vp + kvh * vh + lo * vt;
           if (nq == 1) {
             HWY_DYNAMIC_DISPATCH(AttendOne)
-            (qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, scores.data(),
-             op + t * ot + h0 * oh);
+            (qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, sp ? sp + h0 : nullptr,
+             scores.data(), op + t * ot + h0 * oh);
             continue;
           }
           const float* qs[4];
@@ -103,7 +107,7 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
             outs[j] = op + t * ot + (h0 + j) * oh;
           }
           HWY_DYNAMIC_DISPATCH(AttendHeads)
-          (nq, qs, k0, kt, v0, vt, len, hd, scale, scores.data(), outs);
+          (nq, qs, k0, kt, v0, vt, len, hd, scale, sp ? sp + h0 : nullptr, scores.data(), outs);
         }
       },
       grain);

@@ -44,6 +44,6 @@ void scale_hwy(const Tensor& x, float s, Tensor& out);
 void embedding_hwy(const Tensor& table, const Tensor& ids, Tensor& out);
 void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-                   float scale, Tensor& out, int64_t window);
+                   float scale, Tensor& out, int64_t window, const Tensor& sinks);
 
 }  // namespace refit::cpu

@@ -6,7 +6,8 @@
 // cache row s comes from the block table. Hence a token's output does not depend on
 // which other sequences share the call, nor on how its prompt was chunked, and equals the
 // contiguous-cache kernel bit for bit: the batch invariance the server promises. A
-// sliding window starts a token's rows at lo instead of 0, as in attention_cpu.cpp.
+// sliding window starts a token's rows at lo instead of 0, as in attention_cpu.cpp, and
+// sinks (optional, one logit per head) join each row's softmax denominator as there.
 // Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
 // clang-format off
 #undef HWY_TARGET_INCLUDE
@@ -22,22 +23,23 @@ namespace refit::cpu::HWY_NAMESPACE {
 
 // q: [hd]. Cache position r of this kv head is at base + table[r / bs] * ldb + (r % bs) * ldr
 // (same for k and v through their own bases/strides); rows lo .. lo + len - 1 are attended.
-// scores: scratch [len].
+// sink: the head's sink or nullptr. scores: scratch [len].
 void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v, int64_t ldb_k,
                     int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
-                    int64_t lo, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-                    float* HWY_RESTRICT out) {
+                    int64_t lo, int64_t len, int64_t hd, float scale, const float* sink,
+                    float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   AttendRows(
       q, [=](int64_t s) { return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k; },
       [=](int64_t s) { return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v; }, len,
-      hd, scale, scores, out);
+      hd, scale, sink, scores, out);
 }
 
-// nq (2 or 4) query heads sharing this kv head: q[j], out[j]; scores: scratch [nq][len].
+// nq (2 or 4) query heads sharing this kv head: q[j], out[j]; sinks: their nq sinks or
+// nullptr; scores: scratch [nq][len].
 void PagedAttendHeads(int nq, const float* const* q, const float* k, const float* v, int64_t ldb_k,
                       int64_t ldr_k, int64_t ldb_v, int64_t ldr_v, const int32_t* table, int64_t bs,
-                      int64_t lo, int64_t len, int64_t hd, float scale, float* HWY_RESTRICT scores,
-                      float* const* out) {
+                      int64_t lo, int64_t len, int64_t hd, float scale, const float* sinks,
+                      float* HWY_RESTRICT scores, float* const* out) {
   const auto k_row = [=](int64_t s) {
     return k + table[(lo + s) / bs] * ldb_k + ((lo + s) % bs) * ldr_k;
   };
@@ -45,9 +47,9 @@ void PagedAttendHeads(int nq, const float* const* q, const float* k, const float
     return v + table[(lo + s) / bs] * ldb_v + ((lo + s) % bs) * ldr_v;
   };
   if (nq == 4)
-    AttendGroup<4>(q, k_row, v_row, len, hd, scale, scores, out);
+    AttendGroup<4>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
   else
-    AttendGroup<2>(q, k_row, v_row, len, hd, scale, scores, out);
+    AttendGroup<2>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
@@ -67,7 +69,8 @@ HWY_EXPORT(PagedAttendHeads);
 
 void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                          const Tensor& block_tables, const Tensor& query_starts,
-                         const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
+                         const Tensor& start_positions, float scale, Tensor& out, int64_t window,
+                         const Tensor& sinks) {
   init_cpu_isa();
   const int64_t N = q.size(0), H = q.size(1), hd = q.size(2);
   const int64_t bs = k_pool.size(1), KVH = k_pool.size(2);
@@ -94,6 +97,8 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
   const float* kp = k_pool.data<const float>();
   const float* vp = v_pool.data<const float>();
   float* op = out.data<float>();
+  // [H] contiguous (the row's constraint), or none.
+  const float* sk = sinks.defined() ? sinks.data<const float>() : nullptr;
   const int64_t qt = q.stride(0), qh = q.stride(1), ot = out.stride(0), oh = out.stride(1);
   const int64_t kb = k_pool.stride(0), kr = k_pool.stride(1), kh = k_pool.stride(2);
   const int64_t vb = v_pool.stride(0), vr = v_pool.stride(1), vh = v_pool.stride(2);
@@ -115,7 +120,8 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
           if (nq == 1) {
             HWY_DYNAMIC_DISPATCH(PagedAttendOne)
             (qp + i * qt + h0 * qh, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr,
-             tables + b * max_blocks, bs, lo, len, hd, scale, scores.data(), op + i * ot + h0 * oh);
+             tables + b * max_blocks, bs, lo, len, hd, scale, sk ? sk + h0 : nullptr, scores.data(),
+             op + i * ot + h0 * oh);
             continue;
           }
           const float* q_heads[4];
@@ -126,7 +132,7 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
           }
           HWY_DYNAMIC_DISPATCH(PagedAttendHeads)
           (nq, q_heads, kp + kvh * kh, vp + kvh * vh, kb, kr, vb, vr, tables + b * max_blocks, bs,
-           lo, len, hd, scale, scores.data(), outs);
+           lo, len, hd, scale, sk ? sk + h0 : nullptr, scores.data(), outs);
         }
       },
       grain);

@@ -165,10 +165,11 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
 namespace {
 
 // One query row over the cache rows lo .. hi of one kv head; key/value element d of row r
-// at k(r, d), v(r, d).
+// at k(r, d), v(r, d). sinks (optional [H]): head h's logit is one more softmax term whose
+// probability is dropped (ops.h).
 template <class K, class V>
 void attend(const Tensor& q, int64_t t, int64_t h, int64_t lo, int64_t hi, float scale, const K& k,
-            const V& v, Tensor& out) {
+            const V& v, const Tensor& sinks, Tensor& out) {
   const int64_t hd = q.size(2);
   const float* qp = q.data<const float>();
   std::vector<double> p(static_cast<size_t>(hi - lo + 1));
@@ -180,8 +181,12 @@ void attend(const Tensor& q, int64_t t, int64_t h, int64_t lo, int64_t hi, float
     p[r - lo] = dot * scale;
     mx = std::max(mx, p[r - lo]);
   }
+  const bool has_sink = sinks.defined();
+  const double sink = has_sink ? double(sinks.get({h})) : 0.0;
+  if (has_sink) mx = std::max(mx, sink);
   double sum = 0;
   for (auto& e : p) sum += (e = std::exp(e - mx));
+  if (has_sink) sum += std::exp(sink - mx);
   float* op = f32_ptr(out);
   for (int64_t d = 0; d < hd; ++d) {
     double acc = 0;
@@ -198,7 +203,7 @@ int64_t window_start(int64_t pos, int64_t window) {
 }  // namespace
 
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out, int64_t window) {
+               float scale, Tensor& out, int64_t window, const Tensor& sinks) {
   const int64_t T = q.size(0), H = q.size(1), KVH = k_cache.size(1);
   const int64_t group = H / KVH;
   const float* kp = k_cache.data<const float>();
@@ -212,13 +217,14 @@ void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, in
       const auto v = [&](int64_t r, int64_t d) {
         return double(vp[r * v_cache.stride(0) + kvh * v_cache.stride(1) + d * v_cache.stride(2)]);
       };
-      attend(q, t, h, window_start(pos, window), pos, scale, k, v, out);
+      attend(q, t, h, window_start(pos, window), pos, scale, k, v, sinks, out);
     }
 }
 
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out, int64_t window) {
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window,
+                     const Tensor& sinks) {
   const int64_t H = q.size(1), KVH = k_pool.size(2), bs = k_pool.size(1), group = H / KVH;
   const float* kp = k_pool.data<const float>();
   const float* vp = v_pool.data<const float>();
@@ -237,7 +243,7 @@ void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool
           return double(vp[block(r) * v_pool.stride(0) + (r % bs) * v_pool.stride(1) +
                            kvh * v_pool.stride(2) + d * v_pool.stride(3)]);
         };
-        attend(q, i, h, window_start(pos, window), pos, scale, k, v, out);
+        attend(q, i, h, window_start(pos, window), pos, scale, k, v, sinks, out);
       }
   }
 }

@@ -23,11 +23,12 @@ void scale(const Tensor& x, float s, Tensor& out);
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out);
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
-               float scale, Tensor& out, int64_t window = 0);
+               float scale, Tensor& out, int64_t window = 0, const Tensor& sinks = Tensor());
 // kernels/paged_attention.h.
 void paged_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                      const Tensor& block_tables, const Tensor& query_starts,
-                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0);
+                     const Tensor& start_positions, float scale, Tensor& out, int64_t window = 0,
+                     const Tensor& sinks = Tensor());
 // kernels/matmul_quantized.h: x and w decoded from their codes and scales (w in any of its
 // layouts: plain, shuffled_16x16 with tiled scales, interleaved_4x16), then matmul in double.
 void matmul_quantized(const Tensor& x, const Tensor& x_scale, const Tensor& w,

@@ -148,9 +148,10 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
       {{0, all}, {1, all}, {2, all}}, "all contiguous", kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
   registry.add(
       make(op_names::attention, "attention.cpu.hwy", 10,
-           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32})},
-           {{0, rows}, {1, rows}, {2, rows}, {3, rows}},
-           "stride 1 along head_dim for q, k_cache, v_cache, out",
+           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32}),
+            arg("sinks", {f32}, true)},
+           {{0, rows}, {1, rows}, {2, rows}, {3, rows}, {4, all}},
+           "stride 1 along head_dim for q, k_cache, v_cache, out; sinks contiguous",
            kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
 }
 

@@ -77,11 +77,13 @@ void register_serve_cpu_kernels(KernelRegistry& registry, bool invariant) {
              arg("block_tables", {i32}),
              arg("query_starts", {i32}),
              arg("start_positions", {i32}),
-             arg("out", {f32})};
-  pa.constraint =
-      dense({0, 1, 2, 6}, {3, 4, 5},
-            {"q", "k_pool", "v_pool", "block_tables", "query_starts", "start_positions", "out"});
-  pa.constraint_text = "stride 1 along head_dim; index tensors contiguous; batch-invariant";
+             arg("out", {f32}),
+             arg("sinks", {f32}, true)};
+  pa.constraint = dense({0, 1, 2, 6}, {3, 4, 5, 7},
+                        {"q", "k_pool", "v_pool", "block_tables", "query_starts",
+                         "start_positions", "out", "sinks"});
+  pa.constraint_text =
+      "stride 1 along head_dim; index tensors and sinks contiguous; batch-invariant";
   pa.fn = reinterpret_cast<const void*>(
       static_cast<kernels::PagedAttentionFn>(&cpu::paged_attention_hwy));
   registry.add(std::move(pa));

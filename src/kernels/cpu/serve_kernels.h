@@ -19,7 +19,8 @@ bool batch_invariant_f32_matmul();
 namespace cpu {
 void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                          const Tensor& block_tables, const Tensor& query_starts,
-                         const Tensor& start_positions, float scale, Tensor& out, int64_t window);
+                         const Tensor& start_positions, float scale, Tensor& out, int64_t window,
+                         const Tensor& sinks);
 }  // namespace cpu
 
 }  // namespace refit
