@@ -42,6 +42,7 @@ const ArchitectureDef& qwen2_architecture();
 const ArchitectureDef& qwen3_architecture();
 const ArchitectureDef& gemma3_architecture();
 const ArchitectureDef& phi3_architecture();
+const ArchitectureDef& qwen3moe_architecture();
 
 // The Llama naming that most architectures share (Mistral, Qwen2, Qwen3 reuse it).
 std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);

@@ -23,6 +23,7 @@
 
 #include "layers/embedding.h"
 #include "layers/feed_forward.h"
+#include "layers/moe_feed_forward.h"
 #include "layers/self_attention.h"
 #include "models/model.h"
 
@@ -37,7 +38,8 @@ class DecoderModel : public Model {
     std::unique_ptr<SelfAttention> attention;
     Parameter* post_attn_norm = nullptr;  // sandwich norms only
     Parameter* ffn_norm = nullptr;
-    std::unique_ptr<FeedForward> ffn;
+    std::unique_ptr<FeedForward> ffn;     // dense layers
+    std::unique_ptr<MoeFeedForward> moe;  // mixture-of-experts layers
     Parameter* post_ffn_norm = nullptr;  // sandwich norms only
   };
 

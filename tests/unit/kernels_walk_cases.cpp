@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "core/float_formats.h"
 #include "kernels/cpu/reference.h"
@@ -511,6 +512,96 @@ std::vector<Case> paged_attention_cases() {
   return cases;
 }
 
+// Router: both scorings, renormalised or not, k from 1 to E, and a row of equal logits (the
+// lowest indices win). The result compared is the weights, then the ids as floats.
+std::vector<Case> moe_route_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1400;
+  struct R {
+    ops::RouterScoring scoring;
+    bool renormalize;
+    const char* name;
+  };
+  for (R r : {R{ops::RouterScoring::softmax_topk, true, "softmax_topk renorm"},
+              R{ops::RouterScoring::softmax_topk, false, "softmax_topk"},
+              R{ops::RouterScoring::topk_softmax, false, "topk_softmax"}})
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {8, 4}, {5, 1}, {3, 3}, {128, 8}}) {
+      const int64_t T = 4;
+      Tensor logits = random_tensor({T, E}, seed++, -4, 4);
+      for (int64_t e = 0; e < E; ++e) logits.data<float>()[E + e] = 0.5f;  // row 1: all tied
+      Case c;
+      c.label = fmt::format("{} E{} k{}", r.name, E, k);
+      c.args = {logits, Tensor::empty({T, k}, DType::i32), Tensor::empty({T, k}, DType::f32)};
+      Tensor ids = Tensor::empty({T, k}, DType::i32), w = Tensor::empty({T, k}, DType::f32);
+      cpu::reference::moe_route(logits, k, r.scoring, r.renormalize, ids, w);
+      c.expected = Tensor::empty({2, T, k}, DType::f32);
+      for (int64_t i = 0; i < T * k; ++i) {
+        c.expected.data<float>()[i] = w.data<float>()[i];
+        c.expected.data<float>()[T * k + i] = static_cast<float>(ids.data<int32_t>()[i]);
+      }
+      c.tolerance = kF32;
+      c.run = [r, k](const void* fn, const std::vector<Tensor>& a) {
+        const int64_t rows = a[0].size(0);
+        Tensor ids = Tensor::empty({rows, k}, DType::i32, a[0].device());
+        Tensor w = out_like({rows, k}, a[0]);
+        reinterpret_cast<kernels::MoeRouteFn>(fn)(a[0], k, r.scoring, r.renormalize, ids, w);
+        ids = to_cpu(ids);
+        w = to_cpu(w);
+        Tensor out = Tensor::empty({2, rows, k}, DType::f32);
+        for (int64_t i = 0; i < rows * k; ++i) {
+          out.data<float>()[i] = w.data<float>()[i];
+          out.data<float>()[rows * k + i] = static_cast<float>(ids.data<int32_t>()[i]);
+        }
+        return out;
+      };
+      cases.push_back(std::move(c));
+    }
+  return cases;
+}
+
+std::vector<Case> moe_combine_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1500;
+  for (auto [T, k, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 2, 17}, {5, 4, 128}}) {
+    const Tensor y = random_tensor({T, k, D}, seed++, -3, 3), w = random_tensor({T, k}, seed++);
+    Case c;
+    c.label = fmt::format("T{} k{} D{}", T, k, D);
+    c.args = {y, w, Tensor::empty({T, D}, DType::f32)};
+    c.expected = Tensor::empty({T, D}, DType::f32);
+    cpu::reference::moe_combine(y, w, c.expected);
+    c.tolerance = kF32;
+    c.run = [](const void* fn, const std::vector<Tensor>& a) {
+      Tensor out = out_like({a[0].size(0), a[0].size(2)}, a[0]);
+      reinterpret_cast<kernels::MoeCombineFn>(fn)(a[0], a[1], out);
+      return to_cpu(out);
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Values reach +-12, past the limit of 7, so both clamps act.
+std::vector<Case> swiglu_oai_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1600;
+  for (int64_t F : kLengths) {
+    const Tensor g = random_tensor({2, F}, seed++, -12, 12), u = random_tensor({2, F}, seed++, -12, 12);
+    Case c;
+    c.label = fmt::format("F{}", F);
+    c.args = {g, u, Tensor::empty({2, F}, DType::f32)};
+    c.expected = Tensor::empty({2, F}, DType::f32);
+    cpu::reference::swiglu_oai_mul(g, u, 1.702f, 7.0f, c.expected);
+    c.tolerance = kF32;
+    c.run = [](const void* fn, const std::vector<Tensor>& a) {
+      Tensor out = out_like(a[0].shape(), a[0]);
+      reinterpret_cast<kernels::SwigluOaiMulFn>(fn)(a[0], a[1], 1.702f, 7.0f, out);
+      return to_cpu(out);
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 }  // namespace
 
 const std::map<std::string, Generator>& generators() {
@@ -532,6 +623,9 @@ const std::map<std::string, Generator>& generators() {
       {op_names::add, [] { return binary_cases(&cpu::reference::add, 1.0f, 1300); }},
       {op_names::attention, attention_cases},
       {op_names::paged_attention, paged_attention_cases},
+      {op_names::moe_route, moe_route_cases},
+      {op_names::moe_combine, moe_combine_cases},
+      {op_names::swiglu_oai_mul, swiglu_oai_cases},
   };
   return table;
 }
