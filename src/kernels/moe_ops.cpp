@@ -42,7 +42,8 @@ void moe_route(const Tensor& logits, int64_t k, RouterScoring scoring, bool reno
   need(op, "weights", weights, {T, k});
   need_writable(op, "ids", ids);
   need_writable(op, "weights", weights);
-  auto fn = dispatch<kernels::MoeRouteFn>(op, std::array<const Tensor*, 3>{&logits, &ids, &weights});
+  auto fn =
+      dispatch<kernels::MoeRouteFn>(op, std::array<const Tensor*, 3>{&logits, &ids, &weights});
   fn(logits, k, scoring, renormalize, ids, weights);
 }
 

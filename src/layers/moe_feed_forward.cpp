@@ -40,18 +40,18 @@ MoeFeedForward::MoeFeedForward(ParameterSet& params, const MoeSpec& s, DType wei
   router_ = &params.add(s.router, {s.n_experts, s.dim}, DType::f32);
   if (!s.router_bias.empty()) router_bias_ = &params.add(s.router_bias, {s.n_experts}, DType::f32);
   const int64_t I = s.hidden, E64 = s.n_experts;
-  gate_up_ = &params.add(std::make_unique<Parameter>(
-      s.gate_up_name, Shape{E64 * 2 * I, s.dim}, weight_dtype,
-      expert_shards({s.gate, s.up}, E64, I, {s.dim})));
+  gate_up_ = &params.add(
+      std::make_unique<Parameter>(s.gate_up_name, Shape{E64 * 2 * I, s.dim}, weight_dtype,
+                                  expert_shards({s.gate, s.up}, E64, I, {s.dim})));
   down_ = &params.add(std::make_unique<Parameter>(s.down_name, Shape{E64 * s.dim, I}, weight_dtype,
                                                   expert_shards({s.down}, E64, s.dim, {I})));
   if (biases) {
-    gate_up_bias_ = &params.add(std::make_unique<Parameter>(
-        s.gate_up_name + "_bias", Shape{E64 * 2 * I}, DType::f32,
-        expert_shards({s.gate_bias, s.up_bias}, E64, I, {})));
-    down_bias_ = &params.add(std::make_unique<Parameter>(
-        s.down_name + "_bias", Shape{E64 * s.dim}, DType::f32,
-        expert_shards({s.down_bias}, E64, s.dim, {})));
+    gate_up_bias_ = &params.add(
+        std::make_unique<Parameter>(s.gate_up_name + "_bias", Shape{E64 * 2 * I}, DType::f32,
+                                    expert_shards({s.gate_bias, s.up_bias}, E64, I, {})));
+    down_bias_ = &params.add(
+        std::make_unique<Parameter>(s.down_name + "_bias", Shape{E64 * s.dim}, DType::f32,
+                                    expert_shards({s.down_bias}, E64, s.dim, {})));
   }
 }
 

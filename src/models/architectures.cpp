@@ -7,8 +7,8 @@
 namespace refit {
 
 std::vector<const ArchitectureDef*> all_architectures() {
-  return {&llama_architecture(), &mistral_architecture(), &qwen2_architecture(),
-          &qwen3_architecture(), &gemma3_architecture(),  &phi3_architecture(),
+  return {&llama_architecture(),   &mistral_architecture(), &qwen2_architecture(),
+          &qwen3_architecture(),   &gemma3_architecture(),  &phi3_architecture(),
           &qwen3moe_architecture()};
 }
 

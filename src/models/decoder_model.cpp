@@ -105,8 +105,7 @@ MoeSpec moe_spec(const ModelConfig& c, int64_t l) {
   if (c.router_bias) m.router_bias = hf_tensor_name(c, TensorSlot::ffn_router_bias, l);
   const std::string first = hf_expert_tensor_name(c, TensorSlot::ffn_gate_exps, l, 0);
   const size_t at = first.find(".experts.");
-  if (at == std::string::npos)
-    fail("{}: expert tensor names must contain '.experts.'", first);
+  if (at == std::string::npos) fail("{}: expert tensor names must contain '.experts.'", first);
   const std::string experts = first.substr(0, at) + ".experts.";
   m.gate_up_name = experts + "gate_up_proj";
   m.down_name = experts + "down_proj";

@@ -40,7 +40,7 @@ class DecoderModel : public Model {
     Parameter* ffn_norm = nullptr;
     std::unique_ptr<FeedForward> ffn;     // dense layers
     std::unique_ptr<MoeFeedForward> moe;  // mixture-of-experts layers
-    Parameter* post_ffn_norm = nullptr;  // sandwich norms only
+    Parameter* post_ffn_norm = nullptr;   // sandwich norms only
   };
 
   DecoderModel(const ModelConfig& config, DType weight_dtype, const TensorParallel& tp = {});

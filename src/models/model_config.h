@@ -68,9 +68,9 @@ struct ModelConfig {
   std::vector<LayerConfig> layers;  // empty, or one per layer
 
   // Mixture of experts, on the layers whose LayerConfig::ffn is moe.
-  int64_t n_experts = 0;        // E (num_experts, GGUF expert_count)
-  int64_t n_experts_used = 0;   // k per token (num_experts_per_tok, expert_used_count)
-  int64_t expert_ffn_dim = 0;   // each expert's intermediate size (moe_intermediate_size)
+  int64_t n_experts = 0;       // E (num_experts, GGUF expert_count)
+  int64_t n_experts_used = 0;  // k per token (num_experts_per_tok, expert_used_count)
+  int64_t expert_ffn_dim = 0;  // each expert's intermediate size (moe_intermediate_size)
   ops::RouterScoring router_scoring = ops::RouterScoring::softmax_topk;
   bool router_renormalize = false;  // softmax_topk: the k weights divided by their sum
   bool router_bias = false;         // a bias on the router logits (gpt-oss)

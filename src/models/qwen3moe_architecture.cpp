@@ -24,15 +24,16 @@ void set_moe_layers(ModelConfig& c, const std::vector<bool>& sparse) {
     c.layers = std::move(layers);
   }
   for (int64_t l = 0; l < c.n_layers; ++l)
-    c.layers[static_cast<size_t>(l)].ffn = sparse[static_cast<size_t>(l)] ? FfnKind::moe
-                                                                           : FfnKind::dense;
+    c.layers[static_cast<size_t>(l)].ffn =
+        sparse[static_cast<size_t>(l)] ? FfnKind::moe : FfnKind::dense;
 }
 
 int64_t int_field(const nlohmann::json& j, const char* key, int64_t fallback,
                   const std::string& source) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_number_integer())
-    throw FormatError(fmt::format("{}: '{}' must be an integer, got {}", source, key, j[key].dump()));
+    throw FormatError(
+        fmt::format("{}: '{}' must be an integer, got {}", source, key, j[key].dump()));
   return j[key].get<int64_t>();
 }
 
@@ -59,7 +60,8 @@ void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& so
     sparse[static_cast<size_t>(l)] = c.n_experts > 0 && (l + 1) % step == 0;
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     if (!j["mlp_only_layers"].is_array())
-      throw FormatError(fmt::format("{}: 'mlp_only_layers' must be a list of layer indices", source));
+      throw FormatError(
+          fmt::format("{}: 'mlp_only_layers' must be a list of layer indices", source));
     for (const auto& v : j["mlp_only_layers"]) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.n_layers)
         throw FormatError(fmt::format("{}: mlp_only_layers entry {} is not a layer of {}", source,

@@ -585,7 +585,8 @@ std::vector<Case> swiglu_oai_cases() {
   std::vector<Case> cases;
   uint32_t seed = 1600;
   for (int64_t F : kLengths) {
-    const Tensor g = random_tensor({2, F}, seed++, -12, 12), u = random_tensor({2, F}, seed++, -12, 12);
+    const Tensor g = random_tensor({2, F}, seed++, -12, 12),
+                 u = random_tensor({2, F}, seed++, -12, 12);
     Case c;
     c.label = fmt::format("F{}", F);
     c.args = {g, u, Tensor::empty({2, F}, DType::f32)};

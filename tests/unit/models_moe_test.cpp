@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -27,9 +27,9 @@ namespace refit {
 namespace {
 
 using testing::ids_of;
+using testing::kOracle;
 using testing::read_floats;
 using testing::read_key_values;
-using testing::kOracle;
 using testing::TempDir;
 
 const std::string kMoe = kOracle + "/llamacpp";
@@ -267,9 +267,9 @@ void refit_matrix(const std::string& path, const std::string& quant) {
   testing::TensorMap current = testing::base_weights(path, *model);
   const testing::TensorMap changed = testing::perturbed(current, 11, DType::f32);
   const std::vector<std::vector<std::string>> updates = {
-      expert_names(2, {5}, {"gate_proj"}),                              // one tensor of one expert
-      expert_names(1, {3}, {"gate_proj", "up_proj", "down_proj"}),      // one expert
-      [] {                                                             // a subset across layers
+      expert_names(2, {5}, {"gate_proj"}),                          // one tensor of one expert
+      expert_names(1, {3}, {"gate_proj", "up_proj", "down_proj"}),  // one expert
+      [] {                                                          // a subset across layers
         auto a = expert_names(0, {0, 7}, {"up_proj", "down_proj"});
         auto b = expert_names(3, {2, 4, 6}, {"gate_proj"});
         a.insert(a.end(), b.begin(), b.end());
@@ -371,7 +371,7 @@ TEST(Qwen3Moe, BatchInvariantWithExperts) {
 
 TEST(MoeRoute, TiesGoToTheLowestExpertIndex) {
   Tensor logits = Tensor::from_floats({2, 6}, std::vector<float>{1, 3, 3, 0, 3, 2,  //
-                                                                  5, 5, 5, 5, 5, 5});
+                                                                 5, 5, 5, 5, 5, 5});
   for (auto scoring : {ops::RouterScoring::softmax_topk, ops::RouterScoring::topk_softmax}) {
     Tensor ids = Tensor::empty({2, 3}, DType::i32), w = Tensor::empty({2, 3}, DType::f32);
     ops::moe_route(logits, 3, scoring, true, ids, w);
@@ -461,7 +461,8 @@ TEST(MoeFeedForward, GptOssVariantMatchesAStraightforwardReference) {
     }
     std::vector<int64_t> order(E);
     for (int64_t e = 0; e < E; ++e) order[e] = e;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logit[a] > logit[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return logit[a] > logit[b]; });
     double z = 0;
     for (int64_t j = 0; j < k; ++j) z += std::exp(logit[order[j]] - logit[order[0]]);
     std::vector<double> y(D, 0.0);

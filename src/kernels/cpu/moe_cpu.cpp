@@ -20,7 +20,8 @@ void top_k(const float* scores, int64_t E, int64_t k, std::vector<int32_t>& chos
     for (int64_t e = 0; e < E; ++e) {
       if (taken[static_cast<size_t>(e)]) continue;
       // Strictly greater: the first (lowest) index keeps a tie. NaN never wins over a number.
-      if (best < 0 || scores[e] > scores[best] || (std::isnan(scores[best]) && !std::isnan(scores[e])))
+      if (best < 0 || scores[e] > scores[best] ||
+          (std::isnan(scores[best]) && !std::isnan(scores[e])))
         best = e;
     }
     taken[static_cast<size_t>(best)] = true;
@@ -57,7 +58,8 @@ void moe_route_cpu(const Tensor& logits, int64_t k, ops::RouterScoring scoring, 
       top_k(l, E, k, chosen);
       const float mx = l[chosen[0]];  // the best
       float sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += w[j] = std::exp(l[chosen[static_cast<size_t>(j)]] - mx);
+      for (int64_t j = 0; j < k; ++j)
+        sum += w[j] = std::exp(l[chosen[static_cast<size_t>(j)]] - mx);
       for (int64_t j = 0; j < k; ++j) {
         id[j] = chosen[static_cast<size_t>(j)];
         w[j] /= sum;
@@ -73,8 +75,8 @@ void moe_combine_cpu(const Tensor& expert_out, const Tensor& weights, Tensor& ou
     const float* w = weights.data<const float>() + t * weights.stride(0);
     std::fill(o, o + D, 0.0f);
     for (int64_t j = 0; j < k; ++j) {
-      const float* y = expert_out.data<const float>() + t * expert_out.stride(0) +
-                       j * expert_out.stride(1);
+      const float* y =
+          expert_out.data<const float>() + t * expert_out.stride(0) + j * expert_out.stride(1);
       for (int64_t d = 0; d < D; ++d) o[d] += w[j] * y[d];
     }
   }

@@ -26,7 +26,8 @@ void moe_route(const Tensor& logits, int64_t k, ops::RouterScoring scoring, bool
   const int64_t T = logits.size(0), E = logits.size(1);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<double> l(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) l[size_t(e)] = logits.data<const float>()[t * logits.stride(0) + e];
+    for (int64_t e = 0; e < E; ++e)
+      l[size_t(e)] = logits.data<const float>()[t * logits.stride(0) + e];
     std::vector<double> score = l;
     if (scoring == ops::RouterScoring::softmax_topk) {
       const double mx = *std::max_element(l.begin(), l.end());
@@ -39,7 +40,8 @@ void moe_route(const Tensor& logits, int64_t k, ops::RouterScoring scoring, bool
     double sum = 0;
     for (int64_t j = 0; j < k; ++j) {
       const double s = score[size_t(chosen[size_t(j)])];
-      w[size_t(j)] = scoring == ops::RouterScoring::softmax_topk ? s : std::exp(s - score[size_t(chosen[0])]);
+      w[size_t(j)] =
+          scoring == ops::RouterScoring::softmax_topk ? s : std::exp(s - score[size_t(chosen[0])]);
       sum += w[size_t(j)];
     }
     const bool divide = scoring == ops::RouterScoring::topk_softmax || renormalize;
