@@ -72,7 +72,7 @@ CommandRegistrar registrar{
      [](CLI::App& sub) {
        auto args = std::make_shared<SynthArgs>();
        sub.add_option("--arch", args->arch, "Architecture")
-           ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "phi3"}))
+           ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"}))
            ->capture_default_str();
        sub.add_option("--preset", args->preset,
                       "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 "

@@ -37,4 +37,13 @@ using AttentionFn = void (*)(const Tensor& q, const Tensor& k_cache, const Tenso
                              int64_t start_pos, float scale, Tensor& out, int64_t window,
                              const Tensor& sinks);
 
+// select() args: {logits, ids, weights}
+using MoeRouteFn = void (*)(const Tensor& logits, int64_t k, ops::RouterScoring scoring,
+                            bool renormalize, Tensor& ids, Tensor& weights);
+// select() args: {expert_out, weights, out}
+using MoeCombineFn = void (*)(const Tensor& expert_out, const Tensor& weights, Tensor& out);
+// select() args: {gate, up, out}
+using SwigluOaiMulFn = void (*)(const Tensor& gate, const Tensor& up, float alpha, float limit,
+                                Tensor& out);
+
 }  // namespace refit::kernels

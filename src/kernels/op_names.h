@@ -21,11 +21,29 @@ inline constexpr const char* embedding = "embedding";
 inline constexpr const char* add = "add";
 inline constexpr const char* attention = "attention";
 inline constexpr const char* paged_attention = "paged_attention";
+inline constexpr const char* moe_route = "moe_route";
+inline constexpr const char* moe_combine = "moe_combine";
+inline constexpr const char* swiglu_oai_mul = "swiglu_oai_mul";
 
 inline constexpr const char* kAllOps[] = {
-    matmul,  matmul_quantized, quantize_per_token_fp8, quantize_per_block_q8, rms_norm, rope,
-    softmax, silu_mul,         gelu_tanh_mul,          gelu_erf_mul,          scale,    embedding,
-    add,     attention,        paged_attention,
+    matmul,
+    matmul_quantized,
+    quantize_per_token_fp8,
+    quantize_per_block_q8,
+    rms_norm,
+    rope,
+    softmax,
+    silu_mul,
+    gelu_tanh_mul,
+    gelu_erf_mul,
+    scale,
+    embedding,
+    add,
+    attention,
+    paged_attention,
+    moe_route,
+    moe_combine,
+    swiglu_oai_mul,
 };
 
 }  // namespace refit::op_names

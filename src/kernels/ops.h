@@ -70,4 +70,27 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                float scale, Tensor& out, int64_t window = 0, const Tensor& sinks = Tensor());
 
+// ---- mixture of experts (layers/moe_feed_forward.h) ----
+
+// How a router turns its logits into the k experts a token uses and their weights.
+enum class RouterScoring : uint8_t {
+  softmax_topk,  // p = softmax over all E logits, the k largest p (Qwen3-MoE, Mixtral)
+  topk_softmax,  // the k largest logits, then softmax over those k only (gpt-oss)
+};
+// logits: f32 [T, E] (rows contiguous). Per token the k (1 <= k <= E) best experts, best
+// first; equal scores go to the lowest expert index. ids: i32 [T, k]; weights: f32 [T, k].
+// softmax_topk: weights are the chosen p, divided by their sum when `renormalize`;
+// topk_softmax: softmax of the chosen logits (`renormalize` is meaningless and ignored).
+void moe_route(const Tensor& logits, int64_t k, RouterScoring scoring, bool renormalize,
+               Tensor& ids, Tensor& weights);
+
+// out[t, :] = sum over slots j = 0..k-1, in that order, of weights[t, j] * expert_out[t, j, :].
+// expert_out: f32 [T, k, D]; weights f32 [T, k]; out f32 [T, D]. The fixed slot order makes
+// a token's output independent of which other tokens share the batch.
+void moe_combine(const Tensor& expert_out, const Tensor& weights, Tensor& out);
+
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+// out = (u + 1) * g * sigmoid(alpha * g). gate, up, out f32 [T, F].
+void swiglu_oai_mul(const Tensor& gate, const Tensor& up, float alpha, float limit, Tensor& out);
+
 }  // namespace refit::ops

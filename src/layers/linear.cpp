@@ -113,11 +113,41 @@ Linear Linear::row(ParameterSet& params, const std::string& name, const std::str
   return l;
 }
 
+namespace {
+
+// matmul_weight on stored rows: `codes` and `scales` are the weight's (or a row range of them).
+void matmul_stored(const Tensor& x, const Parameter& weight, const Tensor& codes,
+                   const Tensor& scales, const Tensor& bias, Tensor& out);
+
+}  // namespace
+
 void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias, Tensor& out) {
   if (!weight.quantized()) {
     ops::matmul(x, weight.matmul_view(), bias, out);
     return;
   }
+  matmul_stored(x, weight, weight.data(), weight.scale(), bias, out);
+}
+
+void matmul_weight_rows(const Tensor& x, const Parameter& weight, int64_t row0, int64_t rows,
+                        const Tensor& bias, Tensor& out) {
+  if (!weight.transforms().empty())
+    fail("{}: a row range needs the plain row layout, not a kernel layout", weight.name());
+  if (row0 < 0 || rows < 0 || row0 + rows > weight.local_shape()[0])
+    fail("{}: rows {}..{} are outside its {} rows", weight.name(), row0, row0 + rows,
+         weight.local_shape()[0]);
+  if (!weight.quantized()) {
+    ops::matmul(x, weight.data().narrow(0, row0, rows), bias, out);
+    return;
+  }
+  matmul_stored(x, weight, weight.data().narrow(0, row0, rows),
+                weight.scale().narrow(0, row0, rows), bias, out);
+}
+
+namespace {
+
+void matmul_stored(const Tensor& x, const Parameter& weight, const Tensor& codes,
+                   const Tensor& scales, const Tensor& bias, Tensor& out) {
   // Quantized weights: codes + scales; W8A8 quantizes the activations first: FP8 per
   // token to e4m3 (or with the checkpoint's static per-tensor scale), Q8_0 and MXFP4 per block of
   // 32 to int8 (integer dot products).
@@ -137,9 +167,11 @@ void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias,
     else
       ops::quantize_per_token_fp8(x, activations, activation_scale);
   }
-  ops::matmul_quantized(activations, activation_scale, weight.data(), weight.scale(),
-                        weight.scale_group(), bias, out);
+  ops::matmul_quantized(activations, activation_scale, codes, scales, weight.scale_group(), bias,
+                        out);
 }
+
+}  // namespace
 
 Tensor Linear::forward(const Tensor& x) const {
   Tensor out = Tensor::empty({x.size(0), local_out_}, DType::f32);

@@ -28,6 +28,10 @@ namespace refit {
 // integer-dot kernels). Linear layers and the LM head both run it, so
 // a scheme computes the same arithmetic wherever its weight sits.
 void matmul_weight(const Tensor& x, const Parameter& weight, const Tensor& bias, Tensor& out);
+// The same on rows [row0, row0 + rows) of a weight stored in plain row order (one expert of
+// a stacked mixture-of-experts parameter): out [M, rows]. Throws for a kernel layout.
+void matmul_weight_rows(const Tensor& x, const Parameter& weight, int64_t row0, int64_t rows,
+                        const Tensor& bias, Tensor& out);
 
 enum class ParallelStyle : uint8_t { replicated, column, row };
 

@@ -42,6 +42,8 @@ const ArchitectureDef& qwen2_architecture();
 const ArchitectureDef& qwen3_architecture();
 const ArchitectureDef& gemma3_architecture();
 const ArchitectureDef& phi3_architecture();
+const ArchitectureDef& qwen3moe_architecture();
+const ArchitectureDef& gpt_oss_architecture();
 
 // The Llama naming that most architectures share (Mistral, Qwen2, Qwen3 reuse it).
 std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);
@@ -51,6 +53,9 @@ std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);
 // naming `source` and the field.
 Activation hf_activation(const nlohmann::json& config, const char* key, const char* fallback,
                          const std::string& source);
+// Marks the mixture-of-experts layers (`sparse`, one per layer), filling `layers` from the
+// model-wide defaults when it is empty, so set them (rope, windows) first.
+void set_moe_layers(ModelConfig& c, const std::vector<bool>& sparse);
 // attention_bias (Llama, Mistral, Qwen3): biases on q, k, v and o_proj, as transformers.
 void read_hf_attention_bias(const nlohmann::json& config, ModelConfig& c,
                             const std::string& source);

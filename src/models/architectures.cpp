@@ -7,8 +7,9 @@
 namespace refit {
 
 std::vector<const ArchitectureDef*> all_architectures() {
-  return {&llama_architecture(), &mistral_architecture(), &qwen2_architecture(),
-          &qwen3_architecture(), &gemma3_architecture(),  &phi3_architecture()};
+  return {&llama_architecture(),    &mistral_architecture(), &qwen2_architecture(),
+          &qwen3_architecture(),    &gemma3_architecture(),  &phi3_architecture(),
+          &qwen3moe_architecture(), &gpt_oss_architecture()};
 }
 
 const ArchitectureDef& architecture_def(Architecture a) {
@@ -26,6 +27,17 @@ const ArchitectureDef& find_architecture(const std::string& name) {
     known += known.empty() ? def->name : fmt::format(", {}", def->name);
   }
   fail("unsupported architecture '{}' (refit runs {})", name, known);
+}
+
+void set_moe_layers(ModelConfig& c, const std::vector<bool>& sparse) {
+  if (c.layers.empty()) {
+    std::vector<LayerConfig> layers;
+    for (int64_t l = 0; l < c.n_layers; ++l) layers.push_back(c.layer(l));
+    c.layers = std::move(layers);
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    c.layers[static_cast<size_t>(l)].ffn =
+        sparse[static_cast<size_t>(l)] ? FfnKind::moe : FfnKind::dense;
 }
 
 std::vector<TensorName> llama_tensor_names(bool permute) {

@@ -97,6 +97,14 @@ std::vector<ConfigDifference> config_differences(const ModelConfig& a, const Mod
   diff("attention_bias (o_proj)", text(a.o_bias), text(b.o_bias));
   diff("mlp_bias", text(a.mlp_bias), text(b.mlp_bias));
   diff("attention sinks", text(a.attention_sinks), text(b.attention_sinks));
+  diff("num_experts", text(a.n_experts), text(b.n_experts));
+  diff("num_experts_per_tok", text(a.n_experts_used), text(b.n_experts_used));
+  diff("moe_intermediate_size", text(a.expert_ffn_dim), text(b.expert_ffn_dim));
+  diff("router scoring", text(static_cast<int64_t>(a.router_scoring)),
+       text(static_cast<int64_t>(b.router_scoring)));
+  diff("norm_topk_prob", text(a.router_renormalize), text(b.router_renormalize));
+  diff("router bias", text(a.router_bias), text(b.router_bias));
+  diff("expert biases", text(a.expert_bias), text(b.expert_bias));
   if (compare_tied) diff("tie_word_embeddings", text(a.tied_embeddings), text(b.tied_embeddings));
   diff_float("embedding scale", a.embedding_scale, b.embedding_scale);
   diff_float("norm weight offset (1 + w)", a.norm_weight_offset, b.norm_weight_offset);
@@ -114,7 +122,9 @@ std::vector<ConfigDifference> config_differences(const ModelConfig& a, const Mod
       layers.add("norm placement", l, norms_text(x.norms), norms_text(y.norms));
     if (x.activation != y.activation)
       layers.add("hidden_act", l, activation_name(x.activation), activation_name(y.activation));
-    if (x.ffn != y.ffn) layers.add("feed-forward kind", l, "other", "other");
+    if (x.ffn != y.ffn)
+      layers.add("feed-forward kind", l, x.ffn == FfnKind::moe ? "experts" : "dense",
+                 y.ffn == FfnKind::moe ? "experts" : "dense");
     if (x.rope.style != y.rope.style)
       layers.add("rope style", l, style_text(x.rope.style), style_text(y.rope.style));
     if (x.rope.dim != y.rope.dim)

@@ -289,6 +289,28 @@ std::vector<std::string> describe_config(const ModelConfig& c) {
   if (c.mlp_bias) out.push_back("mlp_bias (gate, up and down biases)");
   if (c.attention_sinks) out.push_back("attention sinks (a learned softmax sink per head)");
   if (c.qk_norm) out.push_back("q/k RMSNorm per head");
+  if (c.has_moe()) {
+    std::vector<int64_t> sparse;
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (c.layer(l).ffn == FfnKind::moe) sparse.push_back(l);
+    out.push_back(fmt::format(
+        "mixture of experts on {}: {} experts, {} per token, expert width {}; router {}{}{}; "
+        "experts {}{}",
+        static_cast<int64_t>(sparse.size()) == c.n_layers ? "every layer"
+                                                          : "layers " + ranges(sparse),
+        c.n_experts, c.n_experts_used, c.expert_ffn_dim,
+        c.router_scoring == ops::RouterScoring::softmax_topk ? "softmax then top-k"
+                                                             : "top-k then softmax",
+        c.router_scoring == ops::RouterScoring::softmax_topk && c.router_renormalize
+            ? ", renormalised"
+            : "",
+        c.router_bias ? ", with bias" : "",
+        c.expert_activation == ExpertActivation::silu
+            ? std::string("silu(gate) * up")
+            : fmt::format("swiglu_oai (alpha {}, limit {})", number(c.swiglu_alpha),
+                          number(c.swiglu_limit)),
+        c.expert_bias ? ", with biases" : ""));
+  }
   out.push_back(fmt::format("rms_norm_eps {}", number(c.rms_eps)));
   out.push_back(c.tied_embeddings ? "tied embeddings" : "separate lm_head");
   if (c.attention_scale > 0)

@@ -98,6 +98,41 @@ FeedForwardSpec ffn_spec(const ModelConfig& c, int64_t l, const LayerConfig& lay
   return f;
 }
 
+// Layer l's mixture of experts: the router, and per expert its checkpoint tensors, which
+// fill the two stacked parameters named beside them ("...mlp.experts.gate_up_proj").
+MoeSpec moe_spec(const ModelConfig& c, int64_t l) {
+  MoeSpec m;
+  m.router = hf_tensor_name(c, TensorSlot::ffn_router, l);
+  if (c.router_bias) m.router_bias = hf_tensor_name(c, TensorSlot::ffn_router_bias, l);
+  const std::string first = hf_expert_tensor_name(c, TensorSlot::ffn_gate_exps, l, 0);
+  const size_t at = first.find(".experts.");
+  if (at == std::string::npos) fail("{}: expert tensor names must contain '.experts.'", first);
+  const std::string experts = first.substr(0, at) + ".experts.";
+  m.gate_up_name = experts + "gate_up_proj";
+  m.down_name = experts + "down_proj";
+  for (int64_t e = 0; e < c.n_experts; ++e) {
+    auto name = [&](TensorSlot s) { return hf_expert_tensor_name(c, s, l, e); };
+    m.gate.push_back(name(TensorSlot::ffn_gate_exps));
+    m.up.push_back(name(TensorSlot::ffn_up_exps));
+    m.down.push_back(name(TensorSlot::ffn_down_exps));
+    if (c.expert_bias) {
+      m.gate_bias.push_back(name(TensorSlot::ffn_gate_exps_bias));
+      m.up_bias.push_back(name(TensorSlot::ffn_up_exps_bias));
+      m.down_bias.push_back(name(TensorSlot::ffn_down_exps_bias));
+    }
+  }
+  m.dim = c.dim;
+  m.hidden = c.expert_ffn_dim;
+  m.n_experts = c.n_experts;
+  m.n_used = c.n_experts_used;
+  m.scoring = c.router_scoring;
+  m.renormalize = c.router_renormalize;
+  m.activation = c.expert_activation;
+  m.swiglu_alpha = c.swiglu_alpha;
+  m.swiglu_limit = c.swiglu_limit;
+  return m;
+}
+
 }  // namespace
 
 void DecoderModel::add_block(int64_t l) {
@@ -122,7 +157,10 @@ void DecoderModel::add_block(int64_t l) {
   if (sandwich)
     b.post_attn_norm = &params_.add(name(TensorSlot::post_attn_norm), {c.dim}, DType::f32);
   b.ffn_norm = &params_.add(name(TensorSlot::ffn_norm), {c.dim}, DType::f32);
-  b.ffn = std::make_unique<FeedForward>(params_, ffn_spec(c, l, b.config), weight_dtype_, tp_);
+  if (b.config.ffn == FfnKind::moe)
+    b.moe = std::make_unique<MoeFeedForward>(params_, moe_spec(c, l), weight_dtype_, tp_);
+  else
+    b.ffn = std::make_unique<FeedForward>(params_, ffn_spec(c, l, b.config), weight_dtype_, tp_);
   if (sandwich)
     b.post_ffn_norm = &params_.add(name(TensorSlot::post_ffn_norm), {c.dim}, DType::f32);
   blocks_.push_back(std::move(b));
@@ -200,7 +238,7 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
     if (blk.post_attn_norm) norm(o, *blk.post_attn_norm, o);
     ops::add(x, o, x);
     norm(x, *blk.ffn_norm, h);
-    Tensor f = blk.ffn->forward(h);
+    Tensor f = blk.moe ? blk.moe->forward(h) : blk.ffn->forward(h);
     if (blk.post_ffn_norm) norm(f, *blk.post_ffn_norm, f);
     ops::add(x, f, x);
   }

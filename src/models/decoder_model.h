@@ -23,6 +23,7 @@
 
 #include "layers/embedding.h"
 #include "layers/feed_forward.h"
+#include "layers/moe_feed_forward.h"
 #include "layers/self_attention.h"
 #include "models/model.h"
 
@@ -37,8 +38,9 @@ class DecoderModel : public Model {
     std::unique_ptr<SelfAttention> attention;
     Parameter* post_attn_norm = nullptr;  // sandwich norms only
     Parameter* ffn_norm = nullptr;
-    std::unique_ptr<FeedForward> ffn;
-    Parameter* post_ffn_norm = nullptr;  // sandwich norms only
+    std::unique_ptr<FeedForward> ffn;     // dense layers
+    std::unique_ptr<MoeFeedForward> moe;  // mixture-of-experts layers
+    Parameter* post_ffn_norm = nullptr;   // sandwich norms only
   };
 
   DecoderModel(const ModelConfig& config, DType weight_dtype, const TensorParallel& tp = {});

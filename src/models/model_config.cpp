@@ -99,6 +99,18 @@ void ModelConfig::validate(const std::string& source) const {
     if (!(r.theta > 0)) fail("{}: rope_theta must be positive", source);
     if (lc.window < 0) fail("{}: layer {} has a negative sliding window {}", source, l, lc.window);
   }
+  if (has_moe() &&
+      (n_experts <= 0 || n_experts_used <= 0 || n_experts_used > n_experts || expert_ffn_dim <= 0))
+    fail(
+        "{}: a mixture of experts needs num_experts > 0, 1 <= num_experts_per_tok <= num_experts "
+        "and moe_intermediate_size > 0, got {}, {} and {}",
+        source, n_experts, n_experts_used, expert_ffn_dim);
+}
+
+bool ModelConfig::has_moe() const {
+  for (int64_t l = 0; l < n_layers; ++l)
+    if (layer(l).ffn == FfnKind::moe) return true;
+  return false;
 }
 
 int64_t ModelConfig::n_params() const {

@@ -11,13 +11,14 @@
 
 #include "core/dtype.h"
 #include "layers/feed_forward.h"
+#include "layers/moe_feed_forward.h"
 #include "layers/rotary.h"
 
 namespace refit {
 
 class GgufMetadata;
 
-enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3, gemma3, phi3 };
+enum class Architecture : uint8_t { llama, mistral, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt_oss };
 const char* architecture_name(Architecture a);
 
 // Where a block normalises around its attention and its FFN.
@@ -25,7 +26,9 @@ enum class NormPlacement : uint8_t {
   pre,       // x += f(norm(x))                    (Llama)
   sandwich,  // x += post_norm(f(norm(x)))         (Gemma 2/3: both)
 };
-enum class FfnKind : uint8_t { dense };
+// dense: one gated MLP of ffn_dim; moe: a router over n_experts experts of expert_ffn_dim
+// (layers/moe_feed_forward.h), the ModelConfig's expert fields.
+enum class FfnKind : uint8_t { dense, moe };
 const char* activation_name(Activation a);  // Activation: layers/feed_forward.h
 
 // What one layer computes; sizes are model-wide.
@@ -64,6 +67,17 @@ struct ModelConfig {
   NormPlacement norms = NormPlacement::pre;
   std::vector<LayerConfig> layers;  // empty, or one per layer
 
+  // Mixture of experts, on the layers whose LayerConfig::ffn is moe.
+  int64_t n_experts = 0;       // E (num_experts, GGUF expert_count)
+  int64_t n_experts_used = 0;  // k per token (num_experts_per_tok, expert_used_count)
+  int64_t expert_ffn_dim = 0;  // each expert's intermediate size (moe_intermediate_size)
+  ops::RouterScoring router_scoring = ops::RouterScoring::softmax_topk;
+  bool router_renormalize = false;  // softmax_topk: the k weights divided by their sum
+  bool router_bias = false;         // a bias on the router logits (gpt-oss)
+  bool expert_bias = false;         // biases on every expert's gate, up and down (gpt-oss)
+  ExpertActivation expert_activation = ExpertActivation::silu;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // swiglu_oai's constants
+
   bool qkv_bias = false;  // biases on q, k and v (Qwen2; attention_bias)
   bool o_bias = false;    // a bias on o_proj (attention_bias in Llama, Mistral, Qwen3)
   bool mlp_bias = false;  // biases on gate, up and down (Llama's mlp_bias)
@@ -98,6 +112,7 @@ struct ModelConfig {
   // Throws naming the first inconsistent field (zero sizes, heads not dividing, ...).
   void validate(const std::string& source) const;
   int64_t n_params() const;  // every tensor of the architecture's table
+  bool has_moe() const;      // some layer's FFN is a mixture of experts
 };
 
 // From a Hugging Face config.json (text). `source` names the file in errors.

@@ -4,10 +4,12 @@
 
 #include <optional>
 #include <regex>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "formats/gguf_finite.h"
+#include "formats/gguf_types.h"
 #include "kernels/weight_layout.h"
 #include "models/config_fields.h"
 #include "models/fp8_checkpoint_tensor.h"
@@ -151,6 +153,7 @@ CheckpointWeights::CheckpointWeights(const Checkpoint& checkpoint, const ModelCo
   if (checkpoint.format() == CheckpointFormat::gguf)
     for (const TensorSpec& s : model_tensor_specs(config)) {
       gguf_names_[s.hf_name] = s.gguf_name;
+      if (s.expert >= 0) gguf_experts_[s.hf_name] = s.expert;
       if (s.gguf_rope_permute_heads > 0 || s.gguf_offset != 0.0f)
         gguf_changes_[s.hf_name] = {s.gguf_rope_permute_heads, s.gguf_offset};
     }
@@ -165,6 +168,8 @@ Tensor CheckpointWeights::find(const std::string& name) const {
       if (it == gguf_names_.end()) return Tensor();
       const GgufTensorInfo* info = g.find_tensor(it->second);
       if (!info) return Tensor();
+      if (auto expert = gguf_experts_.find(name); expert != gguf_experts_.end())
+        return gguf_expert_tensor(g, it->second, expert->second);
       Tensor t = is_plain_ggml(info->type) ? g.tensor(it->second) : g.dequantize(it->second);
       auto change = gguf_changes_.find(name);
       return change == gguf_changes_.end() ? t : undo_gguf_change(t, change->second);
@@ -188,6 +193,10 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
     if (it == gguf_names_.end()) return false;
     const GgufTensorInfo* info = checkpoint_.gguf()->find_tensor(it->second);
     if (!info) return false;
+    if (gguf_experts_.count(name)) {  // one expert of a stacked tensor
+      out->view = find(name);
+      return true;
+    }
     auto change_it = gguf_changes_.find(name);
     const bool changed = change_it != gguf_changes_.end();
     if (is_plain_ggml(info->type) && !changed) {
@@ -221,6 +230,22 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
   }
   out->view = find(name);
   return out->view.defined();
+}
+
+Tensor gguf_expert_tensor(const GgufFile& g, const std::string& name, int64_t expert) {
+  const GgufTensorInfo& info = g.tensor_info(name);
+  // Weights stack [E, out, in], per-expert biases [E, n].
+  if (info.shape.size() < 2 || info.shape.size() > 3 || expert < 0 || expert >= info.shape[0])
+    throw FormatError(fmt::format("{}: '{}' {} does not stack expert {} along its outermost dim",
+                                  g.path(), name, shape_str(info.shape), expert));
+  if (is_plain_ggml(info.type)) return g.tensor(name).select(0, expert);
+  // Experts are whole blocks of rows: expert e's bytes are the e-th E-th of the tensor.
+  const GgmlTensorView raw = g.raw(name);
+  const int64_t per_expert = static_cast<int64_t>(info.nbytes) / info.shape[0];
+  Tensor out = Tensor::empty(Shape(info.shape.begin() + 1, info.shape.end()), DType::f32);
+  dequantize_row(info.type, raw.bytes.data<const uint8_t>() + expert * per_expert,
+                 static_cast<size_t>(per_expert), out.data<float>(), out.numel());
+  return out;
 }
 
 Tensor undo_gguf_change(const Tensor& t, const GgufChangeToUndo& change) {
@@ -291,8 +316,14 @@ void apply_weight_layout(Model& model, const std::string& layout) {
          layout);
   if (!automatic && !forced) return;
   const std::string embedding = hf_tensor_name(model.config(), TensorSlot::token_embd);
+  // Stacked experts stay in plain row order: each expert's matmul reads its row range.
+  std::unordered_set<std::string> expert_tensors;
+  for (const TensorSpec& s : model_tensor_specs(model.config()))
+    if (s.expert >= 0) expert_tensors.insert(s.hf_name);
   for (const auto& p : model.parameters().all()) {
     if (p->local_shape().size() != 2 || p->name() == embedding) continue;
+    if (!p->sub_shards().empty() && expert_tensors.count(p->sub_shards()[0].checkpoint_name))
+      continue;
     std::optional<LayoutTransform> t = forced;
     if (automatic && preferred_weight_layout(p->quantization(), p->logical_dtype(),
                                              p->local_shape()) == Layout::interleaved_4x16)

@@ -62,7 +62,14 @@ class CheckpointWeights {
   std::unordered_map<std::string, std::string> gguf_names_;  // canonical -> GGUF
   std::unordered_map<std::string, GgufChangeToUndo>
       gguf_changes_;  // what the converter did, by name
+  // Per-expert tensors: the expert's index in the GGUF tensor stacking all of them.
+  std::unordered_map<std::string, int64_t> gguf_experts_;
 };
+
+// Expert `expert` of a GGUF tensor stacking every expert along its outermost dim (ggml ne
+// [in, out, E]): the [out, in] matrix, a zero-copy view for plain types, else that expert's
+// blocks alone dequantized to f32.
+Tensor gguf_expert_tensor(const GgufFile& file, const std::string& name, int64_t expert);
 
 std::unique_ptr<Model> load_model(const Checkpoint& checkpoint, const LoadOptions& options = {});
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});

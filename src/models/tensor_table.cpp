@@ -61,6 +61,22 @@ const char* slot_name(TensorSlot slot) {
       return "output";
     case TensorSlot::attn_sinks:
       return "attn_sinks";
+    case TensorSlot::ffn_router:
+      return "ffn_router";
+    case TensorSlot::ffn_router_bias:
+      return "ffn_router_bias";
+    case TensorSlot::ffn_gate_exps:
+      return "ffn_gate_exps";
+    case TensorSlot::ffn_up_exps:
+      return "ffn_up_exps";
+    case TensorSlot::ffn_down_exps:
+      return "ffn_down_exps";
+    case TensorSlot::ffn_gate_exps_bias:
+      return "ffn_gate_exps_bias";
+    case TensorSlot::ffn_up_exps_bias:
+      return "ffn_up_exps_bias";
+    case TensorSlot::ffn_down_exps_bias:
+      return "ffn_down_exps_bias";
   }
   return "?";
 }
@@ -71,9 +87,36 @@ bool is_global(TensorSlot s) {
   return s == TensorSlot::token_embd || s == TensorSlot::output_norm || s == TensorSlot::output;
 }
 
+bool dense_ffn_slot(TensorSlot s) {
+  switch (s) {
+    case TensorSlot::ffn_gate:
+    case TensorSlot::ffn_up:
+    case TensorSlot::ffn_gate_up:
+    case TensorSlot::ffn_down:
+    case TensorSlot::ffn_gate_bias:
+    case TensorSlot::ffn_up_bias:
+    case TensorSlot::ffn_down_bias:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool moe_slot(TensorSlot s) {
+  return s == TensorSlot::ffn_router || s == TensorSlot::ffn_router_bias || is_expert_slot(s);
+}
+
 // Whether layer `layer` of `c` has the slot at all (optional tensors).
 bool slot_used(const ModelConfig& c, TensorSlot s, int64_t layer) {
+  if (layer >= 0 && dense_ffn_slot(s) && c.layer(layer).ffn != FfnKind::dense) return false;
+  if (layer >= 0 && moe_slot(s) && c.layer(layer).ffn != FfnKind::moe) return false;
   switch (s) {
+    case TensorSlot::ffn_router_bias:
+      return c.router_bias;
+    case TensorSlot::ffn_gate_exps_bias:
+    case TensorSlot::ffn_up_exps_bias:
+    case TensorSlot::ffn_down_exps_bias:
+      return c.expert_bias;
     case TensorSlot::attn_q_bias:
     case TensorSlot::attn_k_bias:
     case TensorSlot::attn_v_bias:
@@ -141,6 +184,20 @@ Shape slot_shape(const ModelConfig& c, TensorSlot s) {
       return {c.dim, c.ffn_dim};
     case TensorSlot::attn_sinks:
       return {c.n_heads};
+    case TensorSlot::ffn_router:
+      return {c.n_experts, c.dim};
+    case TensorSlot::ffn_router_bias:
+      return {c.n_experts};
+    case TensorSlot::ffn_gate_exps:
+    case TensorSlot::ffn_up_exps:
+      return {c.expert_ffn_dim, c.dim};
+    case TensorSlot::ffn_down_exps:
+      return {c.dim, c.expert_ffn_dim};
+    case TensorSlot::ffn_gate_exps_bias:
+    case TensorSlot::ffn_up_exps_bias:
+      return {c.expert_ffn_dim};
+    case TensorSlot::ffn_down_exps_bias:
+      return {c.dim};
   }
   return {};
 }
@@ -157,7 +214,13 @@ TensorRole slot_role(TensorSlot s) {
     case TensorSlot::ffn_up_bias:
     case TensorSlot::ffn_down_bias:
     case TensorSlot::attn_sinks:  // f32 [n_heads], never quantized, split like q's heads
+    case TensorSlot::ffn_router_bias:
+    case TensorSlot::ffn_gate_exps_bias:
+    case TensorSlot::ffn_up_exps_bias:
+    case TensorSlot::ffn_down_exps_bias:
       return TensorRole::bias;
+    case TensorSlot::ffn_router:
+      return TensorRole::router;
     case TensorSlot::attn_norm:
     case TensorSlot::attn_q_norm:
     case TensorSlot::attn_k_norm:
@@ -177,9 +240,12 @@ int64_t rope_permute_heads(const ModelConfig& c, TensorSlot s) {
   return 0;
 }
 
-TensorSpec resolve(const ModelConfig& c, const TensorName& n, int64_t layer) {
+TensorSpec resolve(const ModelConfig& c, const TensorName& n, int64_t layer, int64_t expert = -1) {
   TensorSpec spec;
-  spec.hf_name = layer < 0 ? n.hf : fmt::format(fmt::runtime(n.hf), layer);
+  spec.hf_name = layer < 0    ? n.hf
+                 : expert < 0 ? fmt::format(fmt::runtime(n.hf), layer)
+                              : fmt::format(fmt::runtime(n.hf), layer, expert);
+  spec.expert = expert;
   spec.gguf_name = layer < 0 ? n.gguf : fmt::format(fmt::runtime(n.gguf), layer);
   spec.shape = slot_shape(c, n.slot);
   spec.role = slot_role(n.slot);
@@ -205,7 +271,12 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   globals(true);
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (const TensorName& n : arch.tensors)
-      if (!is_global(n.slot) && slot_used(c, n.slot, l)) specs.push_back(resolve(c, n, l));
+      if (!is_global(n.slot) && slot_used(c, n.slot, l)) {
+        if (!is_expert_slot(n.slot))
+          specs.push_back(resolve(c, n, l));
+        else
+          for (int64_t e = 0; e < c.n_experts; ++e) specs.push_back(resolve(c, n, l, e));
+      }
   globals(false);
   return specs;
 }
@@ -220,6 +291,27 @@ TensorSpec first_block_matmul(const ModelConfig& c) {
   for (const TensorSpec& s : model_tensor_specs(c))
     if (s.role == TensorRole::matmul && s.layer == 0) return s;
   fail("architecture {} has no matmul weight", architecture_name(c.arch));
+}
+
+bool is_expert_slot(TensorSlot s) {
+  switch (s) {
+    case TensorSlot::ffn_gate_exps:
+    case TensorSlot::ffn_up_exps:
+    case TensorSlot::ffn_down_exps:
+    case TensorSlot::ffn_gate_exps_bias:
+    case TensorSlot::ffn_up_exps_bias:
+    case TensorSlot::ffn_down_exps_bias:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string hf_expert_tensor_name(const ModelConfig& c, TensorSlot slot, int64_t layer,
+                                  int64_t expert) {
+  for (const TensorName& n : architecture_def(c.arch).tensors)
+    if (n.slot == slot) return fmt::format(fmt::runtime(n.hf), layer, expert);
+  fail("architecture {} has no {} tensor", architecture_name(c.arch), slot_name(slot));
 }
 
 std::string hf_tensor_name(const ModelConfig& c, TensorSlot slot, int64_t layer) {

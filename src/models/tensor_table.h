@@ -43,6 +43,17 @@ enum class TensorSlot : uint8_t {
   output_norm,       // [dim]
   output,            // [vocab, dim] (absent when tied to token_embd)
   attn_sinks,        // [n_heads] f32: a learned softmax sink logit per head (gpt-oss)
+  // Mixture of experts (layers whose ffn is moe; the dense ffn_* slots are absent there).
+  // The per-expert slots are one tensor per expert: the HF name has a second "{}", the
+  // expert; GGUF stacks all experts in one 3-D tensor (ggml ne [in, out, E]).
+  ffn_router,          // [E, dim]  (HF mlp.gate, GGUF ffn_gate_inp)
+  ffn_router_bias,     // [E]
+  ffn_gate_exps,       // per expert [I, dim]   (I = expert_ffn_dim)
+  ffn_up_exps,         // per expert [I, dim]
+  ffn_down_exps,       // per expert [dim, I]
+  ffn_gate_exps_bias,  // per expert [I]
+  ffn_up_exps_bias,    // per expert [I]
+  ffn_down_exps_bias,  // per expert [dim]
 };
 const char* slot_name(TensorSlot slot);
 
@@ -51,6 +62,7 @@ enum class TensorRole : uint8_t {
   matmul,     // [out, in]: quantizable, kernel layouts apply
   norm,       // [dim] or [head_dim]
   bias,       // [out]
+  router,     // [E, dim]: a matmul kept in f32, never quantized
 };
 
 // How llama.cpp's converter changed a tensor on its way into GGUF; the loader undoes it
@@ -80,6 +92,9 @@ struct TensorSpec {
   // rope_permute: the head count to permute rows with (0 when not permuted).
   int64_t gguf_rope_permute_heads = 0;
   float gguf_offset = 0.0f;  // plus_one: GGUF holds value + offset
+  // Per-expert slots: the expert, which the GGUF name's stacked tensor holds at index
+  // `expert` of its outermost dim (-1 otherwise).
+  int64_t expert = -1;
 };
 
 // Every tensor `config` has, in checkpoint order, from its architecture's table (slots a
@@ -89,6 +104,10 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
 // throws when the architecture has no such slot.
 std::string hf_tensor_name(const ModelConfig& config, TensorSlot slot, int64_t layer = -1);
 bool has_slot(const ModelConfig& config, TensorSlot slot);
+// The Hugging Face name of a per-expert slot for expert `expert` of layer `layer`.
+std::string hf_expert_tensor_name(const ModelConfig& config, TensorSlot slot, int64_t layer,
+                                  int64_t expert);
+bool is_expert_slot(TensorSlot slot);
 // The first layer's first matmul weight (q_proj, or qkv_proj where q/k/v are stored fused):
 // its dtype or GGUF type is the checkpoint's weight format.
 TensorSpec first_block_matmul(const ModelConfig& config);

@@ -82,6 +82,11 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
     case Architecture::phi3:
       architecture = "Phi3ForCausalLM", model_type = "phi3";
       break;
+    case Architecture::qwen3moe:
+      architecture = "Qwen3MoeForCausalLM", model_type = "qwen3_moe";
+      break;
+    case Architecture::gpt_oss:
+      fail("synthetic gpt-oss checkpoints are not written yet (their expert forms come first)");
   }
   j["architectures"] = {architecture};
   j["model_type"] = model_type;
@@ -140,6 +145,26 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
     case Architecture::phi3:
       j["sliding_window"] = nullptr;
       break;
+    case Architecture::qwen3moe: {
+      j["attention_bias"] = c.qkv_bias || c.o_bias;
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+      j["max_window_layers"] = c.n_layers;
+      j["num_experts"] = c.n_experts;
+      j["num_experts_per_tok"] = c.n_experts_used;
+      j["moe_intermediate_size"] = c.expert_ffn_dim;
+      j["norm_topk_prob"] = c.router_renormalize;
+      j["decoder_sparse_step"] = 1;
+      nlohmann::json dense = nlohmann::json::array();
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        if (c.layer(l).ffn != FfnKind::moe) dense.push_back(l);
+      j["mlp_only_layers"] = dense;
+      j["output_router_logits"] = false;
+      j["router_aux_loss_coef"] = 0.001;
+      break;
+    }
+    case Architecture::gpt_oss:
+      break;  // refused above
   }
   return j;
 }
@@ -249,9 +274,36 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.rotary_dim()));
   if (c.arch == Architecture::gemma3 && c.layer(0).window > 0)  // layer 0 is a local one
     w.add_u32(key("attention.sliding_window"), static_cast<uint32_t>(c.layer(0).window));
+  if (c.has_moe()) {
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (c.layer(l).ffn != FfnKind::moe)
+        fail("synthetic GGUF: llama.cpp's {} has every layer sparse; layer {} is dense", arch, l);
+    w.add_u32(key("expert_count"), static_cast<uint32_t>(c.n_experts));
+    w.add_u32(key("expert_used_count"), static_cast<uint32_t>(c.n_experts_used));
+    w.add_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(c.expert_ffn_dim));
+  }
   add_gguf_tokenizer_metadata(w, synthetic_vocab(c.vocab_size));
 
-  const std::vector<TensorSpec> specs = model_tensor_specs(c);
+  // Per-expert specs are one GGUF tensor stacking every expert ([E, out, in]): written once,
+  // at expert 0, from all E specs.
+  const std::vector<TensorSpec> all_specs = model_tensor_specs(c);
+  std::vector<TensorSpec> specs;
+  for (const TensorSpec& spec : all_specs)
+    if (spec.expert <= 0) specs.push_back(spec);
+  auto gguf_shape = [&](const TensorSpec& spec) {
+    Shape shape = spec.shape;
+    if (spec.expert == 0) shape.insert(shape.begin(), c.n_experts);
+    return shape;
+  };
+  auto make_tensor = [&](const TensorSpec& spec, DType dtype) {
+    if (spec.expert < 0) return synthetic_tensor(c, spec, dtype, o.seed);
+    Tensor stacked = Tensor::empty(gguf_shape(spec), dtype);
+    int64_t e = 0;
+    for (const TensorSpec& part : all_specs)
+      if (part.layer == spec.layer && part.slot == spec.slot && part.expert >= 0)
+        stacked.select(0, e++).copy_from(synthetic_tensor(c, part, dtype, o.seed));
+    return stacked;
+  };
   // Only 2-D weights are quantized; norms and biases stay f32 (llama-quantize does the same).
   auto quantized = [&](const TensorSpec& spec) {
     return o.gguf_q8_0 && (spec.role == TensorRole::matmul || spec.role == TensorRole::embedding);
@@ -261,14 +313,14 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
                                        ? GgmlType::q8_0
                                        : ggml_type_of(synthetic_storage_dtype(spec, weight_dtype));
     REFIT_ASSERT(type.has_value());
-    w.add_tensor(spec.gguf_name, *type, spec.shape);
+    w.add_tensor(spec.gguf_name, *type, gguf_shape(spec));
   }
   w.open(path);
   size_t written = 0;
   uint64_t bytes_written = 0;
   std::vector<BlockQ8_0> blocks;
   for (const TensorSpec& spec : specs) {
-    Tensor t = synthetic_tensor(c, spec, weight_dtype, o.seed);
+    Tensor t = make_tensor(spec, synthetic_storage_dtype(spec, weight_dtype));
     if (spec.gguf_rope_permute_heads > 0)
       t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
     if (spec.gguf_offset != 0.0f) {  // as llama.cpp's converter stores Gemma's norms: 1 + w

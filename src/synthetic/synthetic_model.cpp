@@ -55,6 +55,20 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
       c.rms_eps = 1e-6f;
       c.rope_theta = 1000000.0f;
       break;
+    case Architecture::qwen3moe: {
+      // Qwen3-30B-A3B's proportions: 128 experts of width ffn/8... scaled to the preset:
+      // 8 experts, 2 per token, each a quarter of the dense width, every layer sparse.
+      c.rms_eps = 1e-6f;
+      c.rope_theta = 1000000.0f;
+      c.tied_embeddings = false;
+      const nlohmann::json j = {{"num_experts", 8},
+                                {"num_experts_per_tok", 2},
+                                {"moe_intermediate_size", c.ffn_dim / 4},
+                                {"norm_topk_prob", true},
+                                {"decoder_sparse_step", 1}};
+      architecture_def(arch).configure_hf(j, c, fmt::format("synthetic preset '{}'", preset));
+      break;
+    }
     case Architecture::gemma3:
     case Architecture::phi3: {
       // The architecture's own config reading, from the fields a real config.json sets.
@@ -71,6 +85,8 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
       architecture_def(arch).configure_hf(j, c, fmt::format("synthetic preset '{}'", preset));
       break;
     }
+    case Architecture::gpt_oss:
+      fail("synthetic gpt-oss presets are not written yet (their expert forms come first)");
   }
   // HF checkpoints rotate halves; the GGUF writer permutes llama q/k rows to match
   // llama.cpp's adjacent-pair rope, and config_from_gguf() selects that style on load.
@@ -176,6 +192,8 @@ SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) 
       return {0.0f, 0.30f};
     case TensorRole::embedding:
       return {0.0f, 0.18f * rescale};
+    case TensorRole::router:
+      return {0.0f, 0.25f * rescale};
     case TensorRole::matmul:
       break;
   }
@@ -197,6 +215,11 @@ SyntheticInit synthetic_init(const ModelConfig& config, const TensorSpec& spec) 
       return {0.0f, 0.15f * rescale};
     case TensorSlot::output:
       return {0.0f, 0.18f * rescale};
+    case TensorSlot::ffn_gate_exps:
+    case TensorSlot::ffn_up_exps:
+      return {0.0f, 0.08f * rescale};
+    case TensorSlot::ffn_down_exps:
+      return {0.0f, 0.30f * rescale};
     default:
       break;
   }
@@ -236,8 +259,10 @@ void synthetic_fill(uint64_t key, SyntheticInit init, int64_t begin, int64_t cou
 }
 
 DType synthetic_storage_dtype(const TensorSpec& spec, DType weight_dtype) {
-  return (spec.role == TensorRole::norm || spec.role == TensorRole::bias) ? DType::f32
-                                                                          : weight_dtype;
+  return (spec.role == TensorRole::norm || spec.role == TensorRole::bias ||
+          spec.role == TensorRole::router)
+             ? DType::f32
+             : weight_dtype;
 }
 
 Tensor synthetic_tensor(const ModelConfig& config, const TensorSpec& spec, DType weight_dtype,

@@ -87,9 +87,9 @@ TEST(KernelsAttentionSinks, matches_hugging_face_formulation_and_matter) {
   for_each_isa([&] {
     uint32_t seed = 4100;
     for (const Case& c : kCases) {
-      SCOPED_TRACE(::testing::Message() << "T=" << c.T << " start=" << c.start << " H=" << c.H
-                                        << " KVH=" << c.KVH << " hd=" << c.hd
-                                        << " window=" << c.window);
+      SCOPED_TRACE(::testing::Message()
+                   << "T=" << c.T << " start=" << c.start << " H=" << c.H << " KVH=" << c.KVH
+                   << " hd=" << c.hd << " window=" << c.window);
       const int64_t S = c.start + c.T + 2;
       const Tensor q = random_tensor({c.T, c.H, c.hd}, seed++, -2, 2);
       const Tensor k = random_tensor({S, c.KVH, c.hd}, seed++, -2, 2);

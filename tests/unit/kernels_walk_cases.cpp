@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "core/float_formats.h"
 #include "kernels/cpu/reference.h"
@@ -466,8 +467,8 @@ std::vector<Case> attention_cases() {
       const Tensor sinks = with_sinks ? attention_sinks(d.H) : Tensor();
       const float scale = 1.0f / std::sqrt(float(d.hd));
       Case c;
-      c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}{}", d.T, d.start, d.H, d.KVH,
-                            d.hd, d.window, with_sinks ? " sinks" : "");
+      c.label = fmt::format("T{} start{} H{} KVH{} hd{} window{}{}", d.T, d.start, d.H, d.KVH, d.hd,
+                            d.window, with_sinks ? " sinks" : "");
       c.args = {q, k, v, Tensor::empty(q.shape(), DType::f32), sinks};
       c.expected = Tensor::empty(q.shape(), DType::f32);
       cpu::reference::attention(q, k, v, d.start, scale, c.expected, d.window, sinks);
@@ -491,34 +492,125 @@ std::vector<Case> paged_attention_cases() {
     int64_t bs, H, KVH, hd, window;
   };
   for (const bool with_sinks : {false, true})
-  for (Paged d : {Paged{1, 2, 1, 8, 0}, Paged{4, 4, 2, 24, 0}, Paged{4, 8, 2, 17, 3},
-                  Paged{16, 4, 4, 64, 5}}) {
-    // Two sequences: 3 new tokens at 9..11 and one at 13 (decode), blocks scattered in a pool.
-    const int64_t need0 = (12 + d.bs - 1) / d.bs, need1 = (14 + d.bs - 1) / d.bs;
-    const int64_t n_blocks = need0 + need1 + 1, max_blocks = std::max(need0, need1);
-    std::vector<int32_t> table(static_cast<size_t>(2 * max_blocks), -1);
-    for (int64_t j = 0; j < need0; ++j) table[j] = static_cast<int32_t>(n_blocks - 1 - j);
-    for (int64_t j = 0; j < need1; ++j) table[max_blocks + j] = static_cast<int32_t>(j);
-    const Tensor k = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++, -2, 2);
-    const Tensor v = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++);
-    const Tensor q = random_tensor({4, d.H, d.hd}, seed++, -2, 2);
-    const Tensor tables = i32({2, max_blocks}, table), starts = i32({3}, {0, 3, 4}),
-                 positions = i32({2}, {9, 13});
-    const Tensor sinks = with_sinks ? attention_sinks(d.H) : Tensor();
-    const float scale = 0.25f;
+    for (Paged d : {Paged{1, 2, 1, 8, 0}, Paged{4, 4, 2, 24, 0}, Paged{4, 8, 2, 17, 3},
+                    Paged{16, 4, 4, 64, 5}}) {
+      // Two sequences: 3 new tokens at 9..11 and one at 13 (decode), blocks scattered in a pool.
+      const int64_t need0 = (12 + d.bs - 1) / d.bs, need1 = (14 + d.bs - 1) / d.bs;
+      const int64_t n_blocks = need0 + need1 + 1, max_blocks = std::max(need0, need1);
+      std::vector<int32_t> table(static_cast<size_t>(2 * max_blocks), -1);
+      for (int64_t j = 0; j < need0; ++j) table[j] = static_cast<int32_t>(n_blocks - 1 - j);
+      for (int64_t j = 0; j < need1; ++j) table[max_blocks + j] = static_cast<int32_t>(j);
+      const Tensor k = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++, -2, 2);
+      const Tensor v = random_tensor({n_blocks, d.bs, d.KVH, d.hd}, seed++);
+      const Tensor q = random_tensor({4, d.H, d.hd}, seed++, -2, 2);
+      const Tensor tables = i32({2, max_blocks}, table), starts = i32({3}, {0, 3, 4}),
+                   positions = i32({2}, {9, 13});
+      const Tensor sinks = with_sinks ? attention_sinks(d.H) : Tensor();
+      const float scale = 0.25f;
+      Case c;
+      c.label = fmt::format("block {} H{} KVH{} hd{} window{}{}", d.bs, d.H, d.KVH, d.hd, d.window,
+                            with_sinks ? " sinks" : "");
+      c.args = {q, k, v, tables, starts, positions, Tensor::empty(q.shape(), DType::f32), sinks};
+      c.expected = Tensor::empty(q.shape(), DType::f32);
+      cpu::reference::paged_attention(q, k, v, tables, starts, positions, scale, c.expected,
+                                      d.window, sinks);
+      c.tolerance = kF32;
+      const int64_t window = d.window;
+      c.run = [scale, window](const void* fn, const std::vector<Tensor>& a) {
+        Tensor out = out_like(a[0].shape(), a[0]);
+        reinterpret_cast<kernels::PagedAttentionFn>(fn)(a[0], a[1], a[2], a[3], a[4], a[5], scale,
+                                                        out, window, a[7]);
+        return to_cpu(out);
+      };
+      cases.push_back(std::move(c));
+    }
+  return cases;
+}
+
+// Router: both scorings, renormalised or not, k from 1 to E, and a row of equal logits (the
+// lowest indices win). The result compared is the weights, then the ids as floats.
+std::vector<Case> moe_route_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1400;
+  struct R {
+    ops::RouterScoring scoring;
+    bool renormalize;
+    const char* name;
+  };
+  for (R r : {R{ops::RouterScoring::softmax_topk, true, "softmax_topk renorm"},
+              R{ops::RouterScoring::softmax_topk, false, "softmax_topk"},
+              R{ops::RouterScoring::topk_softmax, false, "topk_softmax"}})
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{8, 2}, {8, 4}, {5, 1}, {3, 3}, {128, 8}}) {
+      const int64_t T = 4;
+      Tensor logits = random_tensor({T, E}, seed++, -4, 4);
+      for (int64_t e = 0; e < E; ++e) logits.data<float>()[E + e] = 0.5f;  // row 1: all tied
+      Case c;
+      c.label = fmt::format("{} E{} k{}", r.name, E, k);
+      c.args = {logits, Tensor::empty({T, k}, DType::i32), Tensor::empty({T, k}, DType::f32)};
+      Tensor ids = Tensor::empty({T, k}, DType::i32), w = Tensor::empty({T, k}, DType::f32);
+      cpu::reference::moe_route(logits, k, r.scoring, r.renormalize, ids, w);
+      c.expected = Tensor::empty({2, T, k}, DType::f32);
+      for (int64_t i = 0; i < T * k; ++i) {
+        c.expected.data<float>()[i] = w.data<float>()[i];
+        c.expected.data<float>()[T * k + i] = static_cast<float>(ids.data<int32_t>()[i]);
+      }
+      c.tolerance = kF32;
+      c.run = [r, k](const void* fn, const std::vector<Tensor>& a) {
+        const int64_t rows = a[0].size(0);
+        Tensor ids = Tensor::empty({rows, k}, DType::i32, a[0].device());
+        Tensor w = out_like({rows, k}, a[0]);
+        reinterpret_cast<kernels::MoeRouteFn>(fn)(a[0], k, r.scoring, r.renormalize, ids, w);
+        ids = to_cpu(ids);
+        w = to_cpu(w);
+        Tensor out = Tensor::empty({2, rows, k}, DType::f32);
+        for (int64_t i = 0; i < rows * k; ++i) {
+          out.data<float>()[i] = w.data<float>()[i];
+          out.data<float>()[rows * k + i] = static_cast<float>(ids.data<int32_t>()[i]);
+        }
+        return out;
+      };
+      cases.push_back(std::move(c));
+    }
+  return cases;
+}
+
+std::vector<Case> moe_combine_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1500;
+  for (auto [T, k, D] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 2, 17}, {5, 4, 128}}) {
+    const Tensor y = random_tensor({T, k, D}, seed++, -3, 3), w = random_tensor({T, k}, seed++);
     Case c;
-    c.label = fmt::format("block {} H{} KVH{} hd{} window{}{}", d.bs, d.H, d.KVH, d.hd, d.window,
-                          with_sinks ? " sinks" : "");
-    c.args = {q, k, v, tables, starts, positions, Tensor::empty(q.shape(), DType::f32), sinks};
-    c.expected = Tensor::empty(q.shape(), DType::f32);
-    cpu::reference::paged_attention(q, k, v, tables, starts, positions, scale, c.expected,
-                                    d.window, sinks);
+    c.label = fmt::format("T{} k{} D{}", T, k, D);
+    c.args = {y, w, Tensor::empty({T, D}, DType::f32)};
+    c.expected = Tensor::empty({T, D}, DType::f32);
+    cpu::reference::moe_combine(y, w, c.expected);
     c.tolerance = kF32;
-    const int64_t window = d.window;
-    c.run = [scale, window](const void* fn, const std::vector<Tensor>& a) {
+    c.run = [](const void* fn, const std::vector<Tensor>& a) {
+      Tensor out = out_like({a[0].size(0), a[0].size(2)}, a[0]);
+      reinterpret_cast<kernels::MoeCombineFn>(fn)(a[0], a[1], out);
+      return to_cpu(out);
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Values reach +-12, past the limit of 7, so both clamps act.
+std::vector<Case> swiglu_oai_cases() {
+  std::vector<Case> cases;
+  uint32_t seed = 1600;
+  for (int64_t F : kLengths) {
+    const Tensor g = random_tensor({2, F}, seed++, -12, 12),
+                 u = random_tensor({2, F}, seed++, -12, 12);
+    Case c;
+    c.label = fmt::format("F{}", F);
+    c.args = {g, u, Tensor::empty({2, F}, DType::f32)};
+    c.expected = Tensor::empty({2, F}, DType::f32);
+    cpu::reference::swiglu_oai_mul(g, u, 1.702f, 7.0f, c.expected);
+    c.tolerance = kF32;
+    c.run = [](const void* fn, const std::vector<Tensor>& a) {
       Tensor out = out_like(a[0].shape(), a[0]);
-      reinterpret_cast<kernels::PagedAttentionFn>(fn)(a[0], a[1], a[2], a[3], a[4], a[5], scale,
-                                                      out, window, a[7]);
+      reinterpret_cast<kernels::SwigluOaiMulFn>(fn)(a[0], a[1], 1.702f, 7.0f, out);
       return to_cpu(out);
     };
     cases.push_back(std::move(c));
@@ -547,6 +639,9 @@ const std::map<std::string, Generator>& generators() {
       {op_names::add, [] { return binary_cases(&cpu::reference::add, 1.0f, 1300); }},
       {op_names::attention, attention_cases},
       {op_names::paged_attention, paged_attention_cases},
+      {op_names::moe_route, moe_route_cases},
+      {op_names::moe_combine, moe_combine_cases},
+      {op_names::swiglu_oai_mul, swiglu_oai_cases},
   };
   return table;
 }

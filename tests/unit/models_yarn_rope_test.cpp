@@ -141,9 +141,9 @@ TEST(ModelsYarnRope, llamacpp_gpt_oss_pattern_slides_on_even_layers) {
   EXPECT_EQ(c.layers[2].window, 128);
   EXPECT_EQ(c.layers[3].window, 0);
   // HF's gpt-oss config lists the same layers in layer_types.
-  const nlohmann::json j = {{"layer_types",
-                             {"sliding_attention", "full_attention", "sliding_attention",
-                              "full_attention"}}};
+  const nlohmann::json j = {
+      {"layer_types",
+       {"sliding_attention", "full_attention", "sliding_attention", "full_attention"}}};
   EXPECT_EQ(hf_sliding_layer_types(j, 4, "config.json"), llamacpp_swa_pattern_layers(4, 2));
 }
 

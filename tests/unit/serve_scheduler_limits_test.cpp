@@ -98,7 +98,6 @@ TEST_F(LimitsSchedulerTest, the_queue_timeout_holds_while_generation_is_paused) 
   sched->resume();
 }
 
-
 // Requests a trainer's pause parks (retracted, restarted from the prompt, so nothing
 // generated counts) wait out a pause longer than the queue timeout and then finish: the
 // timeout is for requests that never started.

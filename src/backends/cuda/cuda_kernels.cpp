@@ -306,14 +306,13 @@ void register_cuda_kernels(KernelRegistry& registry) {
                     {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
                     constraint({"a", "b", "out"}, {}, {0, 1, 2}), "all contiguous",
                     kernel_fn<kernels::AddFn>(&cuda::add)));
-  registry.add(
-      make("attention", "attention.cuda.online_softmax",
-           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32}),
-            arg("sinks", {f32}, true)},
-           constraint({"q", "k_cache", "v_cache", "out", "sinks"}, {0, 1, 2, 3}, {},
-                      attention_fits),
-           "stride 1 along head_dim; head_dim <= 256",
-           kernel_fn<kernels::AttentionFn>(&cuda::attention)));
+  registry.add(make(
+      "attention", "attention.cuda.online_softmax",
+      {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32}),
+       arg("sinks", {f32}, true)},
+      constraint({"q", "k_cache", "v_cache", "out", "sinks"}, {0, 1, 2, 3}, {}, attention_fits),
+      "stride 1 along head_dim; head_dim <= 256",
+      kernel_fn<kernels::AttentionFn>(&cuda::attention)));
 }
 
 }  // namespace refit

@@ -46,4 +46,11 @@ void add_hwy(const Tensor& a, const Tensor& b, Tensor& out);
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                    float scale, Tensor& out, int64_t window, const Tensor& sinks);
 
+// Mixture of experts (moe_cpu.cpp): scalar f32, a row at a time.
+void moe_route_cpu(const Tensor& logits, int64_t k, ops::RouterScoring scoring, bool renormalize,
+                   Tensor& ids, Tensor& weights);
+void moe_combine_cpu(const Tensor& expert_out, const Tensor& weights, Tensor& out);
+void swiglu_oai_mul_cpu(const Tensor& gate, const Tensor& up, float alpha, float limit,
+                        Tensor& out);
+
 }  // namespace refit::cpu

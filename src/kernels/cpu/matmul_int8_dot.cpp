@@ -386,8 +386,7 @@ void register_kernels(KernelRegistry& registry) {
           (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
           "int8 activations [M, K], x_scale [M, K/32]";
       k.fn = simd ? row.avx512 : row.definition;
-      if (simd)
-        k.cpu_lacks = [] { return avx512_vnni_on_cpu() ? std::string() : "AVX-512 VNNI"; };
+      if (simd) k.cpu_lacks = [] { return avx512_vnni_on_cpu() ? std::string() : "AVX-512 VNNI"; };
       // The interleave is what this kernel reads fastest (prefill 10-28% faster on
       // `medium`, decode within noise: bench/RESULTS.md); rows shorter than one run of 16
       // blocks are the same bytes interleaved, so they stay plain.

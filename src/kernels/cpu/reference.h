@@ -40,4 +40,10 @@ void quantize_per_token_fp8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 // codes 0.
 void quantize_per_block_q8(const Tensor& x, Tensor& xq, Tensor& x_scale);
 
+// Mixture of experts (reference_moe.cpp): scores in double.
+void moe_route(const Tensor& logits, int64_t k, ops::RouterScoring scoring, bool renormalize,
+               Tensor& ids, Tensor& weights);
+void moe_combine(const Tensor& expert_out, const Tensor& weights, Tensor& out);
+void swiglu_oai_mul(const Tensor& gate, const Tensor& up, float alpha, float limit, Tensor& out);
+
 }  // namespace refit::cpu::reference

@@ -146,13 +146,24 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
   registry.add(make(
       op_names::add, "add.cpu.hwy", 10, {arg("a", {f32}), arg("b", {f32}), arg("out", {f32})},
       {{0, all}, {1, all}, {2, all}}, "all contiguous", kernel_fn<kernels::AddFn>(&cpu::add_hwy)));
-  registry.add(
-      make(op_names::attention, "attention.cpu.hwy", 10,
-           {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}), arg("out", {f32}),
-            arg("sinks", {f32}, true)},
-           {{0, rows}, {1, rows}, {2, rows}, {3, rows}, {4, all}},
-           "stride 1 along head_dim for q, k_cache, v_cache, out; sinks contiguous",
-           kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
+  registry.add(make(op_names::attention, "attention.cpu.hwy", 10,
+                    {arg("q", {f32}), arg("k_cache", {f32}), arg("v_cache", {f32}),
+                     arg("out", {f32}), arg("sinks", {f32}, true)},
+                    {{0, rows}, {1, rows}, {2, rows}, {3, rows}, {4, all}},
+                    "stride 1 along head_dim for q, k_cache, v_cache, out; sinks contiguous",
+                    kernel_fn<kernels::AttentionFn>(&cpu::attention_hwy)));
+  registry.add(make(op_names::moe_route, "moe_route.cpu.scalar", 10,
+                    {arg("logits", {f32}), arg("ids", {i32}), arg("weights", {f32})},
+                    {{0, rows}, {1, rows}, {2, rows}}, "stride 1 along E and k",
+                    kernel_fn<kernels::MoeRouteFn>(&cpu::moe_route_cpu)));
+  registry.add(make(op_names::moe_combine, "moe_combine.cpu.scalar", 10,
+                    {arg("expert_out", {f32}), arg("weights", {f32}), arg("out", {f32})},
+                    {{0, rows}, {1, rows}, {2, rows}}, "stride 1 along D and k",
+                    kernel_fn<kernels::MoeCombineFn>(&cpu::moe_combine_cpu)));
+  registry.add(make(op_names::swiglu_oai_mul, "swiglu_oai_mul.cpu.scalar", 10,
+                    {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
+                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    kernel_fn<kernels::SwigluOaiMulFn>(&cpu::swiglu_oai_mul_cpu)));
 }
 
 void register_cpu_kernels(KernelRegistry& registry) {

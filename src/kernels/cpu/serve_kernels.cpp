@@ -79,9 +79,9 @@ void register_serve_cpu_kernels(KernelRegistry& registry, bool invariant) {
              arg("start_positions", {i32}),
              arg("out", {f32}),
              arg("sinks", {f32}, true)};
-  pa.constraint = dense({0, 1, 2, 6}, {3, 4, 5, 7},
-                        {"q", "k_pool", "v_pool", "block_tables", "query_starts",
-                         "start_positions", "out", "sinks"});
+  pa.constraint = dense(
+      {0, 1, 2, 6}, {3, 4, 5, 7},
+      {"q", "k_pool", "v_pool", "block_tables", "query_starts", "start_positions", "out", "sinks"});
   pa.constraint_text =
       "stride 1 along head_dim; index tensors and sinks contiguous; batch-invariant";
   pa.fn = reinterpret_cast<const void*>(
