@@ -53,6 +53,10 @@ std::vector<TensorName> llama_tensor_names(bool gguf_rope_permute);
 // naming `source` and the field.
 Activation hf_activation(const nlohmann::json& config, const char* key, const char* fallback,
                          const std::string& source);
+// An integer field of a config.json, `fallback` when absent or null; throws naming `source`
+// and the field when it is not an integer.
+int64_t hf_int_field(const nlohmann::json& config, const char* key, int64_t fallback,
+                     const std::string& source);
 // Marks the mixture-of-experts layers (`sparse`, one per layer), filling `layers` from the
 // model-wide defaults when it is empty, so set them (rope, windows) first.
 void set_moe_layers(ModelConfig& c, const std::vector<bool>& sparse);

@@ -1,6 +1,8 @@
 // The list of architectures refit runs; each is defined in its own file.
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "models/architecture.h"
 
@@ -27,6 +29,15 @@ const ArchitectureDef& find_architecture(const std::string& name) {
     known += known.empty() ? def->name : fmt::format(", {}", def->name);
   }
   fail("unsupported architecture '{}' (refit runs {})", name, known);
+}
+
+int64_t hf_int_field(const nlohmann::json& j, const char* key, int64_t fallback,
+                     const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer())
+    throw FormatError(
+        fmt::format("{}: '{}' must be an integer, got {}", source, key, j[key].dump()));
+  return j[key].get<int64_t>();
 }
 
 void set_moe_layers(ModelConfig& c, const std::vector<bool>& sparse) {

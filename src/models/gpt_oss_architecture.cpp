@@ -26,15 +26,6 @@
 namespace refit {
 namespace {
 
-int64_t int_field(const nlohmann::json& j, const char* key, int64_t fallback,
-                  const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw FormatError(
-        fmt::format("{}: '{}' must be an integer, got {}", source, key, j[key].dump()));
-  return j[key].get<int64_t>();
-}
-
 // What every gpt-oss computes, whichever format described it.
 void set_gpt_oss(ModelConfig& c) {
   c.qkv_bias = true;
@@ -50,9 +41,9 @@ void set_gpt_oss(ModelConfig& c) {
 }
 
 void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
-  c.n_experts = int_field(j, "num_local_experts", 0, source);
-  c.n_experts_used =
-      int_field(j, "num_experts_per_tok", int_field(j, "experts_per_token", 0, source), source);
+  c.n_experts = hf_int_field(j, "num_local_experts", 0, source);
+  c.n_experts_used = hf_int_field(j, "num_experts_per_tok",
+                                  hf_int_field(j, "experts_per_token", 0, source), source);
   c.expert_ffn_dim = c.ffn_dim;  // intermediate_size is the expert width
   if (j.contains("attention_bias") && j["attention_bias"].is_boolean() &&
       !j["attention_bias"].get<bool>())

@@ -16,22 +16,13 @@
 namespace refit {
 namespace {
 
-int64_t int_field(const nlohmann::json& j, const char* key, int64_t fallback,
-                  const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw FormatError(
-        fmt::format("{}: '{}' must be an integer, got {}", source, key, j[key].dump()));
-  return j[key].get<int64_t>();
-}
-
 void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& source) {
   c.qk_norm = true;
   read_hf_attention_bias(j, c, source);
   set_hf_layer_windows(j, c, source, WindowRule::from_max_window_layers);
-  c.n_experts = int_field(j, "num_experts", 0, source);
-  c.n_experts_used = int_field(j, "num_experts_per_tok", 0, source);
-  c.expert_ffn_dim = int_field(j, "moe_intermediate_size", 0, source);
+  c.n_experts = hf_int_field(j, "num_experts", 0, source);
+  c.n_experts_used = hf_int_field(j, "num_experts_per_tok", 0, source);
+  c.expert_ffn_dim = hf_int_field(j, "moe_intermediate_size", 0, source);
   c.router_scoring = ops::RouterScoring::softmax_topk;
   if (j.contains("norm_topk_prob") && !j["norm_topk_prob"].is_null()) {
     if (!j["norm_topk_prob"].is_boolean())
@@ -40,7 +31,7 @@ void configure_hf(const nlohmann::json& j, ModelConfig& c, const std::string& so
   } else {
     c.router_renormalize = false;  // transformers' Qwen3MoeConfig default
   }
-  const int64_t step = int_field(j, "decoder_sparse_step", 1, source);
+  const int64_t step = hf_int_field(j, "decoder_sparse_step", 1, source);
   if (step < 1)
     throw FormatError(fmt::format("{}: decoder_sparse_step must be >= 1, got {}", source, step));
   std::vector<bool> sparse(static_cast<size_t>(c.n_layers), false);
