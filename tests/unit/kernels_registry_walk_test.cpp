@@ -87,14 +87,15 @@ void walk(const KernelRegistry& registry, const std::string& which) {
       continue;
     }
     if (std::string missing = device_missing(k->device); !missing.empty()) {
-      std::cout << "[  SKIPPED ] " << which << ": " << k->name << " ("
+      // Not gtest's "[  SKIPPED ]": ctest would report the whole walk as skipped.
+      std::cout << "[   WALK   ] " << which << ": " << k->name << " not walked ("
                 << device_type_name(k->device) << "): " << missing << "\n";
       continue;
     }
     if (k->cpu_lacks) {
       if (std::string lacks = k->cpu_lacks(); !lacks.empty()) {
-        std::cout << "[  SKIPPED ] " << which << ": " << k->name << ": this CPU lacks " << lacks
-                  << "\n";
+        std::cout << "[   WALK   ] " << which << ": " << k->name << " not walked: this CPU lacks "
+                  << lacks << "\n";
         continue;
       }
     }
