@@ -10,6 +10,7 @@
 #include "formats/checkpoint.h"
 #include "formats_test_util.h"
 #include "models/model_loader.h"
+#include "oracle_runs.h"
 #include "reference_files.h"
 #include "refit_test_support.h"
 #include "runtime/generator.h"
@@ -18,32 +19,19 @@
 namespace refit {
 namespace {
 
-using testing::ids_of;
 using testing::kOracle;
 using testing::read_floats;
-using testing::read_key_values;
+using testing::RefRun;
+using testing::teacher_forced;
 
 const std::string kPack = kOracle + "/llamacpp";
+testing::RefRun run_of(const std::string& folder, const std::string& prompt) {
+  return testing::reference_run(kPack + "/" + folder, prompt);
+}
 const char* const kPrompts[] = {"once_upon_a_time", "the_quick_brown_fox", "hello_world_123"};
 
 std::string gguf_of(const std::string& folder) {
   return fmt::format("{}/{}/micro-{}-s1.gguf", kPack, folder, folder);
-}
-
-struct RefRun {
-  std::vector<int32_t> prompt, generated, sequence;
-};
-RefRun reference_run(const std::string& folder, const std::string& prompt) {
-  auto ref = read_key_values(kPack + "/" + folder + "/" + prompt + ".tokens.txt");
-  RefRun r{ids_of(ref["prompt_ids"]), ids_of(ref["generated_ids"]), {}};
-  r.sequence = r.prompt;
-  r.sequence.insert(r.sequence.end(), r.generated.begin(), r.generated.end());
-  return r;
-}
-
-std::vector<float> teacher_forced(const Model& model, const std::vector<int32_t>& sequence) {
-  KvCache cache = model.make_cache(static_cast<int64_t>(sequence.size()));
-  return model.forward(sequence, 0, cache, /*all_logits=*/true).to_floats();
 }
 
 TEST(GptOss, ConfigFromGgufHasSinksBiasesExpertsAndLlamaCppsWindowPattern) {
@@ -68,7 +56,7 @@ TEST_P(GptOssF32, GreedyIdsAndLogitsMatchLlamaCpp) {
   auto model = load_model(gguf_of(folder));
   for (const char* prompt : kPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = reference_run(folder, prompt);
+    const RefRun r = run_of(folder, prompt);
     GenerateRequest req;
     req.prompt = r.prompt;
     req.max_tokens = static_cast<int64_t>(r.generated.size());
@@ -106,7 +94,7 @@ TEST(GptOss, Mxfp4ExpertsAgreeWithLlamaCppsGreedyChoices) {
   auto model = load_model(gguf_of("gpt-oss-mxfp4"));
   int agree = 0, steps = 0;
   for (const char* prompt : kPrompts) {
-    const RefRun r = reference_run("gpt-oss-mxfp4", prompt);
+    const RefRun r = run_of("gpt-oss-mxfp4", prompt);
     const std::vector<float> logits = teacher_forced(*model, r.sequence);
     const int64_t vocab = model->config().vocab_size;
     for (size_t k = 0; k < r.generated.size(); ++k) {

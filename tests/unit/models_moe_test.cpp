@@ -18,6 +18,7 @@
 #include "layers/moe_feed_forward.h"
 #include "models/model_loader.h"
 #include "models/quantize_model.h"
+#include "oracle_runs.h"
 #include "reference_files.h"
 #include "refit_test_support.h"
 #include "runtime/generator.h"
@@ -26,32 +27,19 @@
 namespace refit {
 namespace {
 
-using testing::ids_of;
 using testing::kOracle;
 using testing::read_floats;
-using testing::read_key_values;
+using testing::RefRun;
+using testing::teacher_forced;
 using testing::TempDir;
 
 const std::string kMoe = kOracle + "/llamacpp";
 const std::string kF32 = kMoe + "/qwen3moe-f32/micro-qwen3moe-f32-s1.gguf";
 const std::string kQ8 = kMoe + "/qwen3moe-q8_0/micro-qwen3moe-q8_0-s1.gguf";
+testing::RefRun run_of(const std::string& folder, const std::string& prompt) {
+  return testing::reference_run(kMoe + "/" + folder, prompt);
+}
 const char* const kPrompts[] = {"once_upon_a_time", "the_quick_brown_fox", "hello_world_123"};
-
-std::vector<float> teacher_forced(const Model& model, const std::vector<int32_t>& sequence) {
-  KvCache cache = model.make_cache(static_cast<int64_t>(sequence.size()));
-  return model.forward(sequence, 0, cache, /*all_logits=*/true).to_floats();
-}
-
-struct RefRun {
-  std::vector<int32_t> prompt, generated, sequence;
-};
-RefRun reference_run(const std::string& folder, const std::string& prompt) {
-  auto ref = read_key_values(kMoe + "/" + folder + "/" + prompt + ".tokens.txt");
-  RefRun r{ids_of(ref["prompt_ids"]), ids_of(ref["generated_ids"]), {}};
-  r.sequence = r.prompt;
-  r.sequence.insert(r.sequence.end(), r.generated.begin(), r.generated.end());
-  return r;
-}
 
 struct Diff {
   double max_abs = 0, mean_abs = 0;
@@ -140,7 +128,7 @@ TEST(Qwen3Moe, F32GreedyIdsAndLogitsMatchLlamaCpp) {
   auto model = load_model(kF32);
   for (const char* prompt : kPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = reference_run("qwen3moe-f32", prompt);
+    const RefRun r = run_of("qwen3moe-f32", prompt);
     GenerateRequest req;
     req.prompt = r.prompt;
     req.max_tokens = static_cast<int64_t>(r.generated.size());
@@ -167,12 +155,12 @@ TEST(Qwen3Moe, Q8_0GgufIsWithinTheReadmeBoundsOfTheF32Reference) {
   int agree = 0, steps = 0;
   for (const char* prompt : kPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = reference_run("qwen3moe-f32", prompt);
+    const RefRun r = run_of("qwen3moe-f32", prompt);
     const Diff d = diff(teacher_forced(*model, r.sequence),
                         read_floats(kMoe + "/qwen3moe-f32/" + prompt + ".logits.f32"));
     EXPECT_LT(d.max_abs, 30.0);
     mean_sum += d.mean_abs;
-    const RefRun q = reference_run("qwen3moe-q8_0", prompt);
+    const RefRun q = run_of("qwen3moe-q8_0", prompt);
     const std::vector<float> logits = teacher_forced(*model, q.sequence);
     for (size_t i = 0; i < q.generated.size(); ++i) {
       const float* row = logits.data() + (q.prompt.size() - 1 + i) * V;
@@ -224,7 +212,7 @@ TEST(Qwen3Moe, HuggingFaceFolderMatchesTheGguf) {
   const std::string hf = write_hf_folder(dir);
   auto gguf = load_model(kF32);
   auto folder = load_model(hf);
-  const RefRun r = reference_run("qwen3moe-f32", "hello_world_123");
+  const RefRun r = run_of("qwen3moe-f32", "hello_world_123");
   EXPECT_EQ(teacher_forced(*folder, r.sequence), teacher_forced(*gguf, r.sequence));
 }
 
