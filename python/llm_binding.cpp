@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/moe_routing.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -117,6 +118,17 @@ const std::vector<SpecField>& spec_fields() {
          [](RequestSpec& s, py::handle v) {
            s.prompt_top_logprobs = as<int>(v, "prompt_top_logprobs");
          }},
+        {"return_routed_experts",
+         [](RequestSpec& s, py::handle v) {
+           s.return_routed_experts = as<bool>(v, "return_routed_experts");
+         }},
+        // Routing replay: [positions, moe layers, k] ids (any int sequence or array; flattened).
+        {"routed_experts",
+         [](RequestSpec& s, py::handle v) {
+           py::object flat = py::hasattr(v, "reshape") ? v.attr("reshape")(-1).attr("tolist")()
+                                                       : py::reinterpret_borrow<py::object>(v);
+           s.forced_experts = as<std::vector<int32_t>>(flat, "routed_experts");
+         }},
         {"logprob_mode",
          [](RequestSpec& s, py::handle v) {
            try {
@@ -146,7 +158,9 @@ py::list top_list(const std::vector<TokenLogprob>& top) {
 
 //   (id, "token", token, logprob, weight_version, [(token, logprob), ...], rank)
 //   (id, "restart")                      retracted, re-run from its prompt (drop its tokens)
-//   (id, "finished", finish_reason, error, busy, cached_tokens)
+//   (id, "finished", finish_reason, error, busy, cached_tokens, routed_experts)
+//        routed_experts: the flat [positions, moe layers, k] ids with return_routed_experts,
+//        else None
 //   (id, "prompt", [(position, token, logprob, rank, [(token, logprob), ...], weight_version),
 //   ...])
 py::tuple event_tuple(uint64_t id, const RequestHandle::Event& e) {
@@ -160,7 +174,9 @@ py::tuple event_tuple(uint64_t id, const RequestHandle::Event& e) {
     case Ev::restart:
       return py::make_tuple(id, "restart");
     case Ev::finished:
-      return py::make_tuple(id, "finished", e.finish_reason, e.error, e.busy, e.cached_tokens);
+      return py::make_tuple(id, "finished", e.finish_reason, e.error, e.busy, e.cached_tokens,
+                            e.routed_experts.empty() ? py::object(py::none())
+                                                     : py::object(py::cast(e.routed_experts)));
     case Ev::prompt: {
       py::list rows;
       for (const TokenEvent& t : e.prompt_logprobs)
@@ -486,6 +502,11 @@ class PyScheduler {
   // stop_reason None for it. eos_token_ids: every id generation stops on (the server's set).
   int32_t eos_token_id() const { return engine_.stop_ids().primary; }
   std::vector<int32_t> eos_token_ids() const { return engine_.stop_ids().ids; }
+  // Routing replay's rows: (moe layers, experts per token); (0, 0) for a dense model.
+  py::tuple routing_shape() const {
+    const int64_t layers = moe_layer_count(engine_.config());
+    return py::make_tuple(layers, layers > 0 ? engine_.config().n_experts_used : 0);
+  }
 
   // vLLM's sleep(): the KV pool's memory goes back to the OS (level 1); level 2 also
   // releases the weights (they must all be sent again before generating).
@@ -608,6 +629,7 @@ void bind_llm(py::module_& m) {
       .def_property_readonly("engine", &PyScheduler::engine)
       .def_property_readonly("eos_token_id", &PyScheduler::eos_token_id)
       .def_property_readonly("eos_token_ids", &PyScheduler::eos_token_ids)
+      .def_property_readonly("routing_shape", &PyScheduler::routing_shape)
       .def("sleep", &PyScheduler::sleep, py::arg("level") = 1,
            "Gives the KV cache's memory back to the OS (level 2: the weights' too); no step runs "
            "until "

@@ -91,6 +91,10 @@ class CompletionOutput:
     lora_request: Any = None
     # refit: the engine weight version each token was sampled under (len == len(token_ids)).
     weight_versions: List[int] = field(default_factory=list)
+    # Mixture of experts, with LLM(enable_return_routed_experts=True) (vLLM's): the experts of
+    # every position that went through the model, int32 [prompt + completion - 1, moe layers,
+    # k] (a numpy array), once finished.
+    routed_experts: Any = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None
@@ -403,7 +407,9 @@ class _Sample:
                 self.stop_reason = s
                 self.handle.cancel()  # the Scheduler frees its blocks at its next step
 
-    def on_finished(self, reason: str, error: str, busy: bool) -> None:
+    def on_finished(self, reason: str, error: str, busy: bool, routed: Any = None) -> None:
+        if routed is not None:
+            self.routed_experts = self.req.llm._routing_array(routed)
         if self.done:
             return  # already ended here (a stop string); this is the Scheduler's "abort"
         if reason == "error":
@@ -445,6 +451,7 @@ class _Sample:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
             weight_versions=self.versions[t0:],
+            routed_experts=getattr(self, "routed_experts", None),
         )
         if delta:
             self.sent_tokens, self.sent_text = len(self.tokens), len(text)
@@ -504,6 +511,12 @@ class _RequestState:
         }
         if p.min_tokens:
             f["min_tokens"] = p.min_tokens
+        if self.llm._return_routed_experts:
+            f["return_routed_experts"] = True
+        # Routing replay (refit): SamplingParams(extra_args={"routed_experts": ids}) forces the
+        # experts of positions 0.. ([positions, moe layers, k], e.g. a rollout's routed_experts).
+        if p.extra_args and p.extra_args.get("routed_experts") is not None:
+            f["routed_experts"] = p.extra_args["routed_experts"]
         if p.frequency_penalty:
             f["frequency_penalty"] = float(p.frequency_penalty)
         if p.presence_penalty:
@@ -522,7 +535,7 @@ class _RequestState:
             if not sample.done:
                 sample.on_token(ev[2], ev[3], ev[4], ev[5], ev[6])
         elif kind == "finished":
-            sample.on_finished(ev[2], ev[3], ev[4])
+            sample.on_finished(ev[2], ev[3], ev[4], ev[6] if len(ev) > 6 else None)
             if sample.index == 0:
                 self.num_cached_tokens = ev[5]
         elif kind == "restart":
@@ -660,6 +673,7 @@ class LLM:
         kv_blocks: int = 0,
         max_waiting: int = 1 << 30,
         queue_timeout: float = 1e9,
+        enable_return_routed_experts: bool = False,
         **placement_args,
     ):
         unknown = sorted(set(placement_args) - set(_PLACEMENT_ARGS))
@@ -730,6 +744,10 @@ class LLM:
         self._has_tokenizer = self.engine.has_tokenizer
         self._chat_templates: Dict[str, Any] = {}  # chat_template argument -> _refit.ChatTemplate
         self._logprobs_mode = logprobs_mode
+        self._routing_shape = tuple(self.scheduler.routing_shape)  # (moe layers, k)
+        if enable_return_routed_experts and self._routing_shape[0] == 0:
+            raise ValueError("LLM: enable_return_routed_experts=True: the model has no mixture-of-experts layers")
+        self._return_routed_experts = bool(enable_return_routed_experts)
         self._sleep_mode = enable_sleep_mode
         self._seed_rng = random.Random(seed) if seed is not None else random.SystemRandom()
         self._ids = itertools.count()
@@ -1168,6 +1186,16 @@ class LLM:
             return [(params.seed + j) % 2**64 for j in range(params.n)]
         with self._lock:
             return [self._seed_rng.getrandbits(64) for _ in range(params.n)]
+
+    def _routing_array(self, flat: List[int]) -> Any:
+        """Flat routed expert ids as [positions, moe layers, k] (numpy int32, else nested lists)."""
+        layers, k = self._routing_shape
+        try:
+            import numpy as np
+        except ImportError:  # the ids per position, per layer
+            per = layers * k
+            return [[flat[p + l * k: p + (l + 1) * k] for l in range(layers)] for p in range(0, len(flat), per)]
+        return np.asarray(flat, dtype=np.int32).reshape(-1, layers, k)
 
     def _top_wanted(self, logprobs: Optional[int]) -> int:
         if logprobs is None:

@@ -33,6 +33,7 @@ struct ServeOptions {
   double queue_timeout = 120;
   bool no_prefix_cache = false;
   bool no_check_finite = false;
+  bool return_routed_experts = false;
   std::string reasoning_parser = "auto";  // harmony (gpt-oss) output parsing on chat completions
   std::string logprobs_mode;  // empty: raw_logprobs on the OpenAI routes, SGLang's own on /generate
   int max_logprobs = -1;
@@ -117,6 +118,7 @@ ServerOptions server_options(const ServeOptions& o) {
   s.scheduler.queue_timeout_seconds = o.queue_timeout;
   s.scheduler.prefix_cache = !o.no_prefix_cache;
   s.check_finite = !o.no_check_finite;
+  s.return_routed_experts = o.return_routed_experts;
   if (!o.logprobs_mode.empty()) {
     s.logprobs_mode = logprob_mode_from_name(o.logprobs_mode);
     s.logprobs_mode_explicit = true;
@@ -236,6 +238,9 @@ CommandRegistrar registrar{
        sub.add_flag("--no-check-finite", o->no_check_finite,
                     "Weight updates skip the NaN/inf scan unless a request sends "
                     "\"check_finite\": true");
+       sub.add_flag("--enable-return-routed-experts", o->return_routed_experts,
+                    "Mixture of experts: every OpenAI choice carries routed_experts (base64 int32 "
+                    "[positions, moe layers, k]); /generate returns them when asked either way");
        sub.add_option("--reasoning-parser", o->reasoning_parser,
                       "Chat completions of a harmony model (gpt-oss): auto (when the vocabulary "
                       "has the harmony tokens), gpt-oss (vLLM's openai_gptoss), none (raw text)")

@@ -24,12 +24,14 @@ struct SynthArgs {
   std::string out;
   uint64_t seed = 0;
   double max_shard_gb = 5.0;
+  int64_t layers = 0;
+  bool mxfp4_experts = false;
   bool quiet = false;
 };
 
 int run_synth(const SynthArgs& a) {
   const Architecture arch = find_architecture(a.arch).id;
-  const ModelConfig config = synthetic_preset(arch, a.preset);
+  const ModelConfig config = synthetic_preset(arch, a.preset, a.layers);
   SyntheticCheckpointOptions o;
   static const std::map<std::string, DType> kDTypes = {
       {"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}};
@@ -39,8 +41,10 @@ int run_synth(const SynthArgs& a) {
   } else {
     o.weight_dtype = kDTypes.at(a.dtype);
   }
+  o.mxfp4_experts = a.mxfp4_experts;
   o.seed = a.seed;
-  o.name = fmt::format("synthetic-{}-{}-{}-s{}", a.arch, a.preset, a.dtype, a.seed);
+  o.name = fmt::format("synthetic-{}-{}-{}{}-s{}", a.arch, a.preset, a.dtype,
+                       a.mxfp4_experts ? "-mxfp4-experts" : "", a.seed);
   o.max_shard_bytes = static_cast<uint64_t>(a.max_shard_gb * 1e9);
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] {
@@ -72,12 +76,13 @@ CommandRegistrar registrar{
      [](CLI::App& sub) {
        auto args = std::make_shared<SynthArgs>();
        sub.add_option("--arch", args->arch, "Architecture")
-           ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"}))
+           ->check(
+               CLI::IsMember({"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "gpt-oss"}))
            ->capture_default_str();
        sub.add_option("--preset", args->preset,
                       "tiny (dim 288, 6 layers), small (dim 768, 12 layers), medium (dim 2048, 22 "
-                      "layers, GQA)")
-           ->check(CLI::IsMember({"tiny", "small", "medium"}))
+                      "layers, GQA); gpt-oss also 20b (gpt-oss-20b's shapes)")
+           ->check(CLI::IsMember({"tiny", "small", "medium", "20b"}))
            ->capture_default_str();
        sub.add_option(
               "--dtype", args->dtype,
@@ -92,6 +97,12 @@ CommandRegistrar registrar{
        sub.add_option("--max-shard-gb", args->max_shard_gb, "hf: largest safetensors shard, in GB")
            ->check(CLI::PositiveNumber)
            ->capture_default_str();
+       sub.add_option("--layers", args->layers,
+                      "Layer count replacing the preset's (a real model's shapes, fewer layers)")
+           ->check(CLI::PositiveNumber);
+       sub.add_flag("--mxfp4-experts", args->mxfp4_experts,
+                    "gpt-oss: experts in MXFP4 (GGUF block_mxfp4; HF _blocks/_scales), quantized "
+                    "from the f32 values as llama-quantize does");
        sub.add_flag("-q,--quiet", args->quiet, "No progress or summary");
        return std::function<int()>([args] { return run_synth(*args); });
      }}};

@@ -21,4 +21,51 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
+namespace {
+
+// 2^(e - 128): ggml's GGML_E8M0_TO_FP32_HALF, the scale of the doubled kMxfp4Values.
+float e8m0_half(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+
+// ggml's best_index_mxfp4: the first of the 16 codes nearest x (ties to the lower index).
+uint8_t nearest_mxfp4(float x, float d) {
+  uint8_t best = 0;
+  float best_err = std::fabs(kMxfp4Values[0] * d - x);
+  for (uint8_t i = 1; i < 16; ++i) {
+    const float err = std::fabs(kMxfp4Values[i] * d - x);
+    if (err < best_err) best = i, best_err = err;
+  }
+  return best;
+}
+
+}  // namespace
+
+void quantize_row_mxfp4(const float* x, BlockMxfp4* y, int64_t n) {
+  if (n % kQK_MXFP4 != 0)
+    fail("MXFP4 quantization: {} values are not whole blocks of {}", n, kQK_MXFP4);
+  for (int64_t b = 0; b < n / kQK_MXFP4; ++b) {
+    const float* v = x + b * kQK_MXFP4;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK_MXFP4; ++j) amax = std::max(amax, std::fabs(v[j]));
+    // As ggml writes it: floor(log2 amax) - 2 + 127 cast to u8 (amax > 0), else 0.
+    const uint8_t e =
+        amax > 0.0f ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : uint8_t{0};
+    const float d = e8m0_half(e);
+    y[b].e = e;
+    for (int j = 0; j < kQK_MXFP4 / 2; ++j)
+      y[b].qs[j] = static_cast<uint8_t>(nearest_mxfp4(v[j], d) |
+                                        (nearest_mxfp4(v[kQK_MXFP4 / 2 + j], d) << 4));
+  }
+}
+
+void mxfp4_block_to_hf(const BlockMxfp4& block, uint8_t codes[16], uint8_t* scale) {
+  uint8_t element[kQK_MXFP4];
+  for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
+    element[j] = block.qs[j] & 0x0F;
+    element[j + kQK_MXFP4 / 2] = block.qs[j] >> 4;
+  }
+  for (int i = 0; i < kQK_MXFP4 / 2; ++i)
+    codes[i] = static_cast<uint8_t>(element[2 * i] | (element[2 * i + 1] << 4));
+  *scale = block.e;
+}
+
 }  // namespace refit

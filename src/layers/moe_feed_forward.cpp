@@ -1,5 +1,8 @@
 #include "layers/moe_feed_forward.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 
 namespace refit {
@@ -19,6 +22,31 @@ std::vector<SubShard> expert_shards(const std::vector<std::vector<std::string>>&
       offset += rows;
     }
   return shards;
+}
+
+// The router's weights for experts `id` (k of them, slot order) of one token, computed as
+// ops::moe_route's CPU kernel computes them for the experts it picks (same operations in
+// the same order), so forcing its own choice gives its own weights bitwise.
+void forced_weights(const float* l, int64_t E, const int32_t* id, int64_t k,
+                    ops::RouterScoring scoring, bool renormalize, float* w) {
+  if (scoring == ops::RouterScoring::softmax_topk) {
+    float mx = l[0];
+    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e]);
+    std::vector<float> p(static_cast<size_t>(E));
+    float sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += p[static_cast<size_t>(e)] = std::exp(l[e] - mx);
+    for (int64_t e = 0; e < E; ++e) p[static_cast<size_t>(e)] /= sum;
+    float chosen_sum = 0;
+    for (int64_t j = 0; j < k; ++j) chosen_sum += p[static_cast<size_t>(id[j])];
+    for (int64_t j = 0; j < k; ++j)
+      w[j] =
+          renormalize ? p[static_cast<size_t>(id[j])] / chosen_sum : p[static_cast<size_t>(id[j])];
+  } else {
+    const float mx = l[id[0]];
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += w[j] = std::exp(l[id[j]] - mx);
+    for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  }
 }
 
 }  // namespace
@@ -47,21 +75,49 @@ MoeFeedForward::MoeFeedForward(ParameterSet& params, const MoeSpec& s, DType wei
                                                   expert_shards({s.down}, E64, s.dim, {I})));
   if (biases) {
     gate_up_bias_ = &params.add(
-        std::make_unique<Parameter>(s.gate_up_name + "_bias", Shape{E64 * 2 * I}, DType::f32,
+        std::make_unique<Parameter>(s.gate_up_bias_name, Shape{E64 * 2 * I}, DType::f32,
                                     expert_shards({s.gate_bias, s.up_bias}, E64, I, {})));
-    down_bias_ = &params.add(
-        std::make_unique<Parameter>(s.down_name + "_bias", Shape{E64 * s.dim}, DType::f32,
-                                    expert_shards({s.down_bias}, E64, s.dim, {})));
+    down_bias_ =
+        &params.add(std::make_unique<Parameter>(s.down_bias_name, Shape{E64 * s.dim}, DType::f32,
+                                                expert_shards({s.down_bias}, E64, s.dim, {})));
   }
 }
 
-Tensor MoeFeedForward::forward(const Tensor& x) const {
+Tensor MoeFeedForward::forward(const Tensor& x, const MoeRouting& routing) const {
   const int64_t T = x.size(0), E = spec_.n_experts, k = spec_.n_used, D = spec_.dim,
                 I = spec_.hidden;
   Tensor logits = Tensor::empty({T, E}, DType::f32);
   matmul_weight(x, *router_, router_bias_ ? router_bias_->data() : Tensor(), logits);
   Tensor ids = Tensor::empty({T, k}, DType::i32), weights = Tensor::empty({T, k}, DType::f32);
   ops::moe_route(logits, k, spec_.scoring, spec_.renormalize, ids, weights);
+  if (routing.forced.defined()) {
+    const Tensor& f = routing.forced;
+    if (f.dtype() != DType::i32 || f.dim() != 2 || f.size(0) != T || f.size(1) != k)
+      fail("{}: forced routing {} for {} tokens of {} experts each", spec_.gate_up_name, f.str(), T,
+           k);
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t* want = f.data<const int32_t>() + t * f.stride(0);
+      if (want[0] < 0) continue;
+      int32_t* id = ids.data<int32_t>() + t * k;
+      for (int64_t j = 0; j < k; ++j) {
+        if (want[j] < 0 || want[j] >= E)
+          fail("{}: forced expert {} of token {} is not one of the {} experts", spec_.gate_up_name,
+               want[j], t, E);
+        for (int64_t i = 0; i < j; ++i)
+          if (want[i] == want[j])
+            fail("{}: token {} is forced to expert {} twice", spec_.gate_up_name, t, want[j]);
+        id[j] = want[j];
+      }
+      forced_weights(logits.data<const float>() + t * E, E, id, k, spec_.scoring, spec_.renormalize,
+                     weights.data<float>() + t * k);
+    }
+  }
+  if (routing.chosen.defined())
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        routing.chosen
+            .data<int32_t>()[t * routing.chosen.stride(0) + j * routing.chosen.stride(1)] =
+            ids.data<const int32_t>()[t * k + j];
 
   // Per expert, the slots (t·k + j) that chose it, in token order.
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));

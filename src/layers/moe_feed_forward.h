@@ -8,11 +8,12 @@
 //   out = Σ_j w_j · y_{ids_j}                          in slot order j = 0..k-1
 //
 // Parameters (law L2): ONE stacked parameter per layer for all experts' gate and up rows,
-// `<prefix>.experts.gate_up_proj` [E·2I, dim] (expert e's gate rows at e·2I, its up rows
-// at e·2I + I), and one for down, `<prefix>.experts.down_proj` [E·dim, I] (expert e's rows
-// at e·dim), each with ONE SUB-SHARD PER CHECKPOINT TENSOR (per expert per projection), so
-// any expert or subset reloads alone, exactly, in place; quantization (per row) and
-// biases (`..._bias`, [E·2I] and [E·dim]) follow the same sub-shards.
+// `<prefix>.experts.w13_weight` [E·2I, dim] (expert e's gate rows at e·2I, its up rows
+// at e·2I + I), and one for down, `<prefix>.experts.w2_weight` [E·dim, I] (expert e's rows
+// at e·dim) — vLLM's FusedMoE names and layouts, flattened to two dims — each with ONE
+// SUB-SHARD PER CHECKPOINT TENSOR (per expert per projection), so any expert or subset
+// reloads alone, exactly, in place; quantization (per row) and biases (`w13_bias` [E·2I],
+// `w2_bias` [E·dim]) follow the same sub-shards.
 //
 // The forward groups tokens by expert: one pass over each chosen expert's weights
 // (ops::matmul / matmul_quantized on that expert's row view of the stacked parameter) for
@@ -42,7 +43,8 @@ enum class ExpertActivation : uint8_t {
 struct MoeSpec {
   std::string router;       // parameter = checkpoint name: "model.layers.0.mlp.gate.weight"
   std::string router_bias;  // "" without a router bias
-  std::string gate_up_name, down_name;  // the stacked parameters' names
+  // The stacked parameters' names ("model.layers.0.mlp.experts.w13_weight", ...).
+  std::string gate_up_name, down_name, gate_up_bias_name, down_bias_name;
   // Per expert, the checkpoint tensors (full names) filling the stacked parameters.
   std::vector<std::string> gate, up, down;
   std::vector<std::string> gate_bias, up_bias, down_bias;  // empty without expert biases
@@ -53,11 +55,22 @@ struct MoeSpec {
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
 };
 
+// Routing replay (RL): the experts each token went to, read out, or given back so that a
+// rescoring pass routes as the rollout did (slime's and Megatron's routing replay). A forced
+// token uses the given experts in the given slot order, weighted by this router's own
+// scores for them (as the top-k would have weighted them had it chosen them), so forcing
+// the router's own choice changes nothing, bitwise.
+struct MoeRouting {
+  Tensor forced;  // i32 [T, k] or undefined: rows whose first id is >= 0 are forced
+  Tensor chosen;  // i32 [T, k] (a view may be strided) or undefined: filled with each
+                  // token's experts in slot order
+};
+
 class MoeFeedForward {
  public:
   MoeFeedForward(ParameterSet& params, const MoeSpec& spec, DType weight_dtype,
                  const TensorParallel& tp);
-  Tensor forward(const Tensor& x) const;  // [T, dim] -> [T, dim]
+  Tensor forward(const Tensor& x, const MoeRouting& routing = {}) const;  // [T, dim] -> [T, dim]
 
   const Parameter& router() const { return *router_; }
   const Parameter& gate_up() const { return *gate_up_; }

@@ -47,7 +47,8 @@ std::vector<std::string> unknown_checkpoint_tensors(const Checkpoint& checkpoint
       if (!known_gguf.count(t.name)) unknown.push_back(t.name);
   } else if (const HfFolder* hf = checkpoint.hf()) {
     for (const std::string& name : hf->tensor_names())
-      if (!known.count(name) && !consumed_hf(name, known, served)) unknown.push_back(name);
+      if (!known.count(name) && !params.alias(name) && !consumed_hf(name, known, served))
+        unknown.push_back(name);
   }
   return unknown;  // llama2.c: a fixed set of tensors, every one read
 }

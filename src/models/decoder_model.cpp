@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "models/stacked_experts.h"
 #include "models/tensor_table.h"
 
 namespace refit {
@@ -30,6 +31,7 @@ DecoderModel::DecoderModel(const ModelConfig& config, DType weight_dtype, const 
   embed_ = std::make_unique<VocabParallelEmbedding>(params_, embed_name, c.vocab_size, c.dim,
                                                     weight_dtype, tp_);
   for (int64_t l = 0; l < c.n_layers; ++l) add_block(l);
+  for (CheckpointAlias& alias : stacked_expert_aliases(c)) params_.add_alias(std::move(alias));
   final_norm_ = &params_.add(hf_tensor_name(c, TensorSlot::output_norm), {c.dim}, DType::f32);
   lm_head_ = std::make_unique<ParallelLmHead>(params_, hf_tensor_name(c, TensorSlot::output),
                                               c.vocab_size, c.dim, weight_dtype, tp_,
@@ -99,7 +101,7 @@ FeedForwardSpec ffn_spec(const ModelConfig& c, int64_t l, const LayerConfig& lay
 }
 
 // Layer l's mixture of experts: the router, and per expert its checkpoint tensors, which
-// fill the two stacked parameters named beside them ("...mlp.experts.gate_up_proj").
+// fill the stacked parameters named beside them (vLLM's "...mlp.experts.w13_weight").
 MoeSpec moe_spec(const ModelConfig& c, int64_t l) {
   MoeSpec m;
   m.router = hf_tensor_name(c, TensorSlot::ffn_router, l);
@@ -108,8 +110,10 @@ MoeSpec moe_spec(const ModelConfig& c, int64_t l) {
   const size_t at = first.find(".experts.");
   if (at == std::string::npos) fail("{}: expert tensor names must contain '.experts.'", first);
   const std::string experts = first.substr(0, at) + ".experts.";
-  m.gate_up_name = experts + "gate_up_proj";
-  m.down_name = experts + "down_proj";
+  m.gate_up_name = experts + "w13_weight";
+  m.down_name = experts + "w2_weight";
+  m.gate_up_bias_name = experts + "w13_bias";
+  m.down_bias_name = experts + "w2_bias";
   for (int64_t e = 0; e < c.n_experts; ++e) {
     auto name = [&](TensorSlot s) { return hf_expert_tensor_name(c, s, l, e); };
     m.gate.push_back(name(TensorSlot::ffn_gate_exps));
@@ -210,6 +214,7 @@ StackedBatch stack_batch(std::span<const BatchSequence> batch, int64_t max_seq_l
       pp[row + t] = static_cast<int32_t>(s.start_pos + t);
     }
     result.first_row.push_back(static_cast<int64_t>(st.logit_rows.size()));
+    result.first_token.push_back(row);
     if (s.logits == LogitsWanted::all)
       for (int64_t t = 0; t < T; ++t) st.logit_rows.push_back(row + t);
     else if (s.logits == LogitsWanted::last)
@@ -229,6 +234,8 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
   Tensor x = embed_->forward(st.ids);  // [N, dim]
   if (config_.embedding_scale != 1.0f) ops::scale(x, config_.embedding_scale, x);
   Tensor h = Tensor::empty({x.size(0), config_.dim}, DType::f32);
+  const Tensor forced = forced_routing(batch, result);
+  int64_t moe_layer = 0;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& blk = blocks_[l];
     norm(x, *blk.attn_norm, h);
@@ -238,12 +245,51 @@ BatchForwardResult DecoderModel::forward(std::span<const BatchSequence> batch, K
     if (blk.post_attn_norm) norm(o, *blk.post_attn_norm, o);
     ops::add(x, o, x);
     norm(x, *blk.ffn_norm, h);
-    Tensor f = blk.moe ? blk.moe->forward(h) : blk.ffn->forward(h);
+    Tensor f;
+    if (blk.moe) {
+      MoeRouting routing{forced.defined() ? forced.select(1, moe_layer).contiguous() : Tensor(),
+                         result.routed_experts.select(1, moe_layer)};
+      f = blk.moe->forward(h, routing);
+      ++moe_layer;
+    } else {
+      f = blk.ffn->forward(h);
+    }
     if (blk.post_ffn_norm) norm(f, *blk.post_ffn_norm, f);
     ops::add(x, f, x);
   }
   result.logits = logits(x, st.logit_rows);
   return result;
+}
+
+Tensor DecoderModel::forced_routing(std::span<const BatchSequence> batch,
+                                    BatchForwardResult& result) const {
+  int64_t moe_layers = 0;
+  for (const Block& b : blocks_) moe_layers += b.moe != nullptr;
+  if (moe_layers == 0) return Tensor();
+  const int64_t k = config_.n_experts_used,
+                N = result.first_token.empty()
+                        ? 0
+                        : result.first_token.back() +
+                              static_cast<int64_t>(batch.back().tokens.size());
+  result.routed_experts = Tensor::empty({N, moe_layers, k}, DType::i32);
+  Tensor forced;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const std::span<const int32_t> f = batch[b].forced_experts;
+    if (f.empty()) continue;
+    const int64_t per_token = moe_layers * k, n = static_cast<int64_t>(f.size()) / per_token;
+    if (n * per_token != static_cast<int64_t>(f.size()) ||
+        n > static_cast<int64_t>(batch[b].tokens.size()))
+      fail(
+          "batched_forward: sequence {}'s forced routing has {} ids, not [<= {} tokens, {} "
+          "layers, {}]",
+          b, f.size(), batch[b].tokens.size(), moe_layers, k);
+    if (!forced.defined()) {
+      forced = Tensor::empty({N, moe_layers, k}, DType::i32);
+      std::fill_n(forced.data<int32_t>(), forced.numel(), -1);
+    }
+    std::copy(f.begin(), f.end(), forced.data<int32_t>() + result.first_token[b] * per_token);
+  }
+  return forced;
 }
 
 Tensor DecoderModel::logits(const Tensor& x, const std::vector<int64_t>& rows) const {

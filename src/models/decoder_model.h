@@ -59,6 +59,9 @@ class DecoderModel : public Model {
 
  private:
   void add_block(int64_t layer);
+  // Mixture of experts: allocates result.routed_experts and returns the batch's forced
+  // routing, i32 [N, moe layers, k] (-1 rows route freely), or undefined when none is forced.
+  Tensor forced_routing(std::span<const BatchSequence> batch, BatchForwardResult& result) const;
   // f32 logits of rows `rows` of the final activation x [N, dim].
   Tensor logits(const Tensor& x, const std::vector<int64_t>& rows) const;
   // out = rmsnorm(x) * (w + the config's weight offset)

@@ -11,8 +11,10 @@
 //
 // Experts are parameters with one sub-shard per expert and projection, under per-expert
 // names (`model.layers.L.mlp.experts.E.gate_proj.weight`, as Megatron exports them); GGUF
-// stacks them in one 3-D tensor per projection, and its gate and up are separate (the HF
-// checkpoint's fused, interleaved gate_up_proj is converted by llama.cpp's converter).
+// stacks them in one 3-D tensor per projection, gate and up apart; Hugging Face stacks
+// them too, gate and up interleaved in one tensor stored [E, dim, 2I] (or as MXFP4
+// `_blocks` / `_scales`), read as views through the table's hf_stacked forms
+// (models/stacked_experts.h).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -84,21 +86,28 @@ std::vector<TensorName> tensor_names() {
   };
   t.insert(before(TensorSlot::ffn_norm),
            {TensorSlot::attn_sinks, "model.layers.{}.self_attn.sinks", "blk.{}.attn_sinks.weight"});
+  // Hugging Face stacks each layer's experts (transformers' GptOssExperts): gate and up
+  // interleaved in one tensor stored for x @ W, and its MXFP4 form beside it.
+  const char* gate_up = "model.layers.{}.mlp.experts.gate_up_proj";
+  const char* gate_up_bias = "model.layers.{}.mlp.experts.gate_up_proj_bias";
+  const char* down = "model.layers.{}.mlp.experts.down_proj";
+  const char* down_bias = "model.layers.{}.mlp.experts.down_proj_bias";
+  const GgufChange none = GgufChange::none;
   const std::vector<TensorName> moe = {
       {TensorSlot::ffn_router, "model.layers.{}.mlp.router.weight", "blk.{}.ffn_gate_inp.weight"},
       {TensorSlot::ffn_router_bias, "model.layers.{}.mlp.router.bias", "blk.{}.ffn_gate_inp.bias"},
       {TensorSlot::ffn_gate_exps, "model.layers.{}.mlp.experts.{}.gate_proj.weight",
-       "blk.{}.ffn_gate_exps.weight"},
+       "blk.{}.ffn_gate_exps.weight", none, gate_up, StackedRows::even, true},
       {TensorSlot::ffn_gate_exps_bias, "model.layers.{}.mlp.experts.{}.gate_proj.bias",
-       "blk.{}.ffn_gate_exps.bias"},
+       "blk.{}.ffn_gate_exps.bias", none, gate_up_bias, StackedRows::even},
       {TensorSlot::ffn_up_exps, "model.layers.{}.mlp.experts.{}.up_proj.weight",
-       "blk.{}.ffn_up_exps.weight"},
+       "blk.{}.ffn_up_exps.weight", none, gate_up, StackedRows::odd, true},
       {TensorSlot::ffn_up_exps_bias, "model.layers.{}.mlp.experts.{}.up_proj.bias",
-       "blk.{}.ffn_up_exps.bias"},
+       "blk.{}.ffn_up_exps.bias", none, gate_up_bias, StackedRows::odd},
       {TensorSlot::ffn_down_exps, "model.layers.{}.mlp.experts.{}.down_proj.weight",
-       "blk.{}.ffn_down_exps.weight"},
+       "blk.{}.ffn_down_exps.weight", none, down, StackedRows::all, true},
       {TensorSlot::ffn_down_exps_bias, "model.layers.{}.mlp.experts.{}.down_proj.bias",
-       "blk.{}.ffn_down_exps.bias"},
+       "blk.{}.ffn_down_exps.bias", none, down_bias},
   };
   t.insert(before(TensorSlot::output_norm), moe.begin(), moe.end());
   return t;

@@ -13,6 +13,7 @@
 #include "kernels/weight_layout.h"
 #include "models/config_fields.h"
 #include "models/fp8_checkpoint_tensor.h"
+#include "models/stacked_experts.h"
 #include "models/tensor_table.h"
 #include "weights/finite_scan.h"
 
@@ -157,6 +158,55 @@ CheckpointWeights::CheckpointWeights(const Checkpoint& checkpoint, const ModelCo
       if (s.gguf_rope_permute_heads > 0 || s.gguf_offset != 0.0f)
         gguf_changes_[s.hf_name] = {s.gguf_rope_permute_heads, s.gguf_offset};
     }
+  if (checkpoint.hf()) {
+    stacked_ = stacked_expert_aliases(config);
+    for (size_t a = 0; a < stacked_.size(); ++a)
+      for (size_t p = 0; p < stacked_[a].parts.size(); ++p)
+        stacked_parts_[stacked_[a].parts[p].name].push_back({a, p});
+  }
+}
+
+bool CheckpointWeights::find_stacked(const std::string& name, Lazy* out) const {
+  auto it = stacked_parts_.find(name);
+  if (it == stacked_parts_.end()) return false;
+  const HfFolder& hf = *checkpoint_.hf();
+  for (auto [a, p] : it->second) {
+    const CheckpointAlias& alias = stacked_[a];
+    if (alias.form == AliasForm::mxfp4_scales || !hf.has_tensor(alias.name)) continue;
+    auto checked = [&](const CheckpointAlias& form) {
+      Tensor t = hf.tensor(form.name);
+      try {
+        check_alias_tensor(form, t);
+      } catch (const Error& e) {
+        fail("{}: {}", hf.path(), e.what());
+      }
+      return t;
+    };
+    const AliasPart& part = alias.parts[p];
+    if (alias.form == AliasForm::values) {
+      out->view = alias_part_view(part, checked(alias));
+      return true;
+    }
+    // MXFP4 blocks: decoded at use from them and their scales (both views of the files).
+    if (!hf.has_tensor(alias.partner))
+      fail("{}: '{}' has no '{}' beside it", hf.path(), alias.name, alias.partner);
+    const CheckpointAlias* scales_alias = nullptr;
+    for (const CheckpointAlias& other : stacked_)
+      if (other.name == alias.partner) scales_alias = &other;
+    if (!scales_alias) fail("{}: no stacked form '{}'", hf.path(), alias.partner);
+    const Tensor blocks = checked(alias), scales = checked(*scales_alias);
+    const Tensor mine = alias_part_view(part, blocks);  // [rows, K/32, 16]
+    out->shape = {mine.size(0), mine.size(1) * 32};
+    out->dtype = DType::f32;
+    out->produce = [part, blocks, scales] { return decode_mxfp4_part(part, blocks, scales); };
+    out->non_finite = [part, scales, one = *scales_alias]() mutable -> std::string {
+      const Tensor s = alias_part_view(part, scales);
+      one.shape = s.shape();  // the part's own scales, named after the stacked tensor
+      return mxfp4_scales_non_finite(one, s);
+    };
+    return true;
+  }
+  return false;
 }
 
 Tensor CheckpointWeights::find(const std::string& name) const {
@@ -176,7 +226,12 @@ Tensor CheckpointWeights::find(const std::string& name) const {
     }
     case CheckpointFormat::hf_folder:
     case CheckpointFormat::safetensors:
-      if (!ck.hf() || !ck.hf()->has_tensor(name)) return Tensor();
+      if (ck.hf() && !ck.hf()->has_tensor(name)) {
+        Lazy stacked;
+        if (!find_stacked(name, &stacked)) return Tensor();
+        return stacked.view.defined() ? stacked.view : stacked.produce();
+      }
+      if (!ck.hf()) return Tensor();
       // FP8 by value (code * scale); a parameter of the file's scheme takes the codes
       // themselves instead (fp8_codes_to_store, in load_weights and refit from disk).
       if (auto fp8 = read_hf_fp8(*ck.hf(), name)) return decode_fp8(*fp8);
@@ -228,6 +283,7 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
       };
     return true;
   }
+  if (checkpoint_.hf() && !checkpoint_.hf()->has_tensor(name)) return find_stacked(name, out);
   out->view = find(name);
   return out->view.defined();
 }

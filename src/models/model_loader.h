@@ -11,6 +11,7 @@
 
 #include "formats/checkpoint.h"
 #include "models/model.h"
+#include "weights/checkpoint_alias.h"
 
 namespace refit {
 
@@ -64,6 +65,12 @@ class CheckpointWeights {
       gguf_changes_;  // what the converter did, by name
   // Per-expert tensors: the expert's index in the GGUF tensor stacking all of them.
   std::unordered_map<std::string, int64_t> gguf_experts_;
+  // HF stacked forms (models/stacked_experts.h), and per per-expert name its (alias,
+  // part) in each of them.
+  std::vector<CheckpointAlias> stacked_;
+  std::unordered_map<std::string, std::vector<std::pair<size_t, size_t>>> stacked_parts_;
+  // An HF per-expert tensor from a stacked form the folder holds; false when none.
+  bool find_stacked(const std::string& name, Lazy* out) const;
 };
 
 // Expert `expert` of a GGUF tensor stacking every expert along its outermost dim (ggml ne

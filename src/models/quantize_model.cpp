@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_set>
 
@@ -139,7 +140,6 @@ std::string refused_method(const std::string& method) {
       {"awq", "AWQ: 4-bit integer weights in groups, packed"},
       {"gptq", "GPTQ: 2/3/4/8-bit integer weights in groups, packed"},
       {"bitsandbytes", "bitsandbytes: LLM.int8() or NF4/FP4 4-bit weights"},
-      {"mxfp4", "MXFP4 checkpoints (gpt-oss): e2m1 blocks with e8m0 scales in HF layout"},
       {"modelopt", "NVIDIA ModelOpt (FP8 / NVFP4 with its own scale layout)"},
       {"hqq", "HQQ: half-quadratic integer weights with zero points"},
       {"eetq", "EETQ: int8 weight-only"},
@@ -208,6 +208,8 @@ QuantScheme checkpoint_quant_scheme(const Checkpoint& ck) {
   if (!qc.contains("quant_method") || !qc["quant_method"].is_string())
     fail("{}: quantization_config has no quant_method ({})", file, kReads);
   const std::string method = qc["quant_method"].get<std::string>();
+  // MXFP4 (gpt-oss): the experts only (checkpoint_expert_scheme); every other layer is float.
+  if (method == "mxfp4") return s;
   if (method == "fp8") return hf_fp8_scheme(qc, file);
   if (method == "compressed-tensors") return parse_compressed_tensors(qc, file).scheme;
   const std::string what = refused_method(method);
@@ -240,10 +242,84 @@ bool stored_fp8(const HfFolder& hf, const std::string& name) {
 
 }  // namespace
 
+QuantScheme checkpoint_expert_scheme(const Checkpoint& ck) {
+  QuantScheme s;
+  if (const GgufFile* g = ck.gguf()) {
+    const ModelConfig c = config_from_gguf(g->metadata());
+    for (const TensorSpec& spec : model_tensor_specs(c)) {
+      if (spec.slot != TensorSlot::ffn_gate_exps) continue;
+      const GgufTensorInfo* t = g->find_tensor(spec.gguf_name);
+      if (t && t->type == GgmlType::mxfp4) s.method = QuantMethod::mxfp4;
+      if (t && t->type == GgmlType::q8_0) s.method = QuantMethod::q8_0;
+      return s;
+    }
+    return s;
+  }
+  const HfFolder* hf = ck.hf();
+  if (hf && hf->config().contains("quantization_config") &&
+      hf->config()["quantization_config"].is_object() &&
+      hf->config()["quantization_config"].value("quant_method", "") == "mxfp4") {
+    s.method = QuantMethod::mxfp4;
+    return s;
+  }
+  return checkpoint_quant_scheme(ck);
+}
+
+namespace {
+
+// The per-expert checkpoint tensors of a model (is_expert_slot matmuls).
+std::unordered_set<std::string> expert_matmuls(const ModelConfig& c) {
+  std::unordered_set<std::string> names;
+  for (const TensorSpec& s : model_tensor_specs(c))
+    if (s.expert >= 0 && s.role == TensorRole::matmul) names.insert(s.hf_name);
+  return names;
+}
+
+// Both passes' summaries as one: a weight one pass kept because the other quantizes it is
+// not kept.
+QuantizedModelSummary merged(QuantizedModelSummary dense, const QuantizedModelSummary& experts) {
+  std::unordered_set<std::string> quantized(dense.quantized.begin(), dense.quantized.end());
+  quantized.insert(experts.quantized.begin(), experts.quantized.end());
+  std::vector<std::string> kept;
+  const std::vector<std::string>* lists[] = {&dense.kept, &experts.kept};
+  for (const std::vector<std::string>* list : lists)
+    for (const std::string& k : *list)
+      if (!quantized.count(k.substr(0, k.find(':'))) &&
+          std::find(kept.begin(), kept.end(), k) == kept.end())
+        kept.push_back(k);
+  dense.quantized.insert(dense.quantized.end(), experts.quantized.begin(), experts.quantized.end());
+  dense.kept = std::move(kept);
+  if (!dense.scheme.enabled()) dense.scheme = experts.scheme;
+  return dense;
+}
+
+}  // namespace
+
 QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ck,
                                               const QuantScheme& requested) {
   const QuantScheme stored = checkpoint_quant_scheme(ck);
+  // A file whose experts are in another scheme than its other layers (gpt-oss: MXFP4
+  // experts, float attention) serves each as stored, unless --quant says otherwise.
+  if (!requested.enabled()) {
+    const QuantScheme experts = checkpoint_expert_scheme(ck);
+    if (experts.enabled() && experts.method != stored.method) {
+      const std::unordered_set<std::string> expert_names = expert_matmuls(model.config());
+      std::unordered_set<std::string> others;
+      for (const TensorSpec& s : model_tensor_specs(model.config()))
+        if (s.role == TensorRole::matmul && s.layer >= 0 && !expert_names.count(s.hf_name))
+          others.insert(s.hf_name);
+      QuantizedModelSummary dense;
+      if (stored.enabled()) dense = quantize_for_dense(model, ck, stored, stored, expert_names);
+      return merged(dense, quantize_linear_weights(model, experts, false, others));
+    }
+  }
   const QuantScheme quant = requested.enabled() ? requested : stored;
+  return quantize_for_dense(model, ck, quant, stored, {});
+}
+
+QuantizedModelSummary quantize_for_dense(Model& model, const Checkpoint& ck,
+                                         const QuantScheme& quant, const QuantScheme& stored,
+                                         const std::unordered_set<std::string>& left_out) {
   if (!quant.enabled()) return {};
   const bool as_stored = quant.method == stored.method;
   const bool head = as_stored && checkpoint_lm_head_quantized(ck);
@@ -270,6 +346,7 @@ QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ck
       if (!fp8 && spec.layer >= 0) kept_float.insert(spec.hf_name);
     }
   }
+  kept_float.insert(left_out.begin(), left_out.end());
   return quantize_linear_weights(model, quant, head, kept_float);
 }
 

@@ -38,7 +38,8 @@ QuantizedModelSummary quantize_linear_weights(
     const std::unordered_set<std::string>& kept_float = {});
 
 // Quantizes a model created for `checkpoint` before its first load: with `requested` when
-// enabled (--quant), else in the checkpoint's own scheme (nothing for a float checkpoint).
+// enabled (--quant), else in the checkpoint's own scheme (nothing for a float checkpoint);
+// experts stored in a scheme of their own (gpt-oss MXFP4) keep it, the rest as stored.
 // Served in its own scheme, a pre-quantized HF checkpoint keeps the layers it stores in float
 // (compressed-tensors `ignore`, e.g. lm_head) unquantized, quantizes lm_head where the file
 // does, and must agree with its config about which layers those are.
@@ -56,6 +57,18 @@ QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ch
 // compressed-tensors int or packed) is refused naming config.json, the method or field, and
 // what refit reads.
 QuantScheme checkpoint_quant_scheme(const Checkpoint& checkpoint);
+
+// The scheme a checkpoint's expert weights are stored in: a GGUF's ffn_gate_exps type
+// (MXFP4 or Q8_0), an HF `quant_method: mxfp4` (gpt-oss: experts only, as `_blocks` and
+// `_scales`), else the checkpoint's scheme.
+QuantScheme checkpoint_expert_scheme(const Checkpoint& checkpoint);
+
+// quantize_for_checkpoint's work on the linear weights as one scheme (`quant`, with `stored`
+// the file's own): the weights of `left_out` checkpoint tensors stay as they are (listed
+// as kept).
+QuantizedModelSummary quantize_for_dense(Model& model, const Checkpoint& checkpoint,
+                                         const QuantScheme& quant, const QuantScheme& stored,
+                                         const std::unordered_set<std::string>& left_out);
 
 // One line for `refit inspect`: "quantization: fp8-tensor weights, W8A8, static per-tensor
 // activation scales (input_scale)"; "" for an unquantized scheme.

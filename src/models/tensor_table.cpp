@@ -246,6 +246,11 @@ TensorSpec resolve(const ModelConfig& c, const TensorName& n, int64_t layer, int
                  : expert < 0 ? fmt::format(fmt::runtime(n.hf), layer)
                               : fmt::format(fmt::runtime(n.hf), layer, expert);
   spec.expert = expert;
+  if (n.hf_stacked && layer >= 0) {
+    spec.hf_stacked = fmt::format(fmt::runtime(n.hf_stacked), layer);
+    spec.stacked_rows = n.stacked_rows;
+    spec.stacked_in_major = n.stacked_in_major;
+  }
   spec.gguf_name = layer < 0 ? n.gguf : fmt::format(fmt::runtime(n.gguf), layer);
   spec.shape = slot_shape(c, n.slot);
   spec.role = slot_role(n.slot);

@@ -73,12 +73,23 @@ enum class GgufChange : uint8_t {
   plus_one,      // Gemma norm weights stored as (1 + w)
 };
 
+// Which rows (outputs) of a stacked expert tensor are one slot's (gpt-oss interleaves gate
+// and up: gate = even, up = odd).
+enum class StackedRows : uint8_t { all, even, odd };
+
 // One row of an architecture's table. "{}" in a name is the layer index.
 struct TensorName {
   TensorSlot slot;
   const char* hf;
   const char* gguf;
   GgufChange gguf_change = GgufChange::none;
+  // Per-expert slots: the tensor a Hugging Face checkpoint may stack all experts' in
+  // instead ("model.layers.{}.mlp.experts.gate_up_proj", weights/checkpoint_alias.h), the
+  // rows of it that are this slot's, and whether a weight is stored [in, out] there (for
+  // x @ W, as transformers' GptOssExperts keeps it); null when there is no such form.
+  const char* hf_stacked = nullptr;
+  StackedRows stacked_rows = StackedRows::all;
+  bool stacked_in_major = false;
 };
 
 // One tensor of one model: the table row resolved for a layer, with its shape.
@@ -95,6 +106,10 @@ struct TensorSpec {
   // Per-expert slots: the expert, which the GGUF name's stacked tensor holds at index
   // `expert` of its outermost dim (-1 otherwise).
   int64_t expert = -1;
+  // The stacked Hugging Face form of a per-expert slot, resolved (TensorName::hf_stacked).
+  std::string hf_stacked;
+  StackedRows stacked_rows = StackedRows::all;
+  bool stacked_in_major = false;
 };
 
 // Every tensor `config` has, in checkpoint order, from its architecture's table (slots a

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -10,9 +11,58 @@
 
 namespace refit {
 
+namespace {
+
+// A stacked form (HF gpt-oss's `mlp.experts.gate_up_proj`) read back in its own layout,
+// put together from the per-expert tensors it holds: only the leading experts holding the
+// first `wanted` values.
+WeightPiece stacked_weight_piece(const Engine& engine, const CheckpointAlias& alias,
+                                 int64_t wanted) {
+  WeightPiece piece;
+  if (engine.world_size() > 1) {  // each rank holds a slice of every part, or some experts
+    piece.status = 400;
+    piece.error = fmt::format(
+        "'{}' is a stacked form; under tensor parallelism read its per-expert tensors "
+        "('{}', ...)",
+        alias.name, alias.parts.empty() ? std::string() : alias.parts.front().name);
+    return piece;
+  }
+  if (alias.form != AliasForm::values) {
+    piece.status = 400;
+    piece.error = fmt::format("'{}' is MXFP4 codes; read '{}' for the values", alias.name,
+                              alias.name.substr(0, alias.name.rfind('_')));
+    return piece;
+  }
+  const int64_t experts = alias.shape[0];
+  int64_t per_expert = 1;
+  for (size_t d = 1; d < alias.shape.size(); ++d) per_expert *= alias.shape[d];
+  wanted = std::max<int64_t>(wanted, 0);
+  const int64_t head =
+      per_expert > 0 ? std::min(experts, wanted / per_expert + (wanted % per_expert != 0)) : 0;
+  Shape shape = alias.shape;
+  shape[0] = head;
+  Tensor out = Tensor::zeros(shape, DType::f32);
+  for (const AliasPart& part : alias.parts) {
+    if (part.index >= head) continue;
+    WeightPiece one = local_weight_piece(engine, part.name, std::numeric_limits<int64_t>::max());
+    if (one.status != 200) return one;
+    if (piece.dtype.empty()) piece.dtype = one.dtype;
+    alias_part_view(part, out).copy_from(one.values);
+  }
+  if (piece.dtype.empty()) piece.dtype = "f32";
+  piece.values = out;
+  piece.full_shape = alias.shape;
+  piece.head_rows = head;
+  return piece;
+}
+
+}  // namespace
+
 WeightPiece local_weight_piece(const Engine& engine, const std::string& name, int64_t wanted) {
   WeightPiece piece;
   const ParameterSet& params = engine.model().parameters();
+  if (const CheckpointAlias* alias = params.alias(name))
+    return stacked_weight_piece(engine, *alias, wanted);
   CheckpointTarget target = params.target(name);
   Parameter* p = target.parameter ? target.parameter : params.find(name);
   if (!p) {

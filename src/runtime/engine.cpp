@@ -49,7 +49,8 @@ Engine::Engine(const EngineOptions& options) {
     load.tensor_parallel = tp;
     load.progress = options.progress;
     load.max_model_len = options.max_model_len;
-    // Quantized serving: asked for, or the checkpoint's own scheme (GGUF Q8_0/MXFP4, HF FP8).
+    // Quantized serving: asked for, or the checkpoint's own scheme (GGUF Q8_0/MXFP4, HF FP8;
+    // experts in theirs, gpt-oss's MXFP4).
     // The scheme is set on the parameters before the first load; every load quantizes.
     const QuantScheme stored = checkpoint_quant_scheme(*checkpoint);
     QuantScheme quant = requested_quant.enabled() ? requested_quant : stored;
@@ -58,7 +59,7 @@ Engine::Engine(const EngineOptions& options) {
     // The weights are read through the file's mapping: a file truncated or rewritten under
     // the load is reported as such (not as whatever its torn bytes looked like).
     try {
-      if (quant.enabled()) {
+      if (quant.enabled() || checkpoint_expert_scheme(*checkpoint).enabled()) {
         ModelConfig config = read_model_config(*checkpoint);
         limit_context(config, options.max_model_len, checkpoint->path());
         model_ = create_model(config, config.weight_dtype, tp);
@@ -259,8 +260,13 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
     update->add_ignored(unknown);
   }
   CheckpointWeights weights(*checkpoint, source_config);
-  const std::vector<std::string> wanted =
-      names.empty() ? model_->parameters().checkpoint_names() : names;
+  std::vector<std::string> wanted;
+  if (names.empty()) wanted = model_->parameters().checkpoint_names();
+  for (const std::string& name : names)  // a stacked form names the per-expert tensors it holds
+    if (const CheckpointAlias* alias = model_->parameters().alias(name))
+      for (const AliasPart& part : alias->parts) wanted.push_back(part.name);
+    else
+      wanted.push_back(name);
   for (const std::string& name : wanted) {
     // FP8 codes in the parameter's own scheme: stored as they are, as a fresh load does.
     if (const Parameter* p = model_->parameters().target(name).parameter)

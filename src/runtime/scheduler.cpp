@@ -6,7 +6,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "models/architecture.h"
 #include "models/model.h"
+#include "models/moe_routing.h"
 
 namespace refit {
 
@@ -78,8 +80,9 @@ struct Scheduler::Sequence {
   // pause_generation(retract) or a long weight update parks running requests, which must
   // survive it however long it takes, as in SGLang; only requests never started time out.
   bool admitted_before = false;
-  int64_t prompt_lp_next = 0;  // the next prompt position whose logprob is still to be sent
-  int64_t cached_tokens = 0;   // prompt tokens the prefix cache served at the last admission
+  int64_t prompt_lp_next = 0;   // the next prompt position whose logprob is still to be sent
+  int64_t cached_tokens = 0;    // prompt tokens the prefix cache served at the last admission
+  std::vector<int32_t> routed;  // return_routed_experts: per position [moe layers, k]
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   bool wants_prompt_logprobs() const {
     return spec.prompt_logprobs_from >= 0 && prompt_lp_next < n_prompt;
@@ -97,6 +100,37 @@ int64_t auto_blocks(const Model& model, const SchedulerOptions& o) {
   const int64_t cap = std::max<int64_t>(
       1, static_cast<int64_t>(o.kv_memory_bytes) / std::max<int64_t>(block_bytes, 1));
   return std::max<int64_t>(1, std::min(want, cap));
+}
+
+// Routing replay's checks at submission: a mixture-of-experts model, whole rows of valid,
+// distinct experts, no more positions than the request can have.
+void check_routing_replay(const RequestSpec& spec, const ModelConfig& c) {
+  if (!spec.return_routed_experts && spec.forced_experts.empty()) return;
+  const int64_t per = moe_routing_width(c);
+  if (per == 0)
+    fail("routed_experts: this model has no mixture-of-experts layers to route ({} is dense)",
+         architecture_name(c.arch));
+  const std::vector<int32_t>& f = spec.forced_experts;
+  if (f.empty()) return;
+  const int64_t k = c.n_experts_used, layers = per / k;
+  const int64_t rows = static_cast<int64_t>(f.size()) / per;
+  if (rows * per != static_cast<int64_t>(f.size()))
+    fail("routed_experts: {} ids are not whole rows of [{} layers, {} experts per token]", f.size(),
+         layers, k);
+  const int64_t positions = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
+  if (rows > positions)
+    fail("routed_experts: {} positions given, the request has at most {}", rows, positions);
+  for (int64_t r = 0; r < rows * layers; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = f[static_cast<size_t>(r * k + j)];
+      if (e < 0 || e >= c.n_experts)
+        fail("routed_experts: position {} layer {} slot {} names expert {} (the model has {})",
+             r / layers, r % layers, j, e, c.n_experts);
+      for (int64_t i = 0; i < j; ++i)
+        if (f[static_cast<size_t>(r * k + i)] == e)
+          fail("routed_experts: position {} layer {} names expert {} twice", r / layers, r % layers,
+               e);
+    }
 }
 
 // Log-probabilities of a logits row: x - max - log(sum exp(x - max)), summed in a fixed
@@ -228,6 +262,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
   if (spec.min_tokens < 0) fail("min_tokens must be >= 0, got {}", spec.min_tokens);
   if (spec.prompt_logprobs_from < -1)
     fail("the prompt logprob start must be >= 0 (or -1: none), got {}", spec.prompt_logprobs_from);
+  check_routing_replay(spec, c);
   // Positions held at once: all of them, or with a window on every layer, the prompt
   // (admitted whole) and then a window plus the blocks it straddles.
   const int64_t total = n_prompt + std::max<int64_t>(spec.max_tokens, 1);
@@ -266,6 +301,7 @@ std::shared_ptr<RequestHandle> Scheduler::submit(RequestSpec spec) {
 
 void Scheduler::finish(Sequence& s, const std::string& reason, const std::string& error,
                        bool busy) {
+  const int64_t forwarded = s.cached;  // positions that went through the model
   detach_locked(s);
   if (reason == "abort")
     ++counters_.requests_aborted;
@@ -278,6 +314,11 @@ void Scheduler::finish(Sequence& s, const std::string& reason, const std::string
   e.error = error;
   e.busy = busy;
   e.cached_tokens = s.cached_tokens;
+  if (s.spec.return_routed_experts) {
+    const size_t per_position = static_cast<size_t>(moe_routing_width(model_.config()));
+    s.routed.resize(std::min(s.routed.size(), static_cast<size_t>(forwarded) * per_position));
+    e.routed_experts = std::move(s.routed);
+  }
   s.handle->push(std::move(e));
 }
 
@@ -309,6 +350,8 @@ void Scheduler::detach_locked(Sequence& s) {
 void Scheduler::attach_cached_prefix_locked(Sequence& s) {
   s.kv_epoch = kv_epoch_;
   if (!options_.prefix_cache || !s.table.empty()) return;
+  // Routing replay reads or sets the routing of every position: nothing may be skipped.
+  if (s.spec.return_routed_experts || !s.spec.forced_experts.empty()) return;
   const int64_t bs = cache_.block_size();
   // At most the first n-1 tokens: the last one must be computed to give logits; and
   // none from the position before the first prompt logprob still wanted (its row gives it).
@@ -329,6 +372,7 @@ void Scheduler::attach_cached_prefix_locked(Sequence& s) {
 
 void Scheduler::publish_blocks_locked(Sequence& s) {
   if (!options_.prefix_cache || s.kv_epoch != kv_epoch_) return;  // KV from before an invalidation
+  if (!s.spec.forced_experts.empty()) return;  // KV of a forced routing is this request's own
   const int64_t bs = cache_.block_size();
   const int64_t full = std::min<int64_t>(s.cached / bs, static_cast<int64_t>(s.table.size()));
   for (int64_t i = static_cast<int64_t>(s.block_keys.size()); i < full; ++i) {
@@ -716,6 +760,15 @@ BatchForwardResult Scheduler::run_forward(const std::vector<StepWork>& work,
                    .subspan(static_cast<size_t>(w.seq->cached), static_cast<size_t>(w.n_new));
     b.start_pos = w.seq->cached;
     b.block_table = w.seq->table;
+    const std::vector<int32_t>& forced = w.seq->spec.forced_experts;
+    if (!forced.empty()) {
+      const int64_t per = moe_routing_width(model_.config());
+      const int64_t rows = static_cast<int64_t>(forced.size()) / per;
+      const int64_t n = std::clamp<int64_t>(rows - w.seq->cached, 0, w.n_new);
+      if (n > 0)
+        b.forced_experts = std::span<const int32_t>(forced).subspan(
+            static_cast<size_t>(w.seq->cached * per), static_cast<size_t>(n * per));
+    }
     b.logits = wants_all_rows(*w.seq, w.n_new) ? LogitsWanted::all
                : w.sample                      ? LogitsWanted::last
                                                : LogitsWanted::none;
@@ -757,6 +810,15 @@ void Scheduler::finish_step_locked(const std::vector<StepWork>& work,
     }
     const bool all_rows = wants_all_rows(s, work[i].n_new);
     if (all_rows) report_prompt_logprobs(s, work[i].n_new, result, i, version, values, scaled);
+    if (s.spec.return_routed_experts && result.routed_experts.defined()) {
+      // Rows by position: a restarted request overwrites what its earlier run computed.
+      const int64_t per = moe_routing_width(model_.config());
+      const size_t end = static_cast<size_t>((s.cached + work[i].n_new) * per);
+      if (s.routed.size() < end) s.routed.resize(end);
+      const int32_t* from =
+          result.routed_experts.data<const int32_t>() + result.first_token[i] * per;
+      std::copy(from, from + work[i].n_new * per, s.routed.begin() + s.cached * per);
+    }
     s.cached += work[i].n_new;
     publish_blocks_locked(s);
     release_out_of_window_locked(s);

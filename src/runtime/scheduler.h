@@ -117,6 +117,13 @@ struct RequestSpec {
   int64_t prompt_logprobs_from = -1;
   int prompt_top_logprobs = 0;
   bool restart_on_retract = true;
+  // Routing replay (mixture of experts): return every forwarded position's experts when the
+  // request finishes (SGLang's return_routed_experts), and/or force them: i32 [rows, moe
+  // layers, k] for positions 0..rows-1 (the rest route freely). Either computes the whole
+  // context (no prefix-cache hit: a hit's routing was never seen); forced KV is never
+  // published to the prefix cache (other requests would inherit the forced routing).
+  bool return_routed_experts = false;
+  std::vector<int32_t> forced_experts;
   // Called after every event pushed to the request's handle, outside its lock, on the
   // scheduler's thread: lets one consumer wait for many requests without polling each.
   // Must be quick and must not call back into the scheduler.
@@ -135,6 +142,9 @@ class RequestHandle {
     int64_t cached_tokens =
         0;  // kind == finished: prompt tokens whose KV came from the prefix cache
     std::vector<TokenEvent> prompt_logprobs;  // kind == prompt: the next prompt positions' logprobs
+    // kind == finished with return_routed_experts: i32 [positions, moe layers, k], every
+    // position that went through the model (prompt + generated - 1: the last token never does).
+    std::vector<int32_t> routed_experts;
   };
   // Blocks until the next event (or the timeout: then returns false).
   bool next(Event& event, std::chrono::milliseconds timeout);

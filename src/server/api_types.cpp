@@ -151,7 +151,8 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
                                                "return_tokens_as_token_ids",
                                                "prompt_logprobs",
                                                "return_token_ids",
-                                               "add_special_tokens"};
+                                               "add_special_tokens",
+                                               "return_routed_experts"};
   static const std::set<std::string> completions_only = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> chat_only = [] {
     std::set<std::string> keys{"top_logprobs", "max_completion_tokens"};
@@ -333,6 +334,9 @@ GenerationParams parse_generation_request(const nlohmann::json& body, bool chat,
     bad_request("user", "'user' must be a string");
   if (body.contains("return_token_ids") && !body["return_token_ids"].is_null())
     p.return_token_ids = json_boolean(body["return_token_ids"], "return_token_ids");
+  // SGLang's extra_body field (vLLM returns them for every request under its server flag).
+  if (body.contains("return_routed_experts") && !body["return_routed_experts"].is_null())
+    p.return_routed_experts = json_boolean(body["return_routed_experts"], "return_routed_experts");
   p.add_special_tokens = !chat;
   if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null())
     p.add_special_tokens = json_boolean(body["add_special_tokens"], "add_special_tokens");

@@ -56,6 +56,8 @@ struct GenerationParams {
   // vLLM's return_token_ids: the prompt's ids and each choice's generated ids in the
   // response, so a client sees exactly what ran.
   bool return_token_ids = false;
+  // Mixture of experts: the choice's routed_experts (base64 int32 [positions, moe layers, k]).
+  bool return_routed_experts = false;
   // Specials the tokenizer adds (BOS) on top of the prompt text: vLLM's default is true
   // for completions and false for chat, whose template writes them.
   bool add_special_tokens = true;

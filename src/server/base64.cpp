@@ -37,4 +37,20 @@ std::string base64_decode(const std::string& text) {
   return out;
 }
 
+std::string base64_encode(const void* data, size_t n) {
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* b = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t v = (uint32_t{b[i]} << 16) | (i + 1 < n ? uint32_t{b[i + 1]} << 8 : 0) |
+                       (i + 2 < n ? uint32_t{b[i + 2]} : 0);
+    out.push_back(a[(v >> 18) & 63]);
+    out.push_back(a[(v >> 12) & 63]);
+    out.push_back(i + 1 < n ? a[(v >> 6) & 63] : '=');
+    out.push_back(i + 2 < n ? a[v & 63] : '=');
+  }
+  return out;
+}
+
 }  // namespace refit

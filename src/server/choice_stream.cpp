@@ -78,6 +78,7 @@ bool ChoiceStream::apply(const RequestHandle::Event& e) {
       if (decoder_) text_ += decoder_->finish();
       finish_reason_ = e.finish_reason;
       cached_tokens_ = e.cached_tokens;
+      routed_experts_ = e.routed_experts;
       error_ = e.error;
       busy_ = e.busy;
       done_ = true;

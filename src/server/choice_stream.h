@@ -43,6 +43,8 @@ class ChoiceStream {
   // Prompt logprobs, in position order (what the request asked for from its start).
   const std::vector<TokenEvent>& prompt_logprobs() const { return prompt_logprobs_; }
   int64_t cached_tokens() const { return cached_tokens_; }
+  // Routing replay: i32 [positions, moe layers, k] once finished (when the request asked).
+  const std::vector<int32_t>& routed_experts() const { return routed_experts_; }
   // What stopped it: the stop string (stopped_by_string) or the stop token (the last one).
   bool stopped_by_string() const { return stopped_by_string_; }
   const std::string& matched_stop() const { return matched_stop_; }
@@ -75,6 +77,7 @@ class ChoiceStream {
   std::vector<int64_t> ranks_;
   std::vector<TokenEvent> prompt_logprobs_;
   int64_t cached_tokens_ = 0;
+  std::vector<int32_t> routed_experts_;
   ChoiceOptions options_;
   std::string matched_stop_;
   std::vector<size_t> offsets_;  // text offset of each token

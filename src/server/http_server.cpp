@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "models/moe_routing.h"
 #include "parallel/rank_group.h"
 #include "server/api_types.h"
 #include "server/body_limits.h"
@@ -25,6 +26,9 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options, RankGroup* ranks)
          engine_.world_size());
   if (ranks_ && !ranks_->lead())
     fail("the HTTP server runs on rank 0 only (this is rank {})", ranks_->rank());
+  if (options_.return_routed_experts && moe_routing_width(engine_.config()) == 0)
+    fail("--enable-return-routed-experts: {} has no mixture-of-experts layers",
+         engine_.description());
   if (options_.model_name.empty()) {
     const std::string& d = engine_.model_path();
     options_.model_name =

@@ -64,6 +64,10 @@ struct ServerOptions {
   // --reasoning-parser: auto (harmony when the vocabulary has its tokens), gpt-oss, none
   // (server/harmony_parser.h).
   std::string reasoning_parser = "auto";
+  // --enable-return-routed-experts (vLLM's and SGLang's flag): every OpenAI choice carries
+  // routed_experts, as vLLM does; /generate returns them when a request asks (always
+  // allowed: capturing them costs nothing). A mixture-of-experts model only.
+  bool return_routed_experts = false;
 };
 
 class RankGroup;

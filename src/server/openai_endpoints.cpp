@@ -13,6 +13,7 @@
 #include <random>
 
 #include "server/api_types.h"
+#include "server/base64.h"
 #include "server/chat_request.h"
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
@@ -159,6 +160,7 @@ RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt,
   spec.stop_tokens = stop_tokens;
   spec.top_logprobs = std::max(p.logprobs, 0);
   spec.restart_on_retract = !p.stream;
+  spec.return_routed_experts = p.return_routed_experts;
   spec.on_event = g.signal->notifier();
   return spec;
 }
@@ -301,6 +303,9 @@ json whole_choice(const Generation& g, size_t i, bool chat, const Tokenizer* tok
   if (p.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(c);
   if (p.return_token_ids && !chat) ch["prompt_token_ids"] = prompt;
   if (p.return_tokens_as_token_ids) tokens_as_token_ids(ch, c, prompt, p, chat);
+  if (p.return_routed_experts)  // vLLM's choice field, base64 int32 as its recent versions send
+    ch["routed_experts"] =
+        base64_encode(c.routed_experts().data(), c.routed_experts().size() * sizeof(int32_t));
   return ch;
 }
 
@@ -473,6 +478,7 @@ void HttpServer::openai_generation(const httplib::Request& req, httplib::Respons
                                        chat ? &ordered : nullptr, limits.context);
   // The model's generation_config.json defaults for the sampling fields the request left unset.
   engine_.generation_defaults().apply(g->params.sampling, g->params.sampling_given);
+  if (options_.return_routed_experts) g->params.return_routed_experts = true;
   const GenerationParams& p = g->params;
   if (p.stream && (p.echo || p.prompt_logprobs >= 0))
     throw HttpError{400,

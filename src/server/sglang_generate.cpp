@@ -4,12 +4,15 @@
 //
 //   {text | input_ids (one, or a batch), sampling_params (one, or one per prompt),
 //    return_logprob, logprob_start_len, top_logprobs_num, return_text_in_logprobs, rid,
-//    stream}
+//    stream, return_routed_experts, routed_experts_start_len, routed_experts (refit: given
+//    back to force that routing)}
 //   -> {text, output_ids, meta_info {id, finish_reason {type: stop|length|abort, matched |
 //       length | message}, prompt_tokens, completion_tokens, cached_tokens, weight_version,
 //       e2e_latency, input_token_logprobs, output_token_logprobs, input_top_logprobs,
 //       output_top_logprobs (each entry [logprob, token_id, text | null]),
-//       weight_versions (refit: each output token's)}}   (a list for a batch)
+//       weight_versions (refit: each output token's), routed_experts (mixture of experts,
+//       when asked: base64 of int32 [prompt + completion - 1 - start, moe layers, k], in the
+//       last chunk only, as SGLang)}}   (a list for a batch)
 //
 // A batch with n > 1 expands as SGLang does: the prompts repeated n times
 // ([p0, p1, p0, p1]); a string rid becomes rid_0, rid_1, ...; sample j of a prompt draws
@@ -26,10 +29,13 @@
 // --incremental-streaming-output), then "data: [DONE]".
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
+#include "models/moe_routing.h"
 #include "server/api_types.h"
+#include "server/base64.h"
 #include "server/choice_stream.h"
 #include "server/client_connection.h"
 #include "server/event_signal.h"
@@ -73,6 +79,7 @@ struct Generation {
   std::shared_ptr<EventSignal> signal = EventSignal::make();
   bool single = true, text_in_logprobs = false;
   double started = 0;
+  int64_t routing_width = 0;  // moe layers x k
 
   bool done() const {
     for (const Running& r : items)
@@ -164,6 +171,13 @@ json item_json(const Generation& g, size_t index, const Tokenizer* tok, const La
   for (uint64_t v : c.versions()) versions.push_back(label(v));
   meta["weight_versions"] = versions;
   if (it.return_logprob) add_logprobs(meta, it, c, LogprobEntries{tok, g.text_in_logprobs});
+  if (it.spec.return_routed_experts && c.done()) {  // as SGLang: once, when finished
+    const std::vector<int32_t>& all = c.routed_experts();
+    const size_t per = static_cast<size_t>(g.routing_width);
+    const size_t skip = std::min(all.size(), static_cast<size_t>(it.routed_experts_start) * per);
+    meta["routed_experts"] =
+        base64_encode(all.data() + skip, (all.size() - skip) * sizeof(int32_t));
+  }
   return json{{"text", c.text()}, {"output_ids", c.tokens()}, {"meta_info", meta}};
 }
 
@@ -235,6 +249,8 @@ void HttpServer::sglang_generate(const httplib::Request& req, httplib::Response&
   limits.max_logprobs = max_logprobs();
   limits.logprob_mode =
       options_.logprobs_mode_explicit ? options_.logprobs_mode : LogprobMode::sglang;
+  limits.routing_width = moe_routing_width(engine_.config());
+  g->routing_width = limits.routing_width;
   SglangGenerateRequest parsed = parse_sglang_generate(object_body(req), limits);
   g->single = parsed.single;
   g->text_in_logprobs = parsed.text_in_logprobs;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "server/api_types.h"
+#include "server/base64.h"
 #include "server/http_util.h"
 #include "server/prompt_limits.h"
 #include "server/request_fields.h"
@@ -184,6 +186,47 @@ const json& per_prompt(const json& v, size_t i, size_t batch, const char* name) 
 
 }  // namespace
 
+namespace {
+
+// Routing replay: return_routed_experts (SGLang's) and routed_experts_start_len; and
+// routed_experts given back (base64 int32 [positions, moe layers, k], a string per prompt)
+// to force that routing, refit's own for rescoring a rollout exactly as it was routed.
+void set_routing_replay(const json& body, size_t i, size_t batch, const SglangLimits& limits,
+                        SglangItem& it) {
+  const json& want = member(body, "return_routed_experts");
+  it.spec.return_routed_experts = !want.is_null() && json_boolean(want, "return_routed_experts");
+  const json& start = member(body, "routed_experts_start_len");
+  if (!start.is_null())
+    it.routed_experts_start =
+        json_integer_in(start, "routed_experts_start_len", 0,
+                        static_cast<int64_t>(it.spec.prompt.size()) + it.spec.max_tokens);
+  const json& given = per_prompt(member(body, "routed_experts"), i, batch, "routed_experts");
+  if ((it.spec.return_routed_experts || !given.is_null()) && limits.routing_width == 0)
+    bad_request(it.spec.return_routed_experts ? "return_routed_experts" : "routed_experts",
+                "this model has no mixture-of-experts layers: it routes no experts");
+  if (given.is_null()) return;
+  if (!given.is_string())
+    bad_request("routed_experts",
+                "'routed_experts' must be base64 of int32 [positions, moe layers, k] (a string "
+                "per prompt)");
+  std::string bytes;
+  try {
+    bytes = base64_decode(given.get<std::string>());
+  } catch (const Error& e) {
+    bad_request("routed_experts", fmt::format("'routed_experts': {}", e.what()));
+  }
+  const size_t per = static_cast<size_t>(limits.routing_width) * sizeof(int32_t);
+  if (bytes.empty() || bytes.size() % per != 0)
+    bad_request("routed_experts",
+                fmt::format("'routed_experts' holds {} bytes, not whole positions of {} int32 "
+                            "ids (moe layers x experts per token)",
+                            bytes.size(), limits.routing_width));
+  it.spec.forced_experts.resize(bytes.size() / sizeof(int32_t));
+  std::memcpy(it.spec.forced_experts.data(), bytes.data(), bytes.size());
+}
+
+}  // namespace
+
 SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits& limits) {
   static const char* known[] = {"text",
                                 "input_ids",
@@ -199,7 +242,10 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
                                 "video_data",
                                 "audio_data",
                                 "input_embeds",
-                                "lora_path"};
+                                "lora_path",
+                                "return_routed_experts",
+                                "routed_experts_start_len",
+                                "routed_experts"};
   for (const auto& [key, value] : body.items()) {
     bool is_known = false;
     for (const char* k : known) is_known = is_known || key == k;
@@ -357,6 +403,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
         spec.prompt_top_logprobs = spec.top_logprobs;
       }
       spec.restart_on_retract = !stream;
+      set_routing_replay(body, i, batch, limits, it);
       out.items.push_back(std::move(it));
     }
   return out;

@@ -29,6 +29,8 @@ struct SglangItem {
   bool return_logprob = false;
   int64_t logprob_start = -1;  // -1: no input logprobs
   int top_logprobs = 0;
+  // return_routed_experts: meta_info.routed_experts (base64 int32), rows from this position.
+  int64_t routed_experts_start = 0;
 };
 
 struct SglangGenerateRequest {
@@ -49,6 +51,7 @@ struct SglangLimits {
   const GenerationDefaults* defaults = nullptr;  // generation_config.json's; null: none
   int max_logprobs = 20;
   LogprobMode logprob_mode = LogprobMode::sglang;
+  int64_t routing_width = 0;  // mixture of experts: moe layers x k (0: dense, no routing)
 };
 
 SglangGenerateRequest parse_sglang_generate(const nlohmann::json& body, const SglangLimits& limits);

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -11,6 +14,7 @@
 #include "formats/gguf_quantize.h"
 #include "formats/gguf_writer.h"
 #include "formats/safetensors_writer.h"
+#include "models/stacked_experts.h"
 #include "models/tensor_table.h"
 #include "synthetic/synthetic_model.h"
 #include "synthetic/synthetic_vocab.h"
@@ -46,8 +50,9 @@ const char* torch_dtype_name(DType d) {
 
 }  // namespace
 
-uint32_t gguf_file_type(DType weight_dtype, bool q8_0) {
-  if (q8_0) return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+uint32_t gguf_file_type(DType weight_dtype, bool q8_0, bool mxfp4_experts) {
+  if (q8_0) return 7;            // LLAMA_FTYPE_MOSTLY_Q8_0
+  if (mxfp4_experts) return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   switch (weight_dtype) {
     case DType::f32:
       return 0;  // LLAMA_FTYPE_ALL_F32
@@ -60,7 +65,7 @@ uint32_t gguf_file_type(DType weight_dtype, bool q8_0) {
   }
 }
 
-nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
+nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype, bool mxfp4_experts) {
   nlohmann::json j;
   const char* architecture = "LlamaForCausalLM";
   const char* model_type = "llama";
@@ -86,7 +91,8 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       architecture = "Qwen3MoeForCausalLM", model_type = "qwen3_moe";
       break;
     case Architecture::gpt_oss:
-      fail("synthetic gpt-oss checkpoints are not written yet (their expert forms come first)");
+      architecture = "GptOssForCausalLM", model_type = "gpt_oss";
+      break;
   }
   j["architectures"] = {architecture};
   j["model_type"] = model_type;
@@ -163,8 +169,34 @@ nlohmann::json hf_config_json(const ModelConfig& c, DType weight_dtype) {
       j["router_aux_loss_coef"] = 0.001;
       break;
     }
-    case Architecture::gpt_oss:
-      break;  // refused above
+    case Architecture::gpt_oss: {
+      j["intermediate_size"] = c.expert_ffn_dim;
+      j["attention_bias"] = true;
+      j["num_local_experts"] = c.n_experts;
+      j["num_experts_per_tok"] = c.n_experts_used;
+      j["experts_per_token"] = c.n_experts_used;
+      j["swiglu_limit"] = json_float(c.swiglu_limit);
+      nlohmann::json kinds = nlohmann::json::array();
+      j["sliding_window"] = nullptr;
+      for (int64_t l = 0; l < c.n_layers; ++l) {
+        const int64_t w = c.layer(l).window;
+        if (w > 0) j["sliding_window"] = w;
+        kinds.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      }
+      j["layer_types"] = kinds;
+      j["initial_context_length"] = c.max_seq_len;
+      j["output_router_logits"] = false;
+      j["router_aux_loss_coef"] = 0.9;
+      break;
+    }
+  }
+  if (mxfp4_experts) {
+    if (c.arch != Architecture::gpt_oss)
+      fail("synthetic checkpoint: MXFP4 experts are written for gpt-oss only");
+    j["quantization_config"] = {{"quant_method", "mxfp4"},
+                                {"modules_to_not_convert",
+                                 {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                  "model.embed_tokens", "lm_head"}}};
   }
   return j;
 }
@@ -175,6 +207,82 @@ nlohmann::json hf_generation_config_json(const ModelConfig& c) {
           {"eos_token_id", c.eos_id},
           {"transformers_version", "4.51.0"}};
 }
+
+namespace {
+
+// One safetensors entry of a synthetic HF folder: a tensor of the table, or a stacked form
+// holding several of them (gpt-oss's experts, as transformers stores them).
+struct HfItem {
+  SafetensorsEntry entry;
+  std::shared_ptr<const TensorSpec> spec;                // a table tensor, or
+  std::shared_ptr<const CheckpointAlias> alias;          // a stacked form
+  std::vector<std::shared_ptr<const TensorSpec>> parts;  // its parts' specs
+};
+
+std::vector<HfItem> hf_items(const ModelConfig& c, const SyntheticCheckpointOptions& o) {
+  std::unordered_map<std::string, std::shared_ptr<const CheckpointAlias>> stacked_by_part;
+  for (CheckpointAlias& a : stacked_expert_aliases(c)) {
+    const bool weight = a.form != AliasForm::values || a.shape.size() == 3;
+    const bool mxfp4 = a.form != AliasForm::values;
+    if (weight && mxfp4 != o.mxfp4_experts) continue;  // the form this folder holds
+    auto shared = std::make_shared<const CheckpointAlias>(std::move(a));
+    for (const AliasPart& part : shared->parts)
+      if (shared->form != AliasForm::mxfp4_scales) stacked_by_part[part.name] = shared;
+  }
+  std::unordered_map<std::string, std::shared_ptr<const TensorSpec>> specs;
+  for (const TensorSpec& spec : model_tensor_specs(c))
+    specs[spec.hf_name] = std::make_shared<const TensorSpec>(spec);
+  std::vector<HfItem> items;
+  std::unordered_set<const CheckpointAlias*> written;
+  for (const TensorSpec& spec : model_tensor_specs(c)) {
+    auto it = stacked_by_part.find(spec.hf_name);
+    if (it == stacked_by_part.end()) {
+      items.push_back({{spec.hf_name, synthetic_storage_dtype(spec, o.weight_dtype), spec.shape},
+                       specs.at(spec.hf_name),
+                       nullptr,
+                       {}});
+      continue;
+    }
+    if (!written.insert(it->second.get()).second) continue;
+    const CheckpointAlias& a = *it->second;
+    HfItem item{{a.name, DType::u8, a.shape}, nullptr, it->second, {}};
+    for (const AliasPart& part : a.parts) item.parts.push_back(specs.at(part.name));
+    if (a.form == AliasForm::values)
+      item.entry.dtype = synthetic_storage_dtype(*item.parts.front(), o.weight_dtype);
+    items.push_back(item);
+    if (a.form == AliasForm::mxfp4_blocks) {  // its scales next
+      CheckpointAlias scales = a;
+      scales.name = a.partner, scales.partner = a.name, scales.form = AliasForm::mxfp4_scales;
+      scales.shape.pop_back();
+      HfItem s{{scales.name, DType::u8, scales.shape},
+               nullptr,
+               std::make_shared<const CheckpointAlias>(scales),
+               item.parts};
+      items.push_back(s);
+    }
+  }
+  return items;
+}
+
+// f32 [rows, K] as ggml's MXFP4 blocks, written in transformers' layout into `codes`
+// [rows, K/32, 16] and `scales` [rows, K/32] (views of the stacked tensors).
+void hf_mxfp4(const Tensor& values, Tensor codes, Tensor scales) {
+  const int64_t rows = values.size(0), groups = values.size(1) / kQK_MXFP4;
+  std::vector<BlockMxfp4> blocks(static_cast<size_t>(groups));
+  const Tensor v = values.contiguous();
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row_mxfp4(v.data<const float>() + r * values.size(1), blocks.data(), values.size(1));
+    Tensor row_codes = Tensor::empty({groups, 16}, DType::u8);
+    Tensor row_scales = Tensor::empty({groups}, DType::u8);
+    for (int64_t g = 0; g < groups; ++g)
+      mxfp4_block_to_hf(blocks[static_cast<size_t>(g)], row_codes.data<uint8_t>() + g * 16,
+                        row_scales.data<uint8_t>() + g);
+    codes.select(0, r).copy_from(row_codes);
+    scales.select(0, r).copy_from(row_scales);
+  }
+}
+
+}  // namespace
 
 void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
                         const SyntheticCheckpointOptions& o) {
@@ -188,7 +296,7 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
 
   const SyntheticVocab vocab = synthetic_vocab(config.vocab_size);
   write_text_file((root / "config.json").string(),
-                  hf_config_json(config, o.weight_dtype).dump(2) + "\n");
+                  hf_config_json(config, o.weight_dtype, o.mxfp4_experts).dump(2) + "\n");
   write_text_file((root / "generation_config.json").string(),
                   hf_generation_config_json(config).dump(2) + "\n");
   write_text_file((root / "tokenizer.json").string(), hf_tokenizer_json(vocab).dump(2) + "\n");
@@ -196,17 +304,16 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
                   hf_tokenizer_config_json(vocab, config.max_seq_len).dump(2) + "\n");
 
   // Split into shards of at most max_shard_bytes (a tensor larger than that gets its own).
-  const std::vector<TensorSpec> specs = model_tensor_specs(config);
-  std::vector<std::vector<SafetensorsEntry>> shards(1);
+  const std::vector<HfItem> items = hf_items(config, o);
+  std::vector<std::vector<size_t>> shards(1);  // item indices
   uint64_t shard_bytes = 0, total_bytes = 0;
-  for (const TensorSpec& spec : specs) {
-    SafetensorsEntry e{spec.hf_name, synthetic_storage_dtype(spec, o.weight_dtype), spec.shape};
-    const uint64_t n = e.nbytes();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const uint64_t n = items[i].entry.nbytes();
     if (!shards.back().empty() && shard_bytes + n > o.max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back(std::move(e));
+    shards.back().push_back(i);
     shard_bytes += n;
     total_bytes += n;
   }
@@ -223,18 +330,39 @@ void write_synthetic_hf(const std::string& dir, const ModelConfig& config,
   size_t written = 0;
   uint64_t bytes_written = 0;
   nlohmann::json weight_map = nlohmann::json::object();
-  size_t spec_index = 0;
+  Tensor pending_scales;  // MXFP4 scales made with their blocks, written next
   for (size_t s = 0; s < n_shards; ++s) {
-    for (const SafetensorsEntry& e : shards[s]) weight_map[e.name] = shard_name(s);
-    SafetensorsWriter writer((root / shard_name(s)).string(), shards[s],
+    std::vector<SafetensorsEntry> entries;
+    for (size_t i : shards[s]) {
+      weight_map[items[i].entry.name] = shard_name(s);
+      entries.push_back(items[i].entry);
+    }
+    SafetensorsWriter writer((root / shard_name(s)).string(), entries,
                              {{"format", "pt"}, {"refit.synthetic", name}});
-    for (const SafetensorsEntry& e : shards[s]) {
-      const TensorSpec& spec = specs[spec_index++];
-      REFIT_ASSERT(spec.hf_name == e.name);
-      Tensor t = synthetic_tensor(config, spec, o.weight_dtype, o.seed);
-      writer.write(e.name, t);
-      bytes_written += e.nbytes();
-      if (o.progress) o.progress(++written, specs.size(), bytes_written);
+    for (size_t i : shards[s]) {
+      const HfItem& item = items[i];
+      Tensor t;
+      if (item.spec) {
+        t = synthetic_tensor(config, *item.spec, o.weight_dtype, o.seed);
+      } else if (item.alias->form == AliasForm::values) {
+        t = Tensor::empty(item.alias->shape, item.entry.dtype);
+        for (size_t p = 0; p < item.alias->parts.size(); ++p)
+          alias_part_view(item.alias->parts[p], t)
+              .copy_from(synthetic_tensor(config, *item.parts[p], o.weight_dtype, o.seed));
+      } else if (item.alias->form == AliasForm::mxfp4_blocks) {
+        t = Tensor::empty(item.alias->shape, DType::u8);
+        pending_scales = Tensor::empty(items[i + 1].alias->shape, DType::u8);
+        for (size_t p = 0; p < item.alias->parts.size(); ++p)
+          hf_mxfp4(synthetic_tensor(config, *item.parts[p], DType::f32, o.seed),
+                   alias_part_view(item.alias->parts[p], t),
+                   alias_part_view(item.alias->parts[p], pending_scales));
+      } else {
+        t = pending_scales;
+        pending_scales = Tensor();
+      }
+      writer.write(item.entry.name, t);
+      bytes_written += item.entry.nbytes();
+      if (o.progress) o.progress(++written, items.size(), bytes_written);
     }
     writer.finish();
   }
@@ -249,14 +377,17 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
                           const SyntheticCheckpointOptions& o) {
   if (!o.gguf_q8_0) check_dtype(o.weight_dtype);
   c.validate("synthetic checkpoint");
+  if (o.mxfp4_experts && !c.has_moe())
+    fail("synthetic checkpoint: MXFP4 experts need a mixture-of-experts architecture");
   const DType weight_dtype = o.gguf_q8_0 ? DType::f32 : o.weight_dtype;  // what is generated
   // llama.cpp runs Mistral under the llama architecture.
   const std::string arch = c.arch == Architecture::mistral ? "llama" : architecture_name(c.arch);
   GgufWriter w;
   w.add_string("general.architecture", arch);
   w.add_string("general.name", default_name(c, o));
-  w.add_u32("general.file_type", gguf_file_type(o.weight_dtype, o.gguf_q8_0));
-  if (o.gguf_q8_0) w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
+  w.add_u32("general.file_type", gguf_file_type(o.weight_dtype, o.gguf_q8_0, o.mxfp4_experts));
+  if (o.gguf_q8_0 || o.mxfp4_experts)
+    w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   auto key = [&](const char* suffix) { return arch + "." + suffix; };
   w.add_u32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
   w.add_u32(key("context_length"), static_cast<uint32_t>(c.max_seq_len));
@@ -272,7 +403,8 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   w.add_f32(key("attention.layer_norm_rms_epsilon"), c.rms_eps);
   w.add_f32(key("rope.freq_base"), c.rope_theta);
   w.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c.rotary_dim()));
-  if (c.arch == Architecture::gemma3 && c.layer(0).window > 0)  // layer 0 is a local one
+  // Gemma 3 and gpt-oss: layer 0 is a local one (llama.cpp's patterns say which others are).
+  if ((c.arch == Architecture::gemma3 || c.arch == Architecture::gpt_oss) && c.layer(0).window > 0)
     w.add_u32(key("attention.sliding_window"), static_cast<uint32_t>(c.layer(0).window));
   if (c.has_moe()) {
     for (int64_t l = 0; l < c.n_layers; ++l)
@@ -305,11 +437,16 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
     return stacked;
   };
   // Only 2-D weights are quantized; norms and biases stay f32 (llama-quantize does the same).
+  auto mxfp4 = [&](const TensorSpec& spec) {
+    return o.mxfp4_experts && spec.expert == 0 && spec.role == TensorRole::matmul;
+  };
   auto quantized = [&](const TensorSpec& spec) {
-    return o.gguf_q8_0 && (spec.role == TensorRole::matmul || spec.role == TensorRole::embedding);
+    return mxfp4(spec) ||
+           (o.gguf_q8_0 && (spec.role == TensorRole::matmul || spec.role == TensorRole::embedding));
   };
   for (const TensorSpec& spec : specs) {
-    std::optional<GgmlType> type = quantized(spec)
+    std::optional<GgmlType> type = mxfp4(spec) ? GgmlType::mxfp4
+                                   : quantized(spec)
                                        ? GgmlType::q8_0
                                        : ggml_type_of(synthetic_storage_dtype(spec, weight_dtype));
     REFIT_ASSERT(type.has_value());
@@ -319,8 +456,10 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
   size_t written = 0;
   uint64_t bytes_written = 0;
   std::vector<BlockQ8_0> blocks;
+  std::vector<BlockMxfp4> mx_blocks;
   for (const TensorSpec& spec : specs) {
-    Tensor t = make_tensor(spec, synthetic_storage_dtype(spec, weight_dtype));
+    Tensor t =
+        make_tensor(spec, mxfp4(spec) ? DType::f32 : synthetic_storage_dtype(spec, weight_dtype));
     if (spec.gguf_rope_permute_heads > 0)
       t = permute_rows_for_gguf_rope(t, spec.gguf_rope_permute_heads);
     if (spec.gguf_offset != 0.0f) {  // as llama.cpp's converter stores Gemma's norms: 1 + w
@@ -328,7 +467,19 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
       for (float& x : v) x += spec.gguf_offset;
       t = Tensor::from_floats(t.shape(), v);
     }
-    if (quantized(spec)) {
+    if (mxfp4(spec)) {
+      const int64_t n = t.numel();
+      mx_blocks.resize(static_cast<size_t>(n / kQK_MXFP4));
+      const float* x = t.data<float>();
+      parallel_for(
+          static_cast<int64_t>(mx_blocks.size()),
+          [&](int64_t b0, int64_t b1, int) {
+            quantize_row_mxfp4(x + b0 * kQK_MXFP4, mx_blocks.data() + b0, (b1 - b0) * kQK_MXFP4);
+          },
+          1024);
+      w.write_tensor(spec.gguf_name, mx_blocks.data(), mx_blocks.size() * sizeof(BlockMxfp4));
+      bytes_written += mx_blocks.size() * sizeof(BlockMxfp4);
+    } else if (quantized(spec)) {
       const int64_t n = t.numel();
       blocks.resize(static_cast<size_t>(n / kQK8_0));
       const float* x = t.data<float>();

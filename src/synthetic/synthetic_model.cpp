@@ -19,7 +19,7 @@
 
 namespace refit {
 
-ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
+ModelConfig synthetic_preset(Architecture arch, std::string_view preset, int64_t layers) {
   ModelConfig c;
   c.arch = arch;
   if (preset == "tiny") {
@@ -31,11 +31,20 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
   } else if (preset == "medium") {
     c.dim = 2048, c.n_layers = 22, c.n_heads = 32, c.n_kv_heads = 4, c.ffn_dim = 5632;
     c.tied_embeddings = false;
+  } else if (preset == "20b" && arch == Architecture::gpt_oss) {
+    // gpt-oss-20b's shapes (its config.json): 24 layers of 32 experts, 4 per token, each
+    // 2880 wide; 64 query heads of 64 over 8 KV heads; the o200k vocabulary's 201088 rows.
+    c.dim = 2880, c.n_layers = 24, c.n_heads = 64, c.n_kv_heads = 8, c.ffn_dim = 2880;
+    c.tied_embeddings = false;
   } else {
-    fail("unknown synthetic preset '{}' (expected tiny, small or medium)", preset);
+    fail("unknown synthetic preset '{}' (expected tiny, small or medium{})", preset,
+         arch == Architecture::gpt_oss ? ", or 20b" : "");
   }
   c.head_dim = c.dim / c.n_heads;
   c.vocab_size = 32000;
+  if (preset == "20b") c.head_dim = 64, c.vocab_size = 201088;
+  if (layers < 0) fail("synthetic preset '{}': {} layers", preset, layers);
+  if (layers > 0) c.n_layers = layers;
   c.max_seq_len = 2048;
   c.bos_id = 1;
   c.eos_id = 2;
@@ -85,8 +94,25 @@ ModelConfig synthetic_preset(Architecture arch, std::string_view preset) {
       architecture_def(arch).configure_hf(j, c, fmt::format("synthetic preset '{}'", preset));
       break;
     }
-    case Architecture::gpt_oss:
-      fail("synthetic gpt-oss presets are not written yet (their expert forms come first)");
+    case Architecture::gpt_oss: {
+      // gpt-oss's proportions: experts as wide as the model, every other layer (from 0)
+      // sliding with a window of 128, rope 150000 (YaRN left out: the presets' contexts
+      // stay within the trained 4096), 8 experts (32 in 20b) with 2 (4) per token.
+      c.rms_eps = 1e-5f;
+      c.rope_theta = 150000.0f;
+      c.ffn_dim = c.dim;
+      const bool real = preset == "20b";
+      nlohmann::json kinds = nlohmann::json::array();
+      for (int64_t l = 0; l < c.n_layers; ++l)
+        kinds.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+      const nlohmann::json j = {{"num_local_experts", real ? 32 : 8},
+                                {"num_experts_per_tok", real ? 4 : 2},
+                                {"sliding_window", 128},
+                                {"layer_types", kinds},
+                                {"swiglu_limit", 7.0}};
+      architecture_def(arch).configure_hf(j, c, fmt::format("synthetic preset '{}'", preset));
+      break;
+    }
   }
   // HF checkpoints rotate halves; the GGUF writer permutes llama q/k rows to match
   // llama.cpp's adjacent-pair rope, and config_from_gguf() selects that style on load.

@@ -35,8 +35,11 @@ namespace refit {
 //   medium dim 2048, 22 layers, 32 heads (4 kv), ff 5632, vocab 32000, untied (TinyLlama-1.1B)
 // The architecture sets the flags and the usual hyper-parameters: llama (rope 1e4, eps 1e-5),
 // qwen2 (q/k/v biases, rope 1e6, eps 1e-6), qwen3 (q/k RMSNorm, rope 1e6, eps 1e-6).
-// Context length 2048. Throws naming the preset when it is unknown.
-ModelConfig synthetic_preset(Architecture arch, std::string_view preset);
+// gpt-oss (experts as wide as the model, alternate layers sliding) also has 20b, the shapes
+// of gpt-oss-20b (dim 2880, 24 layers, 32 experts, vocab 201088). Context length 2048.
+// Throws naming the preset when it is unknown.
+// `layers` > 0 replaces the preset's layer count (a real model's shapes, fewer layers).
+ModelConfig synthetic_preset(Architecture arch, std::string_view preset, int64_t layers = 0);
 inline constexpr const char* kSyntheticPresets[] = {"tiny", "small", "medium"};
 
 struct SyntheticInit {

@@ -42,6 +42,21 @@ std::vector<std::string> ParameterSet::checkpoint_names() const {
   return names;
 }
 
+void ParameterSet::add_alias(CheckpointAlias alias) {
+  if (by_checkpoint_name_.count(alias.name) || alias_index_.count(alias.name))
+    fail("checkpoint tensor '{}' would be both a parameter's and a stacked form", alias.name);
+  for (const AliasPart& part : alias.parts)
+    if (!by_checkpoint_name_.count(part.name))
+      fail("stacked tensor '{}': no parameter takes its part '{}'", alias.name, part.name);
+  alias_index_[alias.name] = aliases_.size();
+  aliases_.push_back(std::move(alias));
+}
+
+const CheckpointAlias* ParameterSet::alias(std::string_view name) const {
+  auto it = alias_index_.find(std::string(name));
+  return it == alias_index_.end() ? nullptr : &aliases_[it->second];
+}
+
 size_t ParameterSet::total_bytes() const {
   size_t n = 0;
   for (const auto& p : params_) n += p->data().nbytes();

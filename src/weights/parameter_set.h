@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weights/checkpoint_alias.h"
 #include "weights/parameter.h"
 
 namespace refit {
@@ -29,12 +30,20 @@ class ParameterSet {
   // Every checkpoint tensor name the parameters take, in parameter order.
   std::vector<std::string> checkpoint_names() const;
   const std::vector<std::unique_ptr<Parameter>>& all() const { return params_; }
+  // A tensor that holds several checkpoint tensors in another form (a Hugging Face stack of
+  // experts, weights/checkpoint_alias.h); every part must name a checkpoint tensor a
+  // parameter takes, and the alias's name none.
+  void add_alias(CheckpointAlias alias);
+  const CheckpointAlias* alias(std::string_view name) const;  // null when none
+  const std::vector<CheckpointAlias>& aliases() const { return aliases_; }
   size_t total_bytes() const;
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
   std::unordered_map<std::string, Parameter*> by_name_;
   std::unordered_map<std::string, CheckpointTarget> by_checkpoint_name_;
+  std::vector<CheckpointAlias> aliases_;
+  std::unordered_map<std::string, size_t> alias_index_;
 };
 
 }  // namespace refit

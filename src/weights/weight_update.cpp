@@ -73,6 +73,11 @@ void WeightUpdate::add_ignored(const std::vector<std::string>& names) {
 void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
   Stopwatch time(validate_seconds_);
   try {
+    if (const CheckpointAlias* alias = params_.alias(name)) {
+      if (finished_) fail("weight update: the transaction has already been committed or aborted");
+      stage_stacked(*alias, tensor);
+      return;
+    }
     CheckpointTarget target;
     if (!target_or_ignore(name, target)) return;
     target.parameter->check_loadable(*target.sub_shard, tensor, options_.check_finite);
@@ -80,6 +85,51 @@ void WeightUpdate::update(const std::string& name, const Tensor& tensor) {
   } catch (const Error& e) {
     if (failure_.empty()) failure_ = e.what();
     throw;
+  }
+}
+
+void WeightUpdate::stage_stacked(const CheckpointAlias& alias, const Tensor& tensor) {
+  check_alias_tensor(alias, tensor);
+  if (alias.form == AliasForm::values) {
+    // Every part validated before any is staged: a bad part refuses the whole tensor.
+    std::vector<Staged> parts;
+    for (const AliasPart& part : alias.parts) {
+      const CheckpointTarget target = params_.target(part.name);
+      const Tensor view = alias_part_view(part, tensor);
+      target.parameter->check_loadable(*target.sub_shard, view, options_.check_finite);
+      parts.push_back({target, view, nullptr, Tensor(), QuantMethod::none});
+    }
+    for (size_t i = 0; i < parts.size(); ++i) stage(alias.parts[i].name, std::move(parts[i]));
+    return;
+  }
+  // MXFP4 blocks and scales come as two tensors: the first waits for its partner.
+  auto partner = half_staged_.find(alias.partner);
+  if (partner == half_staged_.end()) {
+    half_staged_[alias.name] = {&alias, tensor};
+    return;
+  }
+  const bool blocks_first = alias.form == AliasForm::mxfp4_scales;
+  const CheckpointAlias& blocks_alias = blocks_first ? *partner->second.first : alias;
+  const CheckpointAlias& scales_alias = blocks_first ? alias : *partner->second.first;
+  const Tensor blocks = blocks_first ? partner->second.second : tensor;
+  const Tensor scales = blocks_first ? tensor : partner->second.second;
+  half_staged_.erase(partner);
+  if (options_.check_finite)
+    if (const std::string problem = mxfp4_scales_non_finite(scales_alias, scales); !problem.empty())
+      fail(
+          "{}; a weight update must hold finite values (the finiteness check is on by default: "
+          "check_finite false skips it)",
+          problem);
+  for (const AliasPart& part : blocks_alias.parts) {
+    const CheckpointTarget target = params_.target(part.name);
+    const Tensor mine = alias_part_view(part, blocks);  // [rows, K/32, 16]
+    Staged staged{target, Tensor(),
+                  [part, blocks, scales] { return decode_mxfp4_part(part, blocks, scales); },
+                  Tensor(), QuantMethod::none};
+    staged.shape = {mine.size(0), mine.size(1) * 32};
+    staged.dtype = DType::f32;
+    target.parameter->check_declared(*target.sub_shard, staged.shape, staged.dtype, Device::cpu());
+    stage(part.name, std::move(staged));
   }
 }
 
@@ -160,6 +210,12 @@ void WeightUpdate::apply() {
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   if (failed())
     fail("weight update: refusing to commit after a refused tensor ({}); abort it", failure_);
+  if (!half_staged_.empty()) {
+    const CheckpointAlias& alone = *half_staged_.begin()->second.first;
+    failure_ = fmt::format("'{}' was sent without '{}' (MXFP4 blocks and scales come together)",
+                           alone.name, alone.partner);
+    fail("weight update: refusing to commit: {}; abort it", failure_);
+  }
   written_ = summary();
   double seconds = 0.0;
   {

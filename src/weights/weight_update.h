@@ -12,6 +12,7 @@
 #include <any>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "weights/parameter_set.h"
@@ -38,7 +39,10 @@ class WeightUpdate {
 
   // Validates and stages a reference. Throws Error naming the tensor and the problem;
   // the transaction is then failed. A name no parameter takes is refused, or with
-  // ignore_unknown_tensors left out and listed in the report.
+  // ignore_unknown_tensors left out and listed in the report. A stacked form
+  // (ParameterSet::alias: HF gpt-oss's `mlp.experts.gate_up_proj`) is staged as the
+  // per-expert tensors it holds, each a view; MXFP4 `_blocks` and `_scales` are decoded at
+  // commit, and must both come before it.
   void update(const std::string& checkpoint_name, const Tensor& tensor);
   // A tensor made only when the commit writes it (dequantized or re-ordered from a
   // file), declared by shape and dtype so it is validated now; memory then stays bounded
@@ -85,6 +89,10 @@ class WeightUpdate {
     DType dtype = DType::f32;
   };
   void stage(const std::string& name, Staged staged);
+  // A stacked tensor (ParameterSet::alias) staged as its parts; MXFP4 blocks or scales wait
+  // in half_staged_ for their partner, and a commit with one still waiting is refused.
+  void stage_stacked(const CheckpointAlias& alias, const Tensor& tensor);
+  std::unordered_map<std::string, std::pair<const CheckpointAlias*, Tensor>> half_staged_;
   // The parameter taking `name`, or nullptr when ignore_unknown_tensors sets it aside.
   const Parameter* target_or_ignore(const std::string& name, CheckpointTarget& target);
   UpdateReport summary() const;

@@ -76,12 +76,12 @@ TEST(Qwen3Moe, ConfigFromGgufMarksEveryLayerSparse) {
   EXPECT_TRUE(c.router_renormalize);
   for (int64_t l = 0; l < c.n_layers; ++l) EXPECT_EQ(c.layer(l).ffn, FfnKind::moe) << l;
   // One stacked gate/up and one down parameter per layer, one sub-shard per expert tensor.
-  const Parameter& gu = model->parameters().get("model.layers.1.mlp.experts.gate_up_proj");
+  const Parameter& gu = model->parameters().get("model.layers.1.mlp.experts.w13_weight");
   EXPECT_EQ(gu.local_shape(), (Shape{8 * 2 * 64, 128}));
   ASSERT_EQ(gu.sub_shards().size(), 16u);
   EXPECT_EQ(gu.sub_shards()[3].checkpoint_name, "model.layers.1.mlp.experts.1.up_proj.weight");
   EXPECT_EQ(gu.sub_shards()[3].local_row_offset, 3 * 64);
-  const Parameter& down = model->parameters().get("model.layers.1.mlp.experts.down_proj");
+  const Parameter& down = model->parameters().get("model.layers.1.mlp.experts.w2_weight");
   EXPECT_EQ(down.local_shape(), (Shape{8 * 128, 64}));
   EXPECT_EQ(model->parameters().find("model.layers.1.mlp.gate_up_proj.weight"), nullptr);
 }
@@ -110,7 +110,7 @@ TEST(Qwen3Moe, HfSparseStepAndMlpOnlyLayers) {
   EXPECT_FALSE(c.router_renormalize);
   auto model = create_model(c, DType::f32);
   EXPECT_NE(model->parameters().find("model.layers.0.mlp.gate_up_proj.weight"), nullptr);
-  EXPECT_NE(model->parameters().find("model.layers.1.mlp.experts.gate_up_proj"), nullptr);
+  EXPECT_NE(model->parameters().find("model.layers.1.mlp.experts.w13_weight"), nullptr);
   EXPECT_NE(model->parameters().find("model.layers.1.mlp.gate.weight"), nullptr);
   EXPECT_EQ(model->parameters().find("model.layers.1.mlp.gate_up_proj.weight"), nullptr);
   // A field that changes the maths and is not honoured is refused by name.
@@ -148,7 +148,7 @@ TEST(Qwen3Moe, F32GreedyIdsAndLogitsMatchLlamaCpp) {
 // agrees with llama.cpp's at most of its 32 steps (ids may differ at small margins).
 TEST(Qwen3Moe, Q8_0GgufIsWithinTheReadmeBoundsOfTheF32Reference) {
   auto model = load_as_engine(kQ8);
-  EXPECT_TRUE(model->parameters().get("model.layers.0.mlp.experts.gate_up_proj").quantized());
+  EXPECT_TRUE(model->parameters().get("model.layers.0.mlp.experts.w13_weight").quantized());
   EXPECT_FALSE(model->parameters().get("model.layers.0.mlp.gate.weight").quantized());
   const size_t V = static_cast<size_t>(model->config().vocab_size);
   double mean_sum = 0;
@@ -397,8 +397,10 @@ TEST(MoeFeedForward, GptOssVariantMatchesAStraightforwardReference) {
   MoeSpec s;
   s.router = "r.weight";
   s.router_bias = "r.bias";
-  s.gate_up_name = "experts.gate_up_proj";
-  s.down_name = "experts.down_proj";
+  s.gate_up_name = "experts.w13_weight";
+  s.down_name = "experts.w2_weight";
+  s.gate_up_bias_name = "experts.w13_bias";
+  s.down_bias_name = "experts.w2_bias";
   for (int64_t e = 0; e < E; ++e) {
     s.gate.push_back(fmt::format("e{}.gate.weight", e));
     s.up.push_back(fmt::format("e{}.up.weight", e));

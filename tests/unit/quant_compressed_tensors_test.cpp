@@ -217,7 +217,6 @@ std::vector<Refusal> refusals() {
        {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "nf4"}},
        "load_in_4bit (bitsandbytes)"},
       {"load_in_8bit", {{"load_in_8bit", true}}, "load_in_8bit (bitsandbytes)"},
-      {"mxfp4", {{"quant_method", "mxfp4"}}, "quant_method 'mxfp4'"},
       {"modelopt",
        {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}},
        "quant_method 'modelopt'"},

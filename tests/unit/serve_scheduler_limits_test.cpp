@@ -3,6 +3,7 @@
 // temperature). The parsers' side is serve_request_limits_test.cpp.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 
@@ -107,13 +108,21 @@ TEST_F(LimitsSchedulerTest, requests_retracted_by_a_pause_outlive_the_queue_time
   auto sched = make(o);
   RequestSpec spec;
   spec.prompt = {1, 2, 3};
-  spec.max_tokens = 64;
+  spec.max_tokens = 200;
   spec.restart_on_retract = true;
+  // Slowed to ~2 ms a token (the hook runs on the scheduler's thread), so that the request
+  // is surely still running when the pause comes: on a fast machine the tiny model's whole
+  // output was done before the test read its first token.
+  std::atomic<bool> slow{true};
+  spec.on_event = [&slow] {
+    if (slow.load()) std::this_thread::sleep_for(2ms);
+  };
   auto h = sched->submit(spec);
   RequestHandle::Event e;
   ASSERT_TRUE(h->next(e, 20s));
   ASSERT_EQ(e.kind, RequestHandle::Event::token);  // running
   sched->pause(PauseMode::retract);
+  slow.store(false);
   std::this_thread::sleep_for(800ms);  // four queue timeouts
   sched->resume();
   bool restarted = false;
