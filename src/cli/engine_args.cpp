@@ -18,6 +18,9 @@ void add_engine_args(CLI::App& sub, EngineArgs& a) {
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--tp", a.tp, "Tensor-parallel size (run under mpirun -np N)")
       ->check(CLI::PositiveNumber);
+  sub.add_flag("--ep,--enable-expert-parallel", a.ep,
+               "Mixture-of-experts layers shard by expert over the --tp ranks (each rank whole "
+               "experts) instead of along every expert's width");
   sub.add_option("--quant", a.quant,
                  "Quantize weights at load: fp8 (per tensor), fp8-channel, fp8-block, mxfp4, q8_0; "
                  "-w8a8 also quantizes activations (int8 blocks for mxfp4/q8_0: faster, ~1e-2 "
@@ -37,6 +40,7 @@ EngineOptions engine_options(const EngineArgs& a, const std::string& command) {
   e.tokenizer_path = a.tokenizer;
   e.threads = a.threads;
   e.tp = a.tp;
+  e.expert_parallel = a.ep;
   e.quant = a.quant;
   e.max_model_len = a.max_model_len;
   e.layout = a.layout;

@@ -17,6 +17,7 @@ struct EngineArgs {
   std::string model, tokenizer, quant, layout;
   int threads = 0;
   int tp = 1;
+  bool ep = false;
   int64_t max_model_len = 0;
   std::string generation_config = "auto";
 };

@@ -21,9 +21,11 @@
 // order, so a token's output is bitwise the same whatever else is in the batch (given
 // row-independent matmul kernels, as for the dense FFN).
 //
-// Sharding, later: by expert (a rank holds some experts' sub-shards) or along I (each
-// expert's gate/up rows split as Linear::column splits gate_up, down's columns as
-// Linear::row), both expressible as sub-shard slices; today tensor parallelism is refused.
+// Sharding: along I by default (each expert's gate/up rows and down's columns sliced as
+// Linear::column / Linear::row slice the dense ones, in blocks of 32 and as evenly as they
+// go; the down bias added on rank 0 only), or by expert under TensorParallel::expert_parallel
+// (--ep: each rank whole experts); either way the router is replicated, every rank routes
+// alike, and the partial outputs are all-reduced.
 #pragma once
 
 #include <string>
@@ -84,6 +86,11 @@ class MoeFeedForward {
   Parameter* down_ = nullptr;
   Parameter* gate_up_bias_ = nullptr;
   Parameter* down_bias_ = nullptr;
+  std::shared_ptr<Communicator> communicator_;
+  // This rank's share: experts [first_expert_, + local_experts_), and of each its I slice
+  // [i0_, i0_ + local_i_) (all of I unless tensor parallelism splits it).
+  int64_t first_expert_ = 0, local_experts_ = 0, i0_ = 0, local_i_ = 0;
+  bool add_down_bias_ = true;
 };
 
 }  // namespace refit

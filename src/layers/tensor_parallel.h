@@ -10,6 +10,9 @@ namespace refit {
 
 struct TensorParallel {
   std::shared_ptr<Communicator> communicator = single_process_communicator();
+  // Mixture-of-experts layers shard by expert (each rank whole experts) instead of along
+  // each expert's width (vLLM's --enable-expert-parallel, refit's --ep).
+  bool expert_parallel = false;
   int rank() const { return communicator->rank(); }
   int world() const { return communicator->world_size(); }
 };

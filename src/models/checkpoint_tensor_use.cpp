@@ -42,12 +42,13 @@ std::vector<std::string> unknown_checkpoint_tensors(const Checkpoint& checkpoint
     std::unordered_set<std::string> known_gguf = {"rope_freqs.weight", "rope_factors_long.weight",
                                                   "rope_factors_short.weight"};
     for (const TensorSpec& s : model_tensor_specs(source))
-      if (known.count(s.hf_name)) known_gguf.insert(s.gguf_name);
+      if (known.count(s.hf_name) || params.elsewhere(s.hf_name)) known_gguf.insert(s.gguf_name);
     for (const GgufTensorInfo& t : g->tensors())
       if (!known_gguf.count(t.name)) unknown.push_back(t.name);
   } else if (const HfFolder* hf = checkpoint.hf()) {
     for (const std::string& name : hf->tensor_names())
-      if (!known.count(name) && !params.alias(name) && !consumed_hf(name, known, served))
+      if (!known.count(name) && !params.alias(name) && !params.elsewhere(name) &&
+          !consumed_hf(name, known, served))
         unknown.push_back(name);
   }
   return unknown;  // llama2.c: a fixed set of tensors, every one read

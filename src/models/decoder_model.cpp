@@ -31,7 +31,12 @@ DecoderModel::DecoderModel(const ModelConfig& config, DType weight_dtype, const 
   embed_ = std::make_unique<VocabParallelEmbedding>(params_, embed_name, c.vocab_size, c.dim,
                                                     weight_dtype, tp_);
   for (int64_t l = 0; l < c.n_layers; ++l) add_block(l);
-  for (CheckpointAlias& alias : stacked_expert_aliases(c)) params_.add_alias(std::move(alias));
+  // Stacked forms, with the parts this rank holds (under --ep, its experts').
+  for (CheckpointAlias& alias : stacked_expert_aliases(c)) {
+    std::erase_if(alias.parts,
+                  [&](const AliasPart& p) { return !params_.target(p.name).parameter; });
+    params_.add_alias(std::move(alias));
+  }
   final_norm_ = &params_.add(hf_tensor_name(c, TensorSlot::output_norm), {c.dim}, DType::f32);
   lm_head_ = std::make_unique<ParallelLmHead>(params_, hf_tensor_name(c, TensorSlot::output),
                                               c.vocab_size, c.dim, weight_dtype, tp_,

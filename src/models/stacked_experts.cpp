@@ -43,10 +43,16 @@ std::vector<CheckpointAlias> stacked_expert_aliases(const ModelConfig& c) {
     aliases.push_back(values);
     if (!weight || first.shape[1] % 32 != 0) continue;
     const int64_t k = first.shape[1];
-    CheckpointAlias blocks{name + "_blocks", AliasForm::mxfp4_blocks,
-                           {c.n_experts, rows, k / 32, 16}, name + "_scales", {}};
-    CheckpointAlias scales{name + "_scales", AliasForm::mxfp4_scales,
-                           {c.n_experts, rows, k / 32}, name + "_blocks", {}};
+    CheckpointAlias blocks{name + "_blocks",
+                           AliasForm::mxfp4_blocks,
+                           {c.n_experts, rows, k / 32, 16},
+                           name + "_scales",
+                           {}};
+    CheckpointAlias scales{name + "_scales",
+                           AliasForm::mxfp4_scales,
+                           {c.n_experts, rows, k / 32},
+                           name + "_blocks",
+                           {}};
     for (const TensorSpec& s : specs) {
       blocks.parts.push_back(part(s, false));
       scales.parts.push_back(part(s, false));

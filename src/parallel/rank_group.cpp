@@ -16,7 +16,7 @@ namespace refit {
 namespace {
 
 struct DecodedBatch {
-  std::vector<std::vector<int32_t>> tokens, tables;
+  std::vector<std::vector<int32_t>> tokens, tables, forced;
   std::vector<BatchSequence> sequences;
 };
 
@@ -28,8 +28,10 @@ std::string encode_batch(std::span<const BatchSequence> batch) {
     w.i64(s.start_pos);
     w.i64(static_cast<int64_t>(s.block_table.size()));
     w.i64(static_cast<int64_t>(s.logits));
+    w.i64(static_cast<int64_t>(s.forced_experts.size()));
     w.i32s(s.tokens);
     w.i32s(s.block_table);
+    w.i32s(s.forced_experts);
   }
   return w.take();
 }
@@ -42,15 +44,18 @@ DecodedBatch decode_batch(const std::string& payload) {
     fail("tensor-parallel serving: a forward command with {} sequences", B);
   d.tokens.resize(static_cast<size_t>(B));
   d.tables.resize(static_cast<size_t>(B));
+  d.forced.resize(static_cast<size_t>(B));
   d.sequences.resize(static_cast<size_t>(B));
   for (size_t b = 0; b < static_cast<size_t>(B); ++b) {
-    const int64_t n_tokens = r.i64(), start = r.i64(), n_table = r.i64(), logits = r.i64();
+    const int64_t n_tokens = r.i64(), start = r.i64(), n_table = r.i64(), logits = r.i64(),
+                  n_forced = r.i64();
     if (logits < 0 || logits > static_cast<int64_t>(LogitsWanted::all))
       fail("tensor-parallel serving: unknown logits request {}", logits);
     d.tokens[b] = r.i32s(n_tokens);
     d.tables[b] = r.i32s(n_table);
-    d.sequences[b] =
-        BatchSequence{d.tokens[b], start, d.tables[b], static_cast<LogitsWanted>(logits)};
+    d.forced[b] = r.i32s(n_forced);  // routing replay: every rank routes alike
+    d.sequences[b] = BatchSequence{d.tokens[b], start, d.tables[b],
+                                   static_cast<LogitsWanted>(logits), d.forced[b]};
   }
   return d;
 }

@@ -24,6 +24,7 @@ Engine::Engine(const EngineOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
   TensorParallel tp;
   if (options.communicator) tp.communicator = options.communicator;
+  tp.expert_parallel = options.expert_parallel;
   if (options.tp != tp.world())
     fail(
         "--tp {} needs {} processes (start them with mpirun -np {}), but this process group has {}",

@@ -34,10 +34,11 @@ struct CheckpointContents {
 };
 
 struct EngineOptions {
-  std::string model_path;      // empty: the built-in demo model
-  std::string tokenizer_path;  // for formats without a tokenizer (llama2.c)
-  int tp = 1;                  // tensor-parallel size (needs a communicator of that size)
-  std::string quant;           // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
+  std::string model_path;        // empty: the built-in demo model
+  std::string tokenizer_path;    // for formats without a tokenizer (llama2.c)
+  int tp = 1;                    // tensor-parallel size (needs a communicator of that size)
+  bool expert_parallel = false;  // --ep: mixture-of-experts layers shard by expert
+  std::string quant;             // "" (as stored), later: fp8, fp8-block, mxfp4, q8_0
   std::string layout;  // "" or "auto", "plain", "transpose", "shuffle16x16", "interleave4x16"
   int threads = 0;     // 0: all cores
   // Context length served (vLLM --max-model-len, llama.cpp -c); 0: the checkpoint's. At

@@ -42,10 +42,10 @@ void check_alias_tensor(const CheckpointAlias& alias, const Tensor& t) {
   const char* form = alias.form == AliasForm::values         ? "a float tensor"
                      : alias.form == AliasForm::mxfp4_blocks ? "MXFP4 blocks (U8)"
                                                              : "MXFP4 scales (U8)";
-  const bool dtype_ok = alias.form == AliasForm::values
-                            ? dtype_is_floating(t.dtype()) && t.dtype() != DType::f4_e2m1 &&
-                                  t.dtype() != DType::e8m0
-                            : t.dtype() == DType::u8;
+  const bool dtype_ok =
+      alias.form == AliasForm::values
+          ? dtype_is_floating(t.dtype()) && t.dtype() != DType::f4_e2m1 && t.dtype() != DType::e8m0
+          : t.dtype() == DType::u8;
   if (t.shape() != alias.shape || !dtype_ok)
     fail("'{}' is {} of shape {}, expected {} of shape {} (the stacked form of {} tensors)",
          alias.name, dtype_name(t.dtype()), shape_str(t.shape()), form, shape_str(alias.shape),

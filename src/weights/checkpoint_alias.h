@@ -25,8 +25,8 @@
 namespace refit {
 
 struct AliasPart {
-  std::string name;  // the checkpoint tensor it is: "model.layers.0.mlp.experts.3.up_proj.weight"
-  int64_t index = 0;       // the stacked tensor's index along dim 0 (the expert)
+  std::string name;   // the checkpoint tensor it is: "model.layers.0.mlp.experts.3.up_proj.weight"
+  int64_t index = 0;  // the stacked tensor's index along dim 0 (the expert)
   bool transpose = false;  // then its two remaining dims swapped ([in, out] -> [out, in])
   int64_t row_start = 0;   // then rows row_start, row_start + row_step, ...
   int64_t row_step = 1;

@@ -52,6 +52,12 @@ void ParameterSet::add_alias(CheckpointAlias alias) {
   aliases_.push_back(std::move(alias));
 }
 
+void ParameterSet::add_elsewhere(std::string name) { elsewhere_.insert(std::move(name)); }
+
+bool ParameterSet::elsewhere(std::string_view name) const {
+  return elsewhere_.count(std::string(name)) > 0;
+}
+
 const CheckpointAlias* ParameterSet::alias(std::string_view name) const {
   auto it = alias_index_.find(std::string(name));
   return it == alias_index_.end() ? nullptr : &aliases_[it->second];

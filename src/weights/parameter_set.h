@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "weights/checkpoint_alias.h"
@@ -36,6 +37,10 @@ class ParameterSet {
   void add_alias(CheckpointAlias alias);
   const CheckpointAlias* alias(std::string_view name) const;  // null when none
   const std::vector<CheckpointAlias>& aliases() const { return aliases_; }
+  // A checkpoint tensor another rank's parameters take (expert parallelism: the experts this
+  // rank does not hold): updates accept it and leave it to that rank.
+  void add_elsewhere(std::string checkpoint_name);
+  bool elsewhere(std::string_view checkpoint_name) const;
   size_t total_bytes() const;
 
  private:
@@ -43,6 +48,7 @@ class ParameterSet {
   std::unordered_map<std::string, Parameter*> by_name_;
   std::unordered_map<std::string, CheckpointTarget> by_checkpoint_name_;
   std::vector<CheckpointAlias> aliases_;
+  std::unordered_set<std::string> elsewhere_;
   std::unordered_map<std::string, size_t> alias_index_;
 };
 

@@ -56,6 +56,7 @@ const Parameter* WeightUpdate::target_or_ignore(const std::string& name, Checkpo
   if (finished_) fail("weight update: the transaction has already been committed or aborted");
   target = params_.target(name);
   if (target.parameter) return target.parameter;
+  if (params_.elsewhere(name)) return nullptr;  // another rank's (expert parallelism)
   if (!options_.ignore_unknown_tensors)
     fail(
         "weight update: unknown tensor '{}' (no parameter takes it; ignore_unknown_tensors true "

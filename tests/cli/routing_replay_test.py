@@ -9,7 +9,10 @@ What it holds refit to, on the micro Qwen3-MoE and gpt-oss oracle models:
   routing while rescoring it changes no logprob, bit for bit; forcing another routing changes
   them and is what the request reports as routed;
 - bad routing (wrong length, an expert that does not exist, a dense model) is a 400 naming
-  the field, and the server keeps serving.
+  the field, and the server keeps serving;
+- under `mpirun -np 2 ... --tp 2`, experts split along their width or by expert (--ep), the
+  same tokens and routing as one process, and forced routing reaches every rank (a rescoring
+  forced to the rollout's routing is bitwise the unforced one).
 """
 import base64
 import os
@@ -105,6 +108,39 @@ for name, (path, layers, experts, k) in MODELS.items():
                   f"{name}: bad routed_experts ({what}) -> {status} {j}")
         status, j = s.post("/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}})
         check(status == 200, f"{name}: server stopped serving after refused routing: {status}")
+    finally:
+        s.stop()
+
+# Tensor and expert parallelism: every rank routes alike, forced routing included.
+path, layers, experts, k = MODELS["gpt-oss"]
+one = RefitServer(REFIT, path)
+try:
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+            "return_routed_experts": True}
+    status, want = one.post("/generate", body)
+    check(status == 200, f"gpt-oss TP 1 -> {status}")
+    seq = PROMPT + want["output_ids"]
+    other = b64_of([(e + 1) % experts for e in ids_of(want["meta_info"]["routed_experts"])])
+    want_other_lp, _ = rescore(one, seq, other)
+finally:
+    one.stop()
+for extra in ([], ["--ep"]):
+    s = RefitServer(REFIT, path, *extra, tp=2)
+    try:
+        what = "gpt-oss --tp 2 " + " ".join(extra)
+        status, got = s.post("/generate", body)
+        check(status == 200 and got["output_ids"] == want["output_ids"],
+              f"{what}: tokens {got.get('output_ids')} vs TP 1 {want['output_ids']}")
+        check(got["meta_info"]["routed_experts"] == want["meta_info"]["routed_experts"],
+              f"{what}: routing differs from TP 1")
+        free_lp, _ = rescore(s, seq)
+        forced_lp, _ = rescore(s, seq, got["meta_info"]["routed_experts"])
+        check(forced_lp == free_lp, f"{what}: forcing the rollout's routing changed logprobs")
+        # Another routing forced on every rank gives what one process gives with it.
+        other_lp, _ = rescore(s, seq, other)
+        check(len(other_lp) == len(want_other_lp) and
+              max(abs(a - b) for a, b in zip(other_lp, want_other_lp)) < 1e-4,
+              f"{what}: forced routing differs from TP 1's (did it reach every rank?)")
     finally:
         s.stop()
 

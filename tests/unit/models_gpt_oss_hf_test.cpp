@@ -168,11 +168,10 @@ std::string write_hf_gpt_oss(const TempDir& dir, const std::string& gguf, Form f
                       {"swiglu_limit", c.swiglu_limit},
                       {"torch_dtype", "float32"}};
   if (form == Form::mxfp4)
-    j["quantization_config"] = {
-        {"quant_method", "mxfp4"},
-        {"modules_to_not_convert",
-         {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
-          "lm_head"}}};
+    j["quantization_config"] = {{"quant_method", "mxfp4"},
+                                {"modules_to_not_convert",
+                                 {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                  "model.embed_tokens", "lm_head"}}};
   std::ofstream(dir.file("config.json")) << j.dump(2);
   return dir.path.string();
 }
@@ -221,8 +220,9 @@ TEST(GptOssHf, Mxfp4BlocksServeAsTheGgufsMxfp4Experts) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     EXPECT_EQ(from_hf->parameters().get(stacked(l, "w13_weight")).quantization().method,
               QuantMethod::mxfp4);
-    EXPECT_FALSE(
-        from_hf->parameters().get(fmt::format("model.layers.{}.self_attn.qkv_proj.weight", l)).quantized());
+    EXPECT_FALSE(from_hf->parameters()
+                     .get(fmt::format("model.layers.{}.self_attn.qkv_proj.weight", l))
+                     .quantized());
   }
   testing::expect_same_bytes(*from_hf, *from_gguf, "HF MXFP4 vs GGUF MXFP4");
   // Read by value (f32 parameters), the blocks decode to the GGUF's values exactly.
@@ -249,12 +249,11 @@ TEST(GptOssHf, RefitInStackedFormsIsBitwiseAFreshLoad) {
     EXPECT_EQ(update.report().tensors.size(), static_cast<size_t>(3 * c.n_experts));
     update.apply();
   }
-  EXPECT_EQ(std::memcmp(sent.data<const float>(), s.gate_up.data<const float>(), sent.nbytes()),
-            0)
+  EXPECT_EQ(std::memcmp(sent.data<const float>(), s.gate_up.data<const float>(), sent.nbytes()), 0)
       << "the update changed the sender's tensor";
   for (int64_t e = 0; e < c.n_experts; ++e)
-    for (std::string n : {expert(2, e, "gate_proj"), expert(2, e, "up_proj"),
-                          expert(2, e, "down_proj", "bias")})
+    for (std::string n :
+         {expert(2, e, "gate_proj"), expert(2, e, "up_proj"), expert(2, e, "down_proj", "bias")})
       current[n] = changed.at(n);
   auto fresh = testing::fresh_model(c, {}, current, "", "");
   testing::expect_same_bytes(*model, *fresh, "stacked refit vs fresh");
@@ -264,8 +263,12 @@ TEST(GptOssHf, RefitInStackedFormsIsBitwiseAFreshLoad) {
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const Parameter& w13 = model->parameters().get(stacked(2, "w13_weight"));
     const Tensor gate = w13.data().narrow(0, e * 2 * c.expert_ffn_dim, c.expert_ffn_dim);
-    EXPECT_EQ(gate.to_floats(), s.gate_up.select(0, e).transpose(0, 1).slice(0, 0, 2 *
-              c.expert_ffn_dim, 2).contiguous().to_floats()) << "expert " << e;
+    EXPECT_EQ(gate.to_floats(), s.gate_up.select(0, e)
+                                    .transpose(0, 1)
+                                    .slice(0, 0, 2 * c.expert_ffn_dim, 2)
+                                    .contiguous()
+                                    .to_floats())
+        << "expert " << e;
   }
 }
 

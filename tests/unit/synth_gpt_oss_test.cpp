@@ -118,8 +118,7 @@ TEST(SynthGptOss, Mxfp4QuantizerIsByteForByteLlamaQuantize) {
       quantize_row_mxfp4(values.data<const float>(), blocks.data(), values.numel());
       const GgmlTensorView want = mx->raw(name);
       ASSERT_EQ(want.bytes.numel(), static_cast<int64_t>(blocks.size() * sizeof(BlockMxfp4)));
-      EXPECT_EQ(std::memcmp(want.bytes.data<const uint8_t>(), blocks.data(), want.bytes.numel()),
-                0)
+      EXPECT_EQ(std::memcmp(want.bytes.data<const uint8_t>(), blocks.data(), want.bytes.numel()), 0)
           << name;
       ++checked;
     }
