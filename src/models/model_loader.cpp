@@ -248,8 +248,19 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
     if (it == gguf_names_.end()) return false;
     const GgufTensorInfo* info = checkpoint_.gguf()->find_tensor(it->second);
     if (!info) return false;
-    if (gguf_experts_.count(name)) {  // one expert of a stacked tensor
-      out->view = find(name);
+    if (auto expert = gguf_experts_.find(name); expert != gguf_experts_.end()) {
+      if (is_plain_ggml(info->type)) {  // one expert of a stacked tensor: a view
+        out->view = find(name);
+        return true;
+      }
+      // Quantized: that expert's blocks decoded when the load or commit writes it, so
+      // memory stays at one expert however many the checkpoint has.
+      out->shape = Shape(info->shape.begin() + 1, info->shape.end());
+      out->dtype = DType::f32;
+      const GgufFile* file = checkpoint_.gguf();
+      out->produce = [file, gguf_name = it->second, e = expert->second] {
+        return gguf_expert_tensor(*file, gguf_name, e);
+      };
       return true;
     }
     auto change_it = gguf_changes_.find(name);
@@ -325,19 +336,24 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
   const std::vector<std::string> names = params.checkpoint_names();
   CheckpointWeights weights(ck, model.config());
   // Check every tensor exists and fits before writing any (a bad file changes nothing).
-  std::vector<Tensor> tensors;
+  // Views of the file cost nothing; a tensor that must be converted (dequantized, re-ordered)
+  // is declared now and made when it is written, so memory stays at one such tensor.
+  std::vector<CheckpointWeights::Lazy> tensors;
   std::vector<std::optional<Fp8CheckpointTensor>> codes;  // FP8 stored as it is
   for (const std::string& name : names) {
     CheckpointTarget target = params.target(name);
     codes.push_back(fp8_codes_to_store(ck, name, *target.parameter));
-    Tensor t = codes.back() ? Tensor() : weights.find(name);
-    if (!codes.back() && !t.defined()) fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
+    CheckpointWeights::Lazy t;
+    if (!codes.back() && !weights.find_lazy(name, &t))
+      fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
     try {
       if (codes.back())
         target.parameter->check_codes_loadable(*target.sub_shard, codes.back()->codes,
                                                codes.back()->scales, codes.back()->method);
+      else if (t.view.defined())
+        target.parameter->check_loadable(*target.sub_shard, t.view);
       else
-        target.parameter->check_loadable(*target.sub_shard, t);
+        target.parameter->check_declared(*target.sub_shard, t.shape, t.dtype, Device::cpu());
     } catch (const Error& e) {
       fail("{}: {}", ck.path(), e.what());
     }
@@ -348,8 +364,11 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
     if (codes[i])
       target.parameter->load_codes(*target.sub_shard, codes[i]->codes, codes[i]->scales,
                                    codes[i]->method);
+    else if (tensors[i].view.defined())
+      target.parameter->load(*target.sub_shard, tensors[i].view);
     else
-      target.parameter->load(*target.sub_shard, tensors[i]);
+      target.parameter->load(*target.sub_shard, tensors[i].produce());
+    tensors[i] = {};  // views keep the file's pages referenced no longer than needed
     if (options.progress) options.progress(i + 1, names.size());
   }
 }

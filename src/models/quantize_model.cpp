@@ -299,10 +299,13 @@ QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ck
                                               const QuantScheme& requested) {
   const QuantScheme stored = checkpoint_quant_scheme(ck);
   // A file whose experts are in another scheme than its other layers (gpt-oss: MXFP4
-  // experts, float attention) serves each as stored, unless --quant says otherwise.
-  if (!requested.enabled()) {
-    const QuantScheme experts = checkpoint_expert_scheme(ck);
-    if (experts.enabled() && experts.method != stored.method) {
+  // experts, float attention) serves each as stored; --quant in the experts' own method
+  // (mxfp4-w8a8: int8 activations) applies to the experts alone, any other to every weight.
+  const QuantScheme stored_experts = checkpoint_expert_scheme(ck);
+  if (stored_experts.enabled() && stored_experts.method != stored.method &&
+      (!requested.enabled() || requested.method == stored_experts.method)) {
+    const QuantScheme experts = requested.enabled() ? requested : stored_experts;
+    {
       const std::unordered_set<std::string> expert_names = expert_matmuls(model.config());
       std::unordered_set<std::string> others;
       for (const TensorSpec& s : model_tensor_specs(model.config()))

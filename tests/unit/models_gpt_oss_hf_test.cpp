@@ -177,11 +177,11 @@ std::string write_hf_gpt_oss(const TempDir& dir, const std::string& gguf, Form f
 }
 
 // A model created for a checkpoint and quantized as the engine quantizes it (as stored).
-std::unique_ptr<Model> load_as_engine(const std::string& path) {
+std::unique_ptr<Model> load_as_engine(const std::string& path, const std::string& quant = "none") {
   auto ck = Checkpoint::open(path);
   ModelConfig config = read_model_config(*ck);
   auto model = create_model(config, config.weight_dtype);
-  quantize_for_checkpoint(*model, *ck, QuantScheme{});
+  quantize_for_checkpoint(*model, *ck, parse_quant_scheme(quant));
   load_weights(*model, *ck);
   return model;
 }
@@ -225,6 +225,11 @@ TEST(GptOssHf, Mxfp4BlocksServeAsTheGgufsMxfp4Experts) {
                      .quantized());
   }
   testing::expect_same_bytes(*from_hf, *from_gguf, "HF MXFP4 vs GGUF MXFP4");
+  // --quant mxfp4-w8a8 (int8 activations) applies to the MXFP4 experts alone, as the file's
+  // own codes; attention stays float.
+  auto w8a8 = load_as_engine(gguf, "mxfp4-w8a8");
+  EXPECT_TRUE(w8a8->parameters().get(stacked(1, "w13_weight")).quantization().w8a8);
+  EXPECT_FALSE(w8a8->parameters().get("model.layers.1.self_attn.qkv_proj.weight").quantized());
   // Read by value (f32 parameters), the blocks decode to the GGUF's values exactly.
   testing::expect_same_bytes(*load_model(hf), *load_model(gguf), "decoded HF vs GGUF");
 }

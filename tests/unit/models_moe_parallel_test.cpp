@@ -105,10 +105,9 @@ Tensor stacked_gate_up(const testing::TensorMap& w, const ModelConfig& c, int64_
   Tensor out = Tensor::zeros({E, D, 2 * I}, DType::f32);
   for (int64_t e = 0; e < E; ++e)
     for (int64_t parity = 0; parity < 2; ++parity) {
-      const Tensor part =
-          w.at(fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", l, e,
-                           parity == 0 ? "gate_proj" : "up_proj"))
-              .contiguous();
+      const Tensor part = w.at(fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", l, e,
+                                           parity == 0 ? "gate_proj" : "up_proj"))
+                              .contiguous();
       for (int64_t i = 0; i < I; ++i)
         for (int64_t k = 0; k < D; ++k)
           out.data<float>()[(e * D + k) * 2 * I + 2 * i + parity] =
