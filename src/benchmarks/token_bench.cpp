@@ -9,9 +9,11 @@
 #include <ctime>
 #include <numeric>
 #include <random>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "models/tensor_table.h"
 
 namespace refit {
 namespace {
@@ -86,15 +88,23 @@ BenchModelInfo bench_model_info(const Model& model, const std::string& filename)
   info.weight_dtype = model.weight_dtype();
   const ModelConfig& c = model.config();
   std::string quant;  // the scheme of the quantized parameters, if any
+  // A decode step reads k of a mixture's E experts: their stacked parameters count k/E.
+  std::unordered_set<std::string> expert_tensors;
+  for (const TensorSpec& s : model_tensor_specs(c))
+    if (s.expert >= 0) expert_tensors.insert(s.hf_name);
   for (const auto& p : model.parameters().all()) {
     // A quantized parameter reads its scales beside its codes.
     const uint64_t bytes = p->data().nbytes() + (p->quantized() ? p->scale().nbytes() : 0);
     if (p->quantized() && quant.empty()) quant = p->quantization().name();
     info.size_bytes += bytes;
     info.n_params += static_cast<uint64_t>(p->data().numel());
+    const bool expert =
+        !p->sub_shards().empty() && expert_tensors.count(p->sub_shards()[0].checkpoint_name);
     info.decode_bytes_per_token +=
         lookup_only(model, *p) ? bytes / static_cast<uint64_t>(std::max<int64_t>(c.vocab_size, 1))
-                               : bytes;
+        : expert               ? bytes * static_cast<uint64_t>(c.n_experts_used) /
+                       static_cast<uint64_t>(std::max<int64_t>(c.n_experts, 1))
+                 : bytes;
   }
   // Quantized at load: the scheme in llama.cpp's spelling ("Q8_0", "MXFP4", "FP8-TENSOR").
   for (char& ch : quant) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
