@@ -467,30 +467,24 @@ void write_synthetic_gguf(const std::string& path, const ModelConfig& c,
       for (float& x : v) x += spec.gguf_offset;
       t = Tensor::from_floats(t.shape(), v);
     }
-    if (mxfp4(spec)) {
-      const int64_t n = t.numel();
-      mx_blocks.resize(static_cast<size_t>(n / kQK_MXFP4));
-      const float* x = t.data<float>();
-      parallel_for(
-          static_cast<int64_t>(mx_blocks.size()),
-          [&](int64_t b0, int64_t b1, int) {
-            quantize_row_mxfp4(x + b0 * kQK_MXFP4, mx_blocks.data() + b0, (b1 - b0) * kQK_MXFP4);
-          },
-          1024);
-      w.write_tensor(spec.gguf_name, mx_blocks.data(), mx_blocks.size() * sizeof(BlockMxfp4));
-      bytes_written += mx_blocks.size() * sizeof(BlockMxfp4);
-    } else if (quantized(spec)) {
-      const int64_t n = t.numel();
-      blocks.resize(static_cast<size_t>(n / kQK8_0));
+    // Blocks of 32 values, quantized on the pool as llama-quantize would.
+    auto write_blocks = [&](auto& blocks, int64_t qk, auto quantize) {
+      blocks.resize(static_cast<size_t>(t.numel() / qk));
       const float* x = t.data<float>();
       parallel_for(
           static_cast<int64_t>(blocks.size()),
           [&](int64_t b0, int64_t b1, int) {
-            quantize_row_q8_0(x + b0 * kQK8_0, blocks.data() + b0, (b1 - b0) * kQK8_0);
+            quantize(x + b0 * qk, blocks.data() + b0, (b1 - b0) * qk);
           },
           1024);
-      w.write_tensor(spec.gguf_name, blocks.data(), blocks.size() * sizeof(BlockQ8_0));
-      bytes_written += blocks.size() * sizeof(BlockQ8_0);
+      const size_t bytes = blocks.size() * sizeof(blocks[0]);
+      w.write_tensor(spec.gguf_name, blocks.data(), bytes);
+      bytes_written += bytes;
+    };
+    if (mxfp4(spec)) {
+      write_blocks(mx_blocks, kQK_MXFP4, quantize_row_mxfp4);
+    } else if (quantized(spec)) {
+      write_blocks(blocks, kQK8_0, quantize_row_q8_0);
     } else {
       w.write_tensor(spec.gguf_name, t);
       bytes_written += t.nbytes();
