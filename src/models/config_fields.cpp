@@ -269,7 +269,9 @@ std::vector<std::string> describe_config(const ModelConfig& c) {
       rope += fmt::format(", {} of {} dims rotated", lc.rope.dim, c.head_dim);
     add(ropes, rope, l);
     if (lc.window > 0) add(windows, fmt::format("sliding window {}", lc.window), l);
-    add(acts, fmt::format("hidden_act {}", activation_name(lc.activation)), l);
+    // A dense FFN's activation; a mixture's experts are described with the mixture below.
+    if (lc.ffn != FfnKind::moe)
+      add(acts, fmt::format("hidden_act {}", activation_name(lc.activation)), l);
   }
   // "what" alone when every layer has it (`every` appended), else "what on layers 0-3, 5".
   auto emit = [&](const auto& list, const char* every) {

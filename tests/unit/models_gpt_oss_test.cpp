@@ -9,6 +9,7 @@
 
 #include "formats/checkpoint.h"
 #include "formats_test_util.h"
+#include "models/config_fields.h"
 #include "models/model_loader.h"
 #include "oracle_runs.h"
 #include "reference_files.h"
@@ -47,6 +48,13 @@ TEST(GptOss, ConfigFromGgufHasSinksBiasesExpertsAndLlamaCppsWindowPattern) {
     EXPECT_EQ(c.layer(l).window, l % 2 == 0 ? 8 : 0) << "layer " << l;
     EXPECT_EQ(c.layer(l).ffn, FfnKind::moe) << "layer " << l;
   }
+  // What `refit inspect` says: the experts' activation with the mixture, no dense hidden_act.
+  bool mixture = false;
+  for (const std::string& line : describe_config(c)) {
+    EXPECT_EQ(line.find("hidden_act"), std::string::npos) << line;
+    mixture = mixture || line.find("swiglu_oai") != std::string::npos;
+  }
+  EXPECT_TRUE(mixture);
 }
 
 class GptOssF32 : public ::testing::TestWithParam<const char*> {};
