@@ -264,6 +264,21 @@ TEST(GptOssHf, RefitInStackedFormsIsBitwiseAFreshLoad) {
   testing::expect_same_bytes(*model, *fresh, "stacked refit vs fresh");
   EXPECT_EQ(testing::addresses(*model), before);
 
+  // In bf16, the form a trainer sends (transformers keeps gpt-oss's experts in bf16): layer 3's
+  // down_proj, converted as a fresh load of those bf16 values converts them.
+  const Tensor down_bf16 = stack_layer(changed, c, 3).down.to(DType::bf16);
+  {
+    WeightUpdate update(model->parameters(), {});
+    update.update(stacked(3, "down_proj"), down_bf16);
+    update.apply();
+  }
+  for (int64_t e = 0; e < c.n_experts; ++e)
+    current[expert(3, e, "down_proj")] =
+        down_bf16.select(0, e).transpose(0, 1).contiguous().to(DType::f32);
+  testing::expect_same_bytes(*model, *testing::fresh_model(c, {}, current, "", ""),
+                             "bf16 stacked refit vs fresh");
+  EXPECT_EQ(testing::addresses(*model), before);
+
   // Expert e's gate rows hold the even columns of what was sent for it.
   for (int64_t e = 0; e < c.n_experts; ++e) {
     const Parameter& w13 = model->parameters().get(stacked(2, "w13_weight"));
