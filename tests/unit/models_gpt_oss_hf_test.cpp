@@ -26,13 +26,11 @@
 namespace refit {
 namespace {
 
-using testing::kOracle;
+using testing::pack_gguf;
+using testing::pack_run;
+
 using testing::TempDir;
 using testing::TensorMap;
-
-std::string gguf_of(const std::string& folder) {
-  return fmt::format("{}/llamacpp/{}/micro-{}-s1.gguf", kOracle, folder, folder);
-}
 
 std::string expert(int64_t l, int64_t e, const char* proj, const char* kind = "weight") {
   return fmt::format("model.layers.{}.mlp.experts.{}.{}.{}", l, e, proj, kind);
@@ -190,12 +188,11 @@ TEST(GptOssHf, FusedInterleavedFolderLoadsBitwiseAsTheGguf) {
   for (const char* folder : {"gpt-oss-f32", "gpt-oss-swa-f32"}) {
     SCOPED_TRACE(folder);
     TempDir dir;
-    const std::string hf = write_hf_gpt_oss(dir, gguf_of(folder), Form::f32_fused);
-    auto from_gguf = load_model(gguf_of(folder));
+    const std::string hf = write_hf_gpt_oss(dir, pack_gguf(folder), Form::f32_fused);
+    auto from_gguf = load_model(pack_gguf(folder));
     auto from_hf = load_model(hf);
     testing::expect_same_bytes(*from_hf, *from_gguf, "HF fused vs GGUF");
-    const testing::RefRun r =
-        testing::reference_run(kOracle + "/llamacpp/" + folder, "the_quick_brown_fox");
+    const testing::RefRun r = pack_run(folder, "the_quick_brown_fox");
     EXPECT_EQ(testing::teacher_forced(*from_hf, r.sequence),
               testing::teacher_forced(*from_gguf, r.sequence));
     // Every tensor of the folder is one the model takes (its stacked forms included).
@@ -208,7 +205,7 @@ TEST(GptOssHf, FusedInterleavedFolderLoadsBitwiseAsTheGguf) {
 
 TEST(GptOssHf, Mxfp4BlocksServeAsTheGgufsMxfp4Experts) {
   TempDir dir;
-  const std::string gguf = gguf_of("gpt-oss-mxfp4");
+  const std::string gguf = pack_gguf("gpt-oss-mxfp4");
   const std::string hf = write_hf_gpt_oss(dir, gguf, Form::mxfp4);
   auto ck = Checkpoint::open(hf);
   EXPECT_EQ(checkpoint_expert_scheme(*ck).method, QuantMethod::mxfp4);
@@ -239,7 +236,7 @@ TEST(GptOssHf, Mxfp4BlocksServeAsTheGgufsMxfp4Experts) {
 // the sender's tensors untouched.
 TEST(GptOssHf, RefitInStackedFormsIsBitwiseAFreshLoad) {
   TempDir dir;
-  const std::string hf = write_hf_gpt_oss(dir, gguf_of("gpt-oss-f32"), Form::f32_fused);
+  const std::string hf = write_hf_gpt_oss(dir, pack_gguf("gpt-oss-f32"), Form::f32_fused);
   auto model = load_model(hf);
   const ModelConfig& c = model->config();
   const auto before = testing::addresses(*model);
@@ -294,7 +291,7 @@ TEST(GptOssHf, RefitInStackedFormsIsBitwiseAFreshLoad) {
 
 TEST(GptOssHf, RefitFromMxfp4BlocksAndScalesIsBitwiseAFreshLoad) {
   TempDir mx_dir;
-  const std::string mx = write_hf_gpt_oss(mx_dir, gguf_of("gpt-oss-mxfp4"), Form::mxfp4);
+  const std::string mx = write_hf_gpt_oss(mx_dir, pack_gguf("gpt-oss-mxfp4"), Form::mxfp4);
   auto model = load_as_engine(mx);
   const auto before = testing::addresses(*model);
   // Another MXFP4 checkpoint's layer-1 gate/up experts: the file's own bytes with the
@@ -332,7 +329,7 @@ TEST(GptOssHf, RefitFromMxfp4BlocksAndScalesIsBitwiseAFreshLoad) {
 
 TEST(GptOssHf, BadStackedTensorsAreRefusedAndChangeNothing) {
   TempDir dir;
-  const std::string hf = write_hf_gpt_oss(dir, gguf_of("gpt-oss-f32"), Form::f32_fused);
+  const std::string hf = write_hf_gpt_oss(dir, pack_gguf("gpt-oss-f32"), Form::f32_fused);
   auto model = load_model(hf);
   const ModelConfig& c = model->config();
   auto snapshot = load_model(hf);

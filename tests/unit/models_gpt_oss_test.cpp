@@ -20,23 +20,16 @@
 namespace refit {
 namespace {
 
-using testing::kOracle;
+using testing::kPackPrompts;
+using testing::pack_gguf;
+using testing::pack_run;
+
 using testing::read_floats;
 using testing::RefRun;
 using testing::teacher_forced;
 
-const std::string kPack = kOracle + "/llamacpp";
-testing::RefRun run_of(const std::string& folder, const std::string& prompt) {
-  return testing::reference_run(kPack + "/" + folder, prompt);
-}
-const char* const kPrompts[] = {"once_upon_a_time", "the_quick_brown_fox", "hello_world_123"};
-
-std::string gguf_of(const std::string& folder) {
-  return fmt::format("{}/{}/micro-{}-s1.gguf", kPack, folder, folder);
-}
-
 TEST(GptOss, ConfigFromGgufHasSinksBiasesExpertsAndLlamaCppsWindowPattern) {
-  auto ck = Checkpoint::open(gguf_of("gpt-oss-swa-f32"));
+  auto ck = Checkpoint::open(pack_gguf("gpt-oss-swa-f32"));
   const ModelConfig c = read_model_config(*ck);
   EXPECT_EQ(c.arch, Architecture::gpt_oss);
   EXPECT_TRUE(c.attention_sinks && c.qkv_bias && c.o_bias && c.router_bias && c.expert_bias);
@@ -61,17 +54,17 @@ class GptOssF32 : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GptOssF32, GreedyIdsAndLogitsMatchLlamaCpp) {
   const std::string folder = GetParam();
-  auto model = load_model(gguf_of(folder));
-  for (const char* prompt : kPrompts) {
+  auto model = load_model(pack_gguf(folder));
+  for (const char* prompt : kPackPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = run_of(folder, prompt);
+    const RefRun r = pack_run(folder, prompt);
     GenerateRequest req;
     req.prompt = r.prompt;
     req.max_tokens = static_cast<int64_t>(r.generated.size());
     EXPECT_EQ(generate(*model, req).tokens, r.generated);
     const std::vector<float> got = teacher_forced(*model, r.sequence);
     const std::vector<float> want =
-        read_floats(kPack + "/" + folder + "/" + prompt + ".logits.f32");
+        read_floats(testing::kLlamaCppPack + "/" + folder + "/" + prompt + ".logits.f32");
     ASSERT_EQ(got.size(), want.size());
     double max_abs = 0, mean_abs = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -99,10 +92,10 @@ INSTANTIATE_TEST_SUITE_P(Oracle, GptOssF32,
 // forced on llama.cpp's own run, refit's argmax agrees at most steps (ids may differ at
 // small margins, the README says).
 TEST(GptOss, Mxfp4ExpertsAgreeWithLlamaCppsGreedyChoices) {
-  auto model = load_model(gguf_of("gpt-oss-mxfp4"));
+  auto model = load_model(pack_gguf("gpt-oss-mxfp4"));
   int agree = 0, steps = 0;
-  for (const char* prompt : kPrompts) {
-    const RefRun r = run_of("gpt-oss-mxfp4", prompt);
+  for (const char* prompt : kPackPrompts) {
+    const RefRun r = pack_run("gpt-oss-mxfp4", prompt);
     const std::vector<float> logits = teacher_forced(*model, r.sequence);
     const int64_t vocab = model->config().vocab_size;
     for (size_t k = 0; k < r.generated.size(); ++k) {
@@ -120,7 +113,7 @@ TEST(GptOss, Mxfp4ExpertsAgreeWithLlamaCppsGreedyChoices) {
 // Experts (weights and biases), the router's bias and the sinks, in subsets: a refit is
 // bitwise a fresh load from the same values, at the same addresses.
 TEST(GptOss, RefitOfExpertsBiasesAndSinksIsBitwiseAFreshLoad) {
-  const std::string path = gguf_of("gpt-oss-f32");
+  const std::string path = pack_gguf("gpt-oss-f32");
   auto model = load_model(path);
   const auto before = testing::addresses(*model);
   testing::TensorMap current = testing::base_weights(path, *model);

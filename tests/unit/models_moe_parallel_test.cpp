@@ -12,6 +12,7 @@
 
 #include "formats_test_util.h"
 #include "models/model_loader.h"
+#include "oracle_runs.h"
 #include "refit_test_support.h"
 #include "synthetic/synthetic_checkpoint.h"
 #include "synthetic/synthetic_model.h"
@@ -20,12 +21,9 @@
 namespace refit {
 namespace {
 
-using testing::kOracle;
-using testing::TempDir;
+using testing::pack_gguf;
 
-std::string gguf_of(const std::string& folder) {
-  return fmt::format("{}/llamacpp/{}/micro-{}-s1.gguf", kOracle, folder, folder);
-}
+using testing::TempDir;
 
 // A gpt-oss whose 6 heads split over 3 ranks: experts 288 wide (9 blocks of 32), 8 experts
 // (3 + 3 + 2 under --ep), as an HF folder (stacked experts), written once per test run.
@@ -43,7 +41,7 @@ const std::string& synthetic_gpt_oss() {
 }
 
 std::string model_path(const std::string& name) {
-  return name == "synthetic-gpt-oss" ? synthetic_gpt_oss() : gguf_of(name);
+  return name == "synthetic-gpt-oss" ? synthetic_gpt_oss() : pack_gguf(name);
 }
 
 std::vector<float> teacher_forced(const Model& model) {

@@ -27,19 +27,17 @@
 namespace refit {
 namespace {
 
-using testing::kOracle;
+using testing::kPackPrompts;
+using testing::pack_gguf;
+using testing::pack_run;
+
 using testing::read_floats;
 using testing::RefRun;
 using testing::teacher_forced;
 using testing::TempDir;
 
-const std::string kMoe = kOracle + "/llamacpp";
-const std::string kF32 = kMoe + "/qwen3moe-f32/micro-qwen3moe-f32-s1.gguf";
-const std::string kQ8 = kMoe + "/qwen3moe-q8_0/micro-qwen3moe-q8_0-s1.gguf";
-testing::RefRun run_of(const std::string& folder, const std::string& prompt) {
-  return testing::reference_run(kMoe + "/" + folder, prompt);
-}
-const char* const kPrompts[] = {"once_upon_a_time", "the_quick_brown_fox", "hello_world_123"};
+const std::string kF32 = pack_gguf("qwen3moe-f32");
+const std::string kQ8 = pack_gguf("qwen3moe-q8_0");
 
 struct Diff {
   double max_abs = 0, mean_abs = 0;
@@ -126,15 +124,16 @@ TEST(Qwen3Moe, HfSparseStepAndMlpOnlyLayers) {
 
 TEST(Qwen3Moe, F32GreedyIdsAndLogitsMatchLlamaCpp) {
   auto model = load_model(kF32);
-  for (const char* prompt : kPrompts) {
+  for (const char* prompt : kPackPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = run_of("qwen3moe-f32", prompt);
+    const RefRun r = pack_run("qwen3moe-f32", prompt);
     GenerateRequest req;
     req.prompt = r.prompt;
     req.max_tokens = static_cast<int64_t>(r.generated.size());
     EXPECT_EQ(generate(*model, req).tokens, r.generated);
-    const Diff d = diff(teacher_forced(*model, r.sequence),
-                        read_floats(kMoe + "/qwen3moe-f32/" + prompt + ".logits.f32"));
+    const Diff d =
+        diff(teacher_forced(*model, r.sequence),
+             read_floats(testing::kLlamaCppPack + "/qwen3moe-f32/" + prompt + ".logits.f32"));
     EXPECT_LT(d.max_abs, 1e-3);
     EXPECT_LT(d.mean_abs, 1e-4);
     RecordProperty(std::string(prompt) + "_max_abs", std::to_string(d.max_abs));
@@ -153,14 +152,15 @@ TEST(Qwen3Moe, Q8_0GgufIsWithinTheReadmeBoundsOfTheF32Reference) {
   const size_t V = static_cast<size_t>(model->config().vocab_size);
   double mean_sum = 0;
   int agree = 0, steps = 0;
-  for (const char* prompt : kPrompts) {
+  for (const char* prompt : kPackPrompts) {
     SCOPED_TRACE(prompt);
-    const RefRun r = run_of("qwen3moe-f32", prompt);
-    const Diff d = diff(teacher_forced(*model, r.sequence),
-                        read_floats(kMoe + "/qwen3moe-f32/" + prompt + ".logits.f32"));
+    const RefRun r = pack_run("qwen3moe-f32", prompt);
+    const Diff d =
+        diff(teacher_forced(*model, r.sequence),
+             read_floats(testing::kLlamaCppPack + "/qwen3moe-f32/" + prompt + ".logits.f32"));
     EXPECT_LT(d.max_abs, 30.0);
     mean_sum += d.mean_abs;
-    const RefRun q = run_of("qwen3moe-q8_0", prompt);
+    const RefRun q = pack_run("qwen3moe-q8_0", prompt);
     const std::vector<float> logits = teacher_forced(*model, q.sequence);
     for (size_t i = 0; i < q.generated.size(); ++i) {
       const float* row = logits.data() + (q.prompt.size() - 1 + i) * V;
@@ -212,7 +212,7 @@ TEST(Qwen3Moe, HuggingFaceFolderMatchesTheGguf) {
   const std::string hf = write_hf_folder(dir);
   auto gguf = load_model(kF32);
   auto folder = load_model(hf);
-  const RefRun r = run_of("qwen3moe-f32", "hello_world_123");
+  const RefRun r = pack_run("qwen3moe-f32", "hello_world_123");
   EXPECT_EQ(teacher_forced(*folder, r.sequence), teacher_forced(*gguf, r.sequence));
 }
 
