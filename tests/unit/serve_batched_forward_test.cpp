@@ -193,7 +193,10 @@ TEST(ServeBatchedForward, odd_shapes_give_the_same_logits_in_one_chunk_and_token
     for (int64_t k : chunks) {
       BatchSequence b{std::span<const int32_t>(prompt).subspan(static_cast<size_t>(pos),
                                                                static_cast<size_t>(k)),
-                      pos, table, LogitsWanted::all};
+                      pos,
+                      table,
+                      LogitsWanted::all,
+                      {}};
       BatchForwardResult r = batched_forward(*model, std::span<const BatchSequence>(&b, 1), cache);
       for (int64_t j = 0; j < k; ++j) rows.push_back(row(r.logits, j));
       pos += k;
@@ -216,7 +219,7 @@ TEST(ServeBatchedForward, refuses_a_block_table_that_does_not_cover_the_tokens) 
   auto model = testing::serve_test_model(c, DType::f32);
   PagedKvCache cache = make_paged_cache(*model, 8, 16);
   std::vector<int32_t> tokens(20, 3), table{0};
-  BatchSequence b{tokens, 0, table, LogitsWanted::last};
+  BatchSequence b{tokens, 0, table, LogitsWanted::last, {}};
   EXPECT_THROW(batched_forward(*model, std::span<const BatchSequence>(&b, 1), cache), Error);
 }
 

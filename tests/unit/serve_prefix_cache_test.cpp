@@ -99,7 +99,7 @@ TEST(ServePrefixCache, logits_after_a_shared_prefix_are_bitwise_those_of_a_cold_
   auto run = [&](PagedKvCache& cache, std::span<const int32_t> tokens, int64_t start,
                  std::vector<int32_t>& table) {
     EXPECT_TRUE(cache.reserve(table, start + static_cast<int64_t>(tokens.size())));
-    BatchSequence s{tokens, start, table, LogitsWanted::all};
+    BatchSequence s{tokens, start, table, LogitsWanted::all, {}};
     return batched_forward(*model, std::span<const BatchSequence>(&s, 1), cache).logits;
   };
   // Cold: b alone in a fresh cache.

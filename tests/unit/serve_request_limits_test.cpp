@@ -25,6 +25,12 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+NormalizerStep normalizer_step(NormalizerStep::Kind kind) {
+  NormalizerStep step;
+  step.kind = kind;
+  return step;
+}
+
 template <class Fn>
 HttpError http_error(Fn&& fn) {
   try {
@@ -170,12 +176,12 @@ TEST(ServeRequestLimits, the_tokenizer_bound_is_unbounded_when_the_normalizer_ca
   data.tokens = {"a", "b", "ab"};
   data.merges = {{"a", "b"}};
   data.hf_pipeline = true;
-  data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfc}};
+  data.normalizer = {normalizer_step(NormalizerStep::Kind::nfc)};
   EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 4u * 3);  // an unknown character, NFC
-  data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfkc}};
+  data.normalizer = {normalizer_step(NormalizerStep::Kind::nfkc)};
   EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 4u * 4);  // U+1D400 (4 bytes) -> 'A'
-  data.normalizer = {NormalizerStep{NormalizerStep::Kind::nfc}};
-  data.normalizer.push_back(NormalizerStep{NormalizerStep::Kind::strip});
+  data.normalizer = {normalizer_step(NormalizerStep::Kind::nfc)};
+  data.normalizer.push_back(normalizer_step(NormalizerStep::Kind::strip));
   EXPECT_EQ(max_text_bytes_per_token(Vocab(data)), 0u);
 }
 

@@ -73,8 +73,9 @@ TEST_F(LimitsSchedulerTest, prompt_logprobs_at_a_tiny_temperature_are_finite) {
         EXPECT_TRUE(std::isfinite(t.logprob) && t.logprob <= 0) << t.logprob;
         for (const TokenLogprob& x : t.top) EXPECT_TRUE(std::isfinite(x.logprob));
       }
-      if (e.kind == RequestHandle::Event::token)
+      if (e.kind == RequestHandle::Event::token) {
         EXPECT_TRUE(std::isfinite(e.token_event.logprob)) << e.token_event.logprob;
+      }
       if (e.kind == RequestHandle::Event::finished) break;
     }
     EXPECT_EQ(prompt_rows, 5);
