@@ -6,10 +6,12 @@
 //
 // Decode is bound by reading the weights once, so each matmul also reports weight GB/s
 // ("wGB/s") to compare with the bandwidth figures (issue 4: decode >= 60% of
-// bandwidth / weight bytes). K, N default to 2048; REFIT_BENCH_K / REFIT_BENCH_N override.
+// bandwidth / weight bytes). K, N default to 2048; REFIT_BENCH_K / REFIT_BENCH_N override,
+// REFIT_BENCH_M lists the row counts (default 1,512).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -136,8 +138,16 @@ void BM_stream_read(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
+// Rows of x: REFIT_BENCH_M, a comma-separated list (default 1,512: decode and prefill).
 void args(benchmark::internal::Benchmark* b) {
-  b->ArgName("M")->Arg(1)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+  b->ArgName("M")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+  const char* v = std::getenv("REFIT_BENCH_M");
+  std::string list = v && *v ? v : "1,512";
+  for (size_t at = 0; at < list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    b->Arg(std::atoll(list.substr(at, comma - at).c_str()));
+    at = comma + 1;
+  }
 }
 
 BENCHMARK_CAPTURE(BM_refit_matmul, f32, DType::f32)->Apply(args);

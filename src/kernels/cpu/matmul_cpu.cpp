@@ -198,6 +198,15 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
                    int64_t ldw, int64_t rows, int64_t K, const float* bias, float* out,
                    int64_t ldo) {
   constexpr int64_t kChunk = 256;  // floats of k per pass: (4 + 16) rows x 1 KiB in L1
+  // Weight rows per register tile: 4 x kTileRows accumulators, kTileRows weight vectors and
+  // one x vector must fit the register file, or the compiler re-reads the weights from L1
+  // for every FMA and spills accumulators (loads, not FMAs, then bound the loop). x86
+  // below AVX-512 has 16 vector registers: 12 + 3 + 1. AVX-512 and others have 32.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+  constexpr int kTileRows = 3;
+#else
+  constexpr int kTileRows = 4;
+#endif
   constexpr int64_t kParkRow = matmul_detail::kBlockRows;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -207,8 +216,8 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
   for (int64_t k0 = 0; k0 < kv; k0 += kChunk) {
     const int64_t k1 = std::min(kv, k0 + kChunk);
     int64_t j = 0;
-    for (; j + 4 <= rows; j += 4)
-      ChunkTile<4>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
+    for (; j + kTileRows <= rows; j += kTileRows)
+      ChunkTile<kTileRows>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
     for (; j < rows; ++j) ChunkTile<1>(x, ldx, w + j * ldw, ldw, k0, k1, park + j * L, kParkRow);
   }
   for (int i = 0; i < 4; ++i)
