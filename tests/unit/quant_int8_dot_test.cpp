@@ -1,10 +1,11 @@
 // The integer-dot W8A8 kernels (q8_0-w8a8, mxfp4-w8a8; kernels/cpu/matmul_int8_dot.h):
-// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) equals the scalar definition bit for bit
+// the AVX-512 VNNI kernel (and AMX, for 16 rows and more) and the AVX2 one, each run under
+// the REFIT_CPU_ISA cap that selects it, equal the scalar definition bit for bit
 // (plain, shuffled and interleaved weights, odd shapes, every code incl. Q8_0's -128, every e8m0
 // scale incl. NaN); both agree with a dequantize-then-matmul of the quantized activations in double
 // to 1e-4; each output row is bitwise the same whatever M is, and whatever the layout; the
-// activation quantizer rounds ties to even and marks non-finite blocks; REFIT_CPU_ISA below avx3
-// dispatches to the definition.
+// activation quantizer rounds ties to even and marks non-finite blocks; REFIT_CPU_ISA avx2
+// dispatches to the AVX2 kernel and below that to the definition.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -50,10 +51,11 @@ const Kernel& selected(const Tensor& xq, const Tensor& xd, const QuantWeight& w,
   return KernelRegistry::global().select("matmul_quantized", args);
 }
 
-// The scalar definition for the same arguments: the selected name without "avx512vnni_".
+// The scalar definition for the same arguments: the selected name without its ISA.
 kernels::MatmulQuantizedFn definition_kernel(const std::string& name) {
   std::string def = name;
-  if (const size_t at = def.find("avx512vnni_"); at != std::string::npos) def.erase(at, 11);
+  for (const std::string isa : {"avx512vnni_", "avx2_"})
+    if (const size_t at = def.find(isa); at != std::string::npos) def.erase(at, isa.size());
   for (const Kernel* k : KernelRegistry::global().kernels("matmul_quantized"))
     if (k->name == def) return reinterpret_cast<kernels::MatmulQuantizedFn>(k->fn);
   ADD_FAILURE() << "no kernel " << def;
@@ -68,6 +70,23 @@ std::vector<uint32_t> bits(const Tensor& t) {
   for (uint32_t& v : b)
     if ((v & 0x7F800000u) == 0x7F800000u && (v & 0x7FFFFFu) != 0) v = 0x7FC00000u;
   return b;
+}
+
+// The SIMD kernels' ISA caps this CPU can run ("avx3" for AVX-512 VNNI, "avx2"), each with
+// the name part its kernels carry; `body` runs under each cap, and the cap in force before
+// (REFIT_CPU_ISA or none) is put back.
+struct SimdIsa {
+  std::string cap, name_part;
+};
+std::vector<SimdIsa> simd_isas() {
+  std::vector<SimdIsa> out;
+  if (cpu::int8dot::avx512_vnni_on_cpu()) out.push_back({"avx3", "avx512vnni_"});
+  if (cpu::int8dot::avx2_int8_on_cpu()) out.push_back({"avx2", "avx2_"});
+  return out;
+}
+void restore_isa() {
+  const char* env = std::getenv("REFIT_CPU_ISA");
+  cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
 }
 
 Tensor run(const Tensor& xq, const Tensor& xd, const QuantWeight& w, const Tensor& bias) {
@@ -93,8 +112,8 @@ QuantWeight interleaved(const QuantWeight& plain) {
 }
 
 TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_to_1e4) {
-  const bool simd = cpu::int8dot::avx512_vnni_usable();
-  if (!simd) std::printf("note: no AVX-512 VNNI here; only the definition kernel runs\n");
+  const std::vector<SimdIsa> isas = simd_isas();
+  if (isas.empty()) std::printf("note: no AVX2 or AVX-512 VNNI here; only the definition runs\n");
   const Case cases[] = {
       {"q8_0-w8a8", false, 48, 512},
       {"q8_0-w8a8", true, 48, 512},  // 16 blocks
@@ -126,100 +145,116 @@ TEST(Int8DotKernels, simd_equals_the_definition_bitwise_and_dequantized_matmul_t
   };
   // MXFP4 once with each nibble decoder the CPU has (vpermb needs VBMI; vpshufb always).
   const bool vbmi = cpu::int8dot::vbmi_in_use();
-  for (const bool use_vbmi : {true, false})
-    for (const Case& c : cases)
-      // Every plain Q8_0 case once more with the codes interleaved (runs of 16 blocks read in
-      // place, the tail blocks plain).
-      for (const bool il : {false, true}) {
-        if (!use_vbmi && (!vbmi || std::string(c.scheme) != "mxfp4-w8a8")) continue;
-        if (il && (c.shuffled || std::string(c.scheme) != "q8_0-w8a8")) continue;
-        cpu::int8dot::set_vbmi_allowed(use_vbmi);
-        SCOPED_TRACE(fmt::format("{} {} N {} K {}{}", c.scheme,
-                                 il           ? "interleaved"
-                                 : c.shuffled ? "shuffled"
-                                              : "plain",
-                                 c.n, c.k, use_vbmi ? "" : " (vpshufb path)"));
-        const QuantScheme s = parse_quant_scheme(c.scheme);
-        const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
-        const QuantWeight w =
-            il ? interleaved(plain) : make_quant_weight(s, c.n, c.k, c.shuffled, 11);
-        Tensor bias = Tensor::empty({c.n}, DType::f32);
-        for (int64_t i = 0; i < c.n; ++i)
-          bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-        // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
-        for (int64_t m :
-             {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{17}, int64_t{33}}) {
-          const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
-          Tensor out = Tensor::empty({m, c.n}, DType::f32);
-          const Kernel& k = selected(a.xq, a.xd, w, bias, out);
-          EXPECT_EQ(k.name.find("avx512vnni_") != std::string::npos, simd) << k.name;
-          EXPECT_EQ(k.name.find("interleaved_4x16") != std::string::npos, il) << k.name;
-          out = run(a.xq, a.xd, w, bias);
-          // The definition, bit for bit.
-          Tensor def = Tensor::empty({m, c.n}, DType::f32);
-          definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
-          EXPECT_EQ(bits(out), bits(def));
-          // The plain layout's bits.
-          if (c.shuffled || il) {
-            EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
-          }
-          // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
-          for (int64_t r = 0; r < m; ++r)
-            for (int64_t n = 0; n < c.n; ++n) {
-              double ref = bias.data<float>()[n], mag = std::fabs(ref);
-              for (int64_t kk = 0; kk < c.k; ++kk) {
-                const double xv = double(a.xq.data<int8_t>()[r * c.k + kk]) *
-                                  a.xd.data<float>()[r * (c.k / 32) + kk / 32];
-                ref += xv * w.dequantized[n * c.k + kk];
-                mag += std::fabs(xv * w.dequantized[n * c.k + kk]);
-              }
-              ASSERT_LE(std::fabs(out.data<float>()[r * c.n + n] - ref), 1e-4 * mag)
-                  << "row " << r << " col " << n;
+  for (const SimdIsa& isa : isas)
+    for (const bool use_vbmi : {true, false})
+      for (const Case& c : cases)
+        // Every plain Q8_0 case once more with the codes interleaved (runs of 16 blocks read in
+        // place, the tail blocks plain).
+        for (const bool il : {false, true}) {
+          if (!use_vbmi && (!vbmi || isa.cap != "avx3" || std::string(c.scheme) != "mxfp4-w8a8"))
+            continue;
+          cpu::set_cpu_isa(isa.cap);
+          if (il && (c.shuffled || std::string(c.scheme) != "q8_0-w8a8")) continue;
+          cpu::int8dot::set_vbmi_allowed(use_vbmi);
+          SCOPED_TRACE(fmt::format("{}: {} {} N {} K {}{}", isa.cap, c.scheme,
+                                   il           ? "interleaved"
+                                   : c.shuffled ? "shuffled"
+                                                : "plain",
+                                   c.n, c.k, use_vbmi ? "" : " (vpshufb path)"));
+          const QuantScheme s = parse_quant_scheme(c.scheme);
+          const QuantWeight plain = make_quant_weight(s, c.n, c.k, false, 11);
+          const QuantWeight w =
+              il ? interleaved(plain) : make_quant_weight(s, c.n, c.k, c.shuffled, 11);
+          Tensor bias = Tensor::empty({c.n}, DType::f32);
+          for (int64_t i = 0; i < c.n; ++i)
+            bias.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+          // 17 and 33 rows: the AMX kernel where the CPU has it (16 rows and more).
+          for (int64_t m :
+               {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{9}, int64_t{17}, int64_t{33}}) {
+            const Activations a = make_activations(m, c.k, static_cast<uint32_t>(m));
+            Tensor out = Tensor::empty({m, c.n}, DType::f32);
+            const Kernel& k = selected(a.xq, a.xd, w, bias, out);
+            EXPECT_NE(k.name.find(isa.name_part), std::string::npos) << k.name;
+            EXPECT_EQ(k.name.find("interleaved_4x16") != std::string::npos, il) << k.name;
+            out = run(a.xq, a.xd, w, bias);
+            // The definition, bit for bit.
+            Tensor def = Tensor::empty({m, c.n}, DType::f32);
+            definition_kernel(k.name)(a.xq, a.xd, w.codes, w.scales, 32, bias, def);
+            EXPECT_EQ(bits(out), bits(def));
+            // The plain layout's bits.
+            if (c.shuffled || il) {
+              EXPECT_EQ(bits(out), bits(run(a.xq, a.xd, plain, bias)));
             }
-          // Each row alone: the same bits (batch invariance).
-          for (int64_t r = 0; r < m; ++r) {
-            const Tensor one = run(a.xq.narrow(0, r, 1), a.xd.narrow(0, r, 1), w, bias);
-            std::vector<uint32_t> all = bits(out);
-            EXPECT_EQ(bits(one),
-                      std::vector<uint32_t>(all.begin() + r * c.n, all.begin() + (r + 1) * c.n))
-                << "row " << r;
+            // Dequantize-then-matmul in double, to 1e-4 of the sum of |products|.
+            for (int64_t r = 0; r < m; ++r)
+              for (int64_t n = 0; n < c.n; ++n) {
+                double ref = bias.data<float>()[n], mag = std::fabs(ref);
+                for (int64_t kk = 0; kk < c.k; ++kk) {
+                  const double xv = double(a.xq.data<int8_t>()[r * c.k + kk]) *
+                                    a.xd.data<float>()[r * (c.k / 32) + kk / 32];
+                  ref += xv * w.dequantized[n * c.k + kk];
+                  mag += std::fabs(xv * w.dequantized[n * c.k + kk]);
+                }
+                ASSERT_LE(std::fabs(out.data<float>()[r * c.n + n] - ref), 1e-4 * mag)
+                    << "row " << r << " col " << n;
+              }
+            // Each row alone: the same bits (batch invariance).
+            for (int64_t r = 0; r < m; ++r) {
+              const Tensor one = run(a.xq.narrow(0, r, 1), a.xd.narrow(0, r, 1), w, bias);
+              std::vector<uint32_t> all = bits(out);
+              EXPECT_EQ(bits(one),
+                        std::vector<uint32_t>(all.begin() + r * c.n, all.begin() + (r + 1) * c.n))
+                  << "row " << r;
+            }
           }
         }
-      }
   cpu::int8dot::set_vbmi_allowed(true);
+  restore_isa();
 }
 
 // Q8_0 codes over the whole byte range (-128 included: ggml never writes it, a GGUF may
-// hold it) and activation codes at +-127: the unsigned-offset trick stays exact.
+// hold it) and activation codes at +-127: the unsigned-offset trick (AVX-512) and the sign
+// trick (AVX2) stay exact. Activation codes of -128 (the quantizer never writes them; the
+// AVX2 kernel's sign trick cannot take them and hands such a call to the definition) give
+// the definition's bits too.
 TEST(Int8DotKernels, every_q8_0_code_and_extreme_activations_are_exact) {
-  const int64_t n = 16, k = 512;
-  QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), n, k, false, 5);
-  for (int64_t i = 0; i < n * k; ++i)
-    static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 7 + i / 256);
-  Tensor xq = Tensor::empty({2, k}, DType::i8), xd = Tensor::empty({2, k / 32}, DType::f32);
-  for (int64_t i = 0; i < 2 * k; ++i)
-    xq.data<int8_t>()[i] = static_cast<int8_t>(i % 3 == 0   ? 127
-                                               : i % 3 == 1 ? -127
-                                                            : i % 255 - 127);
-  for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f / static_cast<float>(1 + i);
-  const Tensor out = run(xq, xd, w, Tensor());
-  Tensor def = Tensor::empty({2, n}, DType::f32);
-  definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32,
-                                                             Tensor(), def);
-  EXPECT_EQ(bits(out), bits(def));
-  EXPECT_EQ(bits(run(xq, xd, interleaved(w), Tensor())), bits(def));  // the same codes, interleaved
-  // An exact integer check on one block: scale 1 everywhere.
-  for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint16_t>()[i] = f32_to_f16(1.0f);
-  for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f;
-  const Tensor exact = run(xq, xd, w, Tensor());
-  for (int64_t r = 0; r < 2; ++r)
-    for (int64_t j = 0; j < n; ++j) {
-      int64_t sum = 0;
-      for (int64_t kk = 0; kk < k; ++kk)
-        sum += int64_t{xq.data<int8_t>()[r * k + kk]} *
-               static_cast<int8_t>(static_cast<uint8_t*>(w.codes.raw_data())[j * k + kk]);
-      EXPECT_EQ(exact.data<float>()[r * n + j], static_cast<float>(sum)) << r << " " << j;
+  for (const SimdIsa& isa : simd_isas())
+    for (const bool with_min : {false, true}) {
+      SCOPED_TRACE(isa.cap + (with_min ? ", activations holding -128" : ""));
+      cpu::set_cpu_isa(isa.cap);
+      const int64_t n = 16, k = 512;
+      QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), n, k, false, 5);
+      for (int64_t i = 0; i < n * k; ++i)
+        static_cast<uint8_t*>(w.codes.raw_data())[i] = static_cast<uint8_t>(i * 7 + i / 256);
+      Tensor xq = Tensor::empty({2, k}, DType::i8), xd = Tensor::empty({2, k / 32}, DType::f32);
+      for (int64_t i = 0; i < 2 * k; ++i)
+        xq.data<int8_t>()[i] =
+            static_cast<int8_t>(i % 3 == 0   ? 127
+                                : i % 3 == 1 ? (with_min && i % 5 == 0 ? -128 : -127)
+                                             : i % 255 - 127);
+      for (int64_t i = 0; i < 2 * k / 32; ++i)
+        xd.data<float>()[i] = 1.0f / static_cast<float>(1 + i);
+      const Tensor out = run(xq, xd, w, Tensor());
+      Tensor def = Tensor::empty({2, n}, DType::f32);
+      definition_kernel(selected(xq, xd, w, Tensor(), def).name)(xq, xd, w.codes, w.scales, 32,
+                                                                 Tensor(), def);
+      EXPECT_EQ(bits(out), bits(def));
+      EXPECT_EQ(bits(run(xq, xd, interleaved(w), Tensor())),
+                bits(def));  // the same codes, interleaved
+      // An exact integer check on one block: scale 1 everywhere.
+      for (int64_t i = 0; i < n * (k / 32); ++i) w.scales.data<uint16_t>()[i] = f32_to_f16(1.0f);
+      for (int64_t i = 0; i < 2 * k / 32; ++i) xd.data<float>()[i] = 1.0f;
+      const Tensor exact = run(xq, xd, w, Tensor());
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t sum = 0;
+          for (int64_t kk = 0; kk < k; ++kk)
+            sum += int64_t{xq.data<int8_t>()[r * k + kk]} *
+                   static_cast<int8_t>(static_cast<uint8_t*>(w.codes.raw_data())[j * k + kk]);
+          EXPECT_EQ(exact.data<float>()[r * n + j], static_cast<float>(sum)) << r << " " << j;
+        }
     }
+  restore_isa();
 }
 
 // All 256 e8m0 scale bytes (2^-127 and NaN included) and all 16 e2m1 codes, in the plain
@@ -234,23 +269,26 @@ TEST(Int8DotKernels, every_mxfp4_code_and_scale_matches_the_definition) {
     // The 256 scale bytes in storage order, twice (plain: rows 15 and 31 hold 255).
     for (int64_t i = 0; i < n * (k / 32); ++i)
       w.scales.data<uint8_t>()[i] = static_cast<uint8_t>(i);
-    for (const bool use_vbmi : {true, false})        // both nibble decoders (see above)
-      for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
-        cpu::int8dot::set_vbmi_allowed(use_vbmi);
-        SCOPED_TRACE(use_vbmi ? "vpermb where the CPU has VBMI" : "vpshufb");
-        const Activations a = make_activations(m, k, 4);
-        const Tensor out = run(a.xq, a.xd, w, Tensor());
-        Tensor def = Tensor::empty({m, n}, DType::f32);
-        definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(a.xq, a.xd, w.codes,
-                                                                       w.scales, 32, Tensor(), def);
-        EXPECT_EQ(bits(out), bits(def)) << "M " << m;
-        if (shuffled) continue;  // there the largest scales share rows with small ones: inf - inf
-        int nan = 0;
-        for (float v : out.to_floats()) nan += std::isnan(v);
-        EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
-      }
+    for (const SimdIsa& isa : simd_isas())
+      for (const bool use_vbmi : {true, false})        // both nibble decoders (see above)
+        for (int64_t m : {int64_t{3}, int64_t{17}}) {  // the VNNI kernel, and AMX where present
+          cpu::set_cpu_isa(isa.cap);
+          cpu::int8dot::set_vbmi_allowed(use_vbmi);
+          SCOPED_TRACE(isa.cap + (use_vbmi ? ": vpermb where the CPU has VBMI" : ": vpshufb"));
+          const Activations a = make_activations(m, k, 4);
+          const Tensor out = run(a.xq, a.xd, w, Tensor());
+          Tensor def = Tensor::empty({m, n}, DType::f32);
+          definition_kernel(selected(a.xq, a.xd, w, Tensor(), def).name)(
+              a.xq, a.xd, w.codes, w.scales, 32, Tensor(), def);
+          EXPECT_EQ(bits(out), bits(def)) << "M " << m;
+          if (shuffled) continue;  // there the largest scales share rows with small ones: inf - inf
+          int nan = 0;
+          for (float v : out.to_floats()) nan += std::isnan(v);
+          EXPECT_EQ(nan, 2 * m) << "only the two columns holding the NaN scale (byte 255) are NaN";
+        }
   }
   cpu::int8dot::set_vbmi_allowed(true);
+  restore_isa();
 }
 
 TEST(Int8DotKernels, activation_quantizer_rounds_ties_to_even_and_marks_non_finite_blocks) {
@@ -284,7 +322,7 @@ TEST(Int8DotKernels, activation_quantizer_rounds_ties_to_even_and_marks_non_fini
   }
 }
 
-TEST(Int8DotKernels, cpu_isa_below_avx3_dispatches_to_the_definition) {
+TEST(Int8DotKernels, cpu_isa_caps_choose_the_avx2_kernel_then_the_definition) {
   const QuantWeight w = make_quant_weight(parse_quant_scheme("q8_0"), 16, 64, false, 1);
   const Activations a = make_activations(1, 64, 1);
   Tensor out = Tensor::empty({1, 16}, DType::f32);
@@ -296,15 +334,19 @@ TEST(Int8DotKernels, cpu_isa_below_avx3_dispatches_to_the_definition) {
   const Activations b = make_activations(2, 1056, 3);
   Tensor out2 = Tensor::empty({2, 32}, DType::f32);
   const Tensor simd_out2 = run(b.xq, b.xd, mixed, Tensor());
-  cpu::set_cpu_isa("avx2");
-  EXPECT_EQ(selected(a.xq, a.xd, w, Tensor(), out).name, "matmul_quantized.cpu.int8_q8_0_plain");
-  EXPECT_EQ(bits(run(a.xq, a.xd, w, Tensor())), bits(simd_out));
-  EXPECT_EQ(selected(b.xq, b.xd, mixed, Tensor(), out2).name,
-            "matmul_quantized.cpu.int8_q8_0_interleaved_4x16");
-  EXPECT_EQ(bits(run(b.xq, b.xd, mixed, Tensor())), bits(simd_out2));
-  EXPECT_EQ(bits(run(b.xq, b.xd, wide, Tensor())), bits(simd_out2));
-  const char* env = std::getenv("REFIT_CPU_ISA");
-  cpu::set_cpu_isa(env && *env ? env : cpu::cpu_isas_available().front());
+  for (const std::string cap : {"avx2", "sse4"}) {
+    SCOPED_TRACE(cap);
+    cpu::set_cpu_isa(cap);
+    const std::string part = cap == "avx2" && cpu::int8dot::avx2_int8_on_cpu() ? "avx2_" : "";
+    EXPECT_EQ(selected(a.xq, a.xd, w, Tensor(), out).name,
+              "matmul_quantized.cpu." + part + "int8_q8_0_plain");
+    EXPECT_EQ(bits(run(a.xq, a.xd, w, Tensor())), bits(simd_out));
+    EXPECT_EQ(selected(b.xq, b.xd, mixed, Tensor(), out2).name,
+              "matmul_quantized.cpu." + part + "int8_q8_0_interleaved_4x16");
+    EXPECT_EQ(bits(run(b.xq, b.xd, mixed, Tensor())), bits(simd_out2));
+    EXPECT_EQ(bits(run(b.xq, b.xd, wide, Tensor())), bits(simd_out2));
+  }
+  restore_isa();
 }
 
 // The price of int8 activations, stated: against the same weights with f32 activations

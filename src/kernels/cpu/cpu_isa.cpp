@@ -89,6 +89,8 @@ std::string cpu_isa_name() {
 
 bool avx512_allowed() { return cpu_isa_name().rfind("AVX3", 0) == 0; }
 
+bool avx2_allowed() { return avx512_allowed() || cpu_isa_name() == "AVX2"; }
+
 std::vector<std::string> cpu_isas_available() {
   init_cpu_isa();
   // SupportedTargets() honours the cap in force, so ask with the cap lifted, then put

@@ -24,6 +24,9 @@ std::string cpu_isa_name();
 // Hand-written AVX-512 kernels (matmul_int8_dot, matmul_fp8_bf16dot) check it beside the
 // CPU's own feature bits, so REFIT_CPU_ISA turns them off like the Highway ones.
 bool avx512_allowed();
+// Whether the cap allows AVX2 (the chosen target is AVX2 or one of the AVX3 ones); for the
+// hand-written AVX2 kernels (matmul_int8_dot_avx2), as avx512_allowed is for AVX-512 ones.
+bool avx2_allowed();
 
 // The names set_cpu_isa accepts that this CPU can run, best first ("avx3", ..., "scalar").
 std::vector<std::string> cpu_isas_available();

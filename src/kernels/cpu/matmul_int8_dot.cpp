@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -87,7 +88,27 @@ void unshuffle_tile(const uint8_t* codes, const uint8_t* scales, int64_t t, int6
                   tile_scales + ((c * kTileRows + r) * g) * esize, g * esize);
 }
 
-enum class Impl { definition, avx512 };
+enum class Impl { definition, avx2, avx512 };
+
+// The 256 e8m0 block scales halved, as the definition takes MXFP4's (the AVX2 kernel's table).
+const float* e8m0_half_table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int e = 0; e < 256; ++e) t[e] = e8m0_to_f32(static_cast<uint8_t>(e)) * 0.5f;
+    return t;
+  }();
+  return table.data();
+}
+
+// The AVX2 kernel's sign trick needs activation codes other than -128 (its header).
+bool codes_hold_min(const Operands& op) {
+  for (int64_t m = 0; m < op.M; ++m) {
+    const int8_t* x = op.xq + m * op.ldxq;
+    for (int64_t k = 0; k < op.K; ++k)
+      if (x[k] == INT8_MIN) return true;
+  }
+  return false;
+}
 
 template <Layout L, Impl I>
 void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const Tensor& w_scale,
@@ -127,12 +148,20 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
     xv.resize(static_cast<size_t>(Mpad * op.K));
     xdt.resize(static_cast<size_t>(Mpad * op.S));
     prepare_amx_activations(op, Mpad, xv.data(), xdt.data());
+  } else if constexpr (I == Impl::avx2) {
+    if (op.kind == Weights::mxfp4) {
+      const auto need = static_cast<size_t>(op.M * op.K);
+      if (scratch.size() < need) scratch.resize(need);
+      prepare_activations_avx2(op, reinterpret_cast<int8_t*>(scratch.data()));
+    }
   } else if constexpr (I == Impl::avx512) {
     const auto need = static_cast<size_t>(prepared_bytes(op) + 64);
     if (scratch.size() < need) scratch.resize(need);
     void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     prepare_activations(op, aligned, prepared);
   }
+  const bool avx2_exact = I == Impl::avx2 && !codes_hold_min(op);
+  const int8_t* avx2_x = reinterpret_cast<const int8_t*>(scratch.data());
   const int64_t tiles = (op.N + kTileRows - 1) / kTileRows;
   parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
     std::vector<uint8_t> codes_buf, scales_buf, amx_scratch;
@@ -176,6 +205,8 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
         tile_amx(op, xv.data(), xdt.data(), Mpad, tile, dw_plain.data(), amx_scratch.data());
       } else if constexpr (I == Impl::avx512) {
         tile_avx512(op, prepared, tile);
+      } else if (avx2_exact) {
+        tile_avx2(op, avx2_x, e8m0_half_table(), tile);
       } else {
         tile_definition(op, tile);
       }
@@ -256,6 +287,18 @@ bool avx512_vnni_on_cpu() {
 }
 
 bool avx512_vnni_usable() { return avx512_vnni_on_cpu() && avx512_allowed(); }
+
+bool avx2_int8_on_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool cpu =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_avx_f16c();
+  return cpu;
+#else
+  return false;
+#endif
+}
+
+bool avx2_int8_usable() { return avx2_int8_on_cpu() && avx2_allowed(); }
 
 namespace {
 std::atomic<bool> g_vbmi_allowed{true};
@@ -339,6 +382,7 @@ void register_kernels(KernelRegistry& registry) {
     DType code, scale;
     Layout layout;  // of the codes (the scales follow the shuffle, not the interleave)
     const void* definition;
+    const void* avx2;
     const void* avx512;
   };
   using Fn = kernels::MatmulQuantizedFn;
@@ -347,27 +391,38 @@ void register_kernels(KernelRegistry& registry) {
   const Row rows[] = {
       {"q8_0_plain", DType::i8, DType::f16, kPlain,
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx2>),
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
       {"q8_0_shuffled_16x16", DType::i8, DType::f16, kShuffled,
        kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx2>),
        kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
       {"q8_0_interleaved_4x16", DType::i8, DType::f16, kInterleaved,
        kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::avx2>),
        kernel_fn<Fn>(&matmul_int8<kInterleaved, Impl::avx512>)},
       {"mxfp4_plain", DType::f4_e2m1, DType::e8m0, kPlain,
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx2>),
        kernel_fn<Fn>(&matmul_int8<kPlain, Impl::avx512>)},
       {"mxfp4_shuffled_16x16", DType::f4_e2m1, DType::e8m0, kShuffled,
        kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::definition>),
+       kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx2>),
        kernel_fn<Fn>(&matmul_int8<kShuffled, Impl::avx512>)},
   };
+  enum class Simd { none, avx2, avx512 };
   for (const Row& row : rows)
-    for (const bool simd : {false, true}) {
+    for (const Simd impl : {Simd::none, Simd::avx2, Simd::avx512}) {
+      const bool simd = impl == Simd::avx512, avx2 = impl == Simd::avx2;
       Kernel k;
       k.op = op_names::matmul_quantized;
-      k.name = fmt::format("matmul_quantized.cpu.{}int8_{}", simd ? "avx512vnni_" : "", row.name);
+      k.name = fmt::format("matmul_quantized.cpu.{}int8_{}",
+                           simd   ? "avx512vnni_"
+                           : avx2 ? "avx2_"
+                                  : "",
+                           row.name);
       k.device = DeviceType::cpu;
-      k.priority = simd ? 30 : 10;
+      k.priority = simd ? 30 : avx2 ? 20 : 10;
       const bool shuffled = row.layout == kShuffled, f4 = row.code == DType::f4_e2m1;
       k.args = {{"x", {DType::i8}, {Layout::strided}, false},
                 {"x_scale", {DType::f32}, {Layout::strided}, false},
@@ -375,18 +430,23 @@ void register_kernels(KernelRegistry& registry) {
                 {"w_scale", {row.scale}, {shuffled ? kShuffled : kPlain}, false},
                 {"bias", {DType::f32}, {Layout::strided}, true},
                 {"out", {DType::f32}, {Layout::strided}, false}};
-      k.constraint = [shuffled, f4, simd](std::span<const Tensor* const> a) -> std::string {
+      k.constraint = [shuffled, f4, simd, avx2](std::span<const Tensor* const> a) -> std::string {
         if (simd && !avx512_vnni_usable())
           return "needs AVX-512 VNNI, which this CPU lacks or REFIT_CPU_ISA caps below avx3";
+        if (avx2 && !avx2_int8_usable())
+          return "needs AVX2, FMA and F16C, which this CPU lacks or REFIT_CPU_ISA caps below avx2";
         return operands_reason(a, shuffled, f4);
       };
       k.constraint_text =
-          std::string(simd ? "AVX-512 VNNI; " : "exact definition (scalar); ") +
+          std::string(simd   ? "AVX-512 VNNI; "
+                      : avx2 ? "AVX2 (tiles un-shuffled / de-interleaved first); "
+                             : "exact definition (scalar); ") +
           (shuffled ? "w: 16 x 32-byte tiles; " : "") +
           (row.layout == kInterleaved ? "w: runs of 16 blocks interleaved by 4 bytes; " : "") +
           "int8 activations [M, K], x_scale [M, K/32]";
-      k.fn = simd ? row.avx512 : row.definition;
+      k.fn = simd ? row.avx512 : avx2 ? row.avx2 : row.definition;
       if (simd) k.cpu_lacks = [] { return avx512_vnni_on_cpu() ? std::string() : "AVX-512 VNNI"; };
+      if (avx2) k.cpu_lacks = [] { return avx2_int8_on_cpu() ? std::string() : "AVX2, FMA, F16C"; };
       // The interleave is what this kernel reads fastest (prefill 10-28% faster on
       // `medium`, decode within noise: bench/RESULTS.md); rows shorter than one run of 16
       // blocks are the same bytes interleaved, so they stay plain.

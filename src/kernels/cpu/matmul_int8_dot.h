@@ -109,6 +109,16 @@ void prepare_amx_activations(const Operands& op, int64_t Mpad, int8_t* xv, float
 void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mpad,
               const Tile& tile, const float* dw_plain, void* scratch);
 
+// AVX2 (matmul_int8_dot_avx2.cpp), for CPUs without AVX-512 VNNI: whether it may run (the
+// CPU has AVX2, FMA and F16C, and REFIT_CPU_ISA allows avx2).
+bool avx2_int8_usable();
+bool avx2_int8_on_cpu();
+// MXFP4 only: each block's activation codes as [16 evens][16 odds], into xperm [M, K].
+void prepare_activations_avx2(const Operands& op, int8_t* xperm);
+// out[:, tile rows] for every row of x, from a plain tile; needs no activation code -128.
+// e8m0_half: the 256 MXFP4 block scales as the definition takes them (e8m0 * 0.5).
+void tile_avx2(const Operands& op, const int8_t* xperm, const float* e8m0_half, const Tile& tile);
+
 void register_kernels(KernelRegistry& registry);
 
 }  // namespace refit::cpu::int8dot
