@@ -169,6 +169,41 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
   }
 }
 
+// Small batches (serving 5-32 sequences): weights converted in registers as in decode, but
+// each group of NR weight rows stays in L1 while every 4-row chunk of x passes by, so the
+// weights stream from memory once and no f32 block is written and read back (the prefill
+// path's conversion cost about as much as the multiply at these M). Tiles of 4 x 3 on x86
+// below AVX-512 (16 registers), 4 x 4 elsewhere; DotTile's order, so the same bits.
+template <WeightType W>
+void SmallBatchImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw,
+                    int64_t n0, int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+  constexpr int NR = 3;
+#else
+  constexpr int NR = 4;
+#endif
+  const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
+  for (int64_t n = n0; n < n1; n += NR) {
+    const int64_t rows = std::min<int64_t>(NR, n1 - n);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4)
+      RowBlock<W, 4, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
+    switch (M - m) {
+      case 3:
+        RowBlock<W, 3, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
+        break;
+      case 2:
+        RowBlock<W, 2, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
+        break;
+      case 1:
+        RowBlock<W, 1, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 // Converts weight rows [n, n + rows) to f32 into buf (rows x K, row stride K).
 template <WeightType W>
 HWY_INLINE void ConvertRows(const typename WeightTraits<W>::T* w, int64_t ldw, int64_t rows,
@@ -477,6 +512,19 @@ void MatmulDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const
   }
 }
 
+void MatmulSmallBatch(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
+                      int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
+                      int64_t ldo) {
+  switch (static_cast<WeightType>(weight_type)) {
+    case WeightType::f32:
+      return SmallBatchImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::f16:
+      return SmallBatchImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+    case WeightType::bf16:
+      return SmallBatchImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
+  }
+}
+
 void MatmulPrefill(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
                    int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
                    int64_t ldo, float* buf) {
@@ -497,6 +545,7 @@ HWY_AFTER_NAMESPACE();
 #include <hwy/aligned_allocator.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -507,6 +556,7 @@ HWY_AFTER_NAMESPACE();
 namespace refit::cpu {
 HWY_EXPORT(MatmulDecode);
 HWY_EXPORT(MatmulPrefill);
+HWY_EXPORT(MatmulSmallBatch);
 HWY_EXPORT(MatmulShuffledDecode);
 HWY_EXPORT(ShuffledDecodeInPlace);
 HWY_EXPORT(MatmulTransposedDecode);
@@ -527,6 +577,16 @@ WeightType weight_type_of(const Tensor& w) {
     default:
       fail("matmul.cpu.hwy: weight dtype {} not supported", dtype_name(w.dtype()));
   }
+}
+
+// Up to how many rows of x the small-batch path runs (REFIT_SMALL_BATCH_ROWS, for
+// measuring; 0 turns it off). Every path gives the same bits.
+int64_t small_batch_max_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("REFIT_SMALL_BATCH_ROWS");
+    return v && *v ? std::atoll(v) : int64_t{32};
+  }();
+  return rows;
 }
 
 // The prefill path's per-thread f32 weight block; grows, never shrinks.
@@ -556,11 +616,14 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
   // Split N in whole blocks so tiles stay full; each thread streams its own rows of w.
   const int64_t blocks = (N + matmul_detail::kBlockRows - 1) / matmul_detail::kBlockRows;
   const bool decode = M <= matmul_detail::kDecodeMaxRows;
+  const bool small_batch = !decode && M <= small_batch_max_rows();
   parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
     const int64_t n0 = b0 * matmul_detail::kBlockRows;
     const int64_t n1 = std::min(N, b1 * matmul_detail::kBlockRows);
     if (decode) {
       HWY_DYNAMIC_DISPATCH(MatmulDecode)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
+    } else if (small_batch) {
+      HWY_DYNAMIC_DISPATCH(MatmulSmallBatch)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
     } else {
       float* buf = thread_block_buffer(matmul_detail::kBlockRows * matmul_detail::block_stride(K));
       HWY_DYNAMIC_DISPATCH(MatmulPrefill)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo, buf);
