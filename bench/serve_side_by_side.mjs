@@ -1,0 +1,131 @@
+// `refit serve` beside llama.cpp's llama-server on the same GGUF, in one run: for each client
+// count, refit, then llama-server, then refit again (the second refit run shows how much the
+// machine drifted during the pair). Clients loop greedy /v1/completions of max_tokens tokens
+// (ignore_eos, so every request generates all of them) for `duration` seconds; the figure is
+// aggregate generated tokens per second over the window.
+//
+//   node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32]
+//        [--max-tokens 64] [--duration 20] [--threads 2] [--refit-args "..."]
+//
+// LLAMA_SERVER is a llama-server binary you built yourself (refit neither ships nor builds
+// llama.cpp). llama-server gets `-np N` (N = the client count) and N x 512 tokens of
+// context, so each client has a slot; refit serves every count from one process with its
+// defaults (batch-invariant kernels, prefix cache on). Every response must carry exactly
+// max_tokens tokens. Prints one table per engine and the ratios.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import { option, percentile, prompts } from "./serve_harness.mjs";
+
+const args = process.argv.slice(2);
+if (args.length < 3 || args[0].startsWith("--")) {
+  console.error("usage: node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32] " +
+                "[--max-tokens 64] [--duration 20] [--threads 2] [--refit-args \"...\"]");
+  process.exit(2);
+}
+const [refit, llamaServer, model] = args;
+const opt = (name, def) => option(args, name, def);
+const counts = opt("clients", "1,8,32").split(",").map(Number);
+const maxTokens = Number(opt("max-tokens", 64));
+const duration = Number(opt("duration", 20));
+const threads = String(opt("threads", 2));
+const refitArgs = opt("refit-args", "").split(" ").filter((s) => s.length);
+
+const freePort = () => new Promise((resolve) => {
+  const s = net.createServer();
+  s.listen(0, "127.0.0.1", () => {
+    const { port } = s.address();
+    s.close(() => resolve(port));
+  });
+});
+
+// Starts a server and resolves once GET /health answers 200 (both engines have the route).
+async function start(cmd, argv) {
+  const child = spawn(cmd, argv, { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  child.stderr.on("data", (d) => { err = (err + d).slice(-4000); });
+  const exited = new Promise((_, reject) => child.on("exit", (c) => reject(new Error(`${cmd} exited ${c}: ${err}`))));
+  const port = Number(argv[argv.indexOf("--port") + 1]);
+  const base = `http://127.0.0.1:${port}`;
+  const ready = (async () => {
+    for (;;) {
+      try {
+        if ((await fetch(base + "/health")).status === 200) return;
+      } catch {}
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  })();
+  await Promise.race([ready, exited]);
+  return { child, base, stop: () => new Promise((r) => { child.removeAllListeners("exit"); child.on("exit", r); child.kill("SIGTERM"); }) };
+}
+
+async function completion(base, i) {
+  const body = { model: "m", prompt: prompts[i % prompts.length], max_tokens: maxTokens, temperature: 0,
+                 ignore_eos: true, stream: false };
+  const t0 = performance.now();
+  const r = await fetch(base + "/v1/completions", { method: "POST", body: JSON.stringify(body),
+                                                     headers: { "content-type": "application/json" } });
+  const text = await r.text();
+  if (r.status !== 200) throw new Error(`HTTP ${r.status}: ${text.slice(0, 300)}`);
+  const n = JSON.parse(text).usage?.completion_tokens;
+  if (n !== maxTokens) throw new Error(`expected ${maxTokens} completion tokens, got ${n}: ${text.slice(0, 300)}`);
+  return performance.now() - t0;
+}
+
+// `clients` closed-loop clients for `duration` seconds; requests started before the deadline
+// all finish and count, and the window runs until the last one does.
+async function load(base, clients) {
+  for (let i = 0; i < clients; i++) await completion(base, i);  // warm: every prompt once
+  const t0 = performance.now(), deadline = t0 + duration * 1000, ms = [];
+  await Promise.all(Array.from({ length: clients }, async (_, c) => {
+    for (let i = c; performance.now() < deadline; i += clients) ms.push(await completion(base, i));
+  }));
+  const seconds = (performance.now() - t0) / 1000;
+  return { clients, requests: ms.length, tok_s: (ms.length * maxTokens) / seconds,
+           p50_ms: percentile(ms, 50), p90_ms: percentile(ms, 90) };
+}
+
+// The load average, to show whether something else ran during a run.
+const loadavg = () => fs.readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+
+async function runRefit(clients) {
+  const port = await freePort();
+  const s = await start(refit, ["serve", "-m", model, "--port", String(port), "-t", threads,
+                                "--served-model-name", "m", ...refitArgs]);
+  try {
+    return await load(s.base, clients);
+  } finally {
+    await s.stop();
+  }
+}
+
+async function runLlama(clients) {
+  const port = await freePort();
+  const s = await start(llamaServer, ["-m", model, "--port", String(port), "-t", threads, "-tb", threads,
+                                      "-np", String(clients), "-c", String(512 * clients), "--no-webui"]);
+  try {
+    return await load(s.base, clients);
+  } finally {
+    await s.stop();
+  }
+}
+
+console.log(`model ${model}; ${maxTokens} tokens per request, greedy, ${duration} s per run, ${threads} threads; ` +
+            `${new Date().toISOString()}`);
+const rows = [];
+for (const n of counts) {
+  const a = await runRefit(n);
+  console.log(`refit        clients ${n}: ${a.tok_s.toFixed(1)} tok/s (${a.requests} requests, p50 ${a.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+  const b = await runLlama(n);
+  console.log(`llama-server clients ${n}: ${b.tok_s.toFixed(1)} tok/s (${b.requests} requests, p50 ${b.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+  const c = await runRefit(n);
+  console.log(`refit again  clients ${n}: ${c.tok_s.toFixed(1)} tok/s (${c.requests} requests, p50 ${c.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+  rows.push({ n, refit: [a.tok_s, c.tok_s], llama: b.tok_s });
+}
+console.log("\n| clients | refit tok/s (run 1 / run 2) | llama-server tok/s | refit / llama-server |");
+console.log("|---:|---:|---:|---:|");
+for (const r of rows) {
+  const lo = Math.min(...r.refit) / r.llama, hi = Math.max(...r.refit) / r.llama;
+  console.log(`| ${r.n} | ${r.refit.map((x) => x.toFixed(1)).join(" / ")} | ${r.llama.toFixed(1)} | ` +
+              `${lo.toFixed(2)}-${hi.toFixed(2)}x |`);
+}
