@@ -504,10 +504,18 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
         }
       }
     } else if (fast) {
-      for (int64_t k = 0; k < kv; k += L)
-        hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)),
-                           hn::Set(df, rs[k / group])),
-                   df, dst + k);
+      // A vector never straddles two groups here (group % 16 == 0, or one group a row), so
+      // the scale changes only at group boundaries: found by comparison, not by a division
+      // per vector (a 64-bit idiv per 8 codes made this 14% of a Q8_0 prefill on Zen 2).
+      VF s = hn::Zero(df);
+      for (int64_t k = 0, next = 0, g = 0; k < kv; k += L) {
+        if (k >= next) {
+          g = k / group;
+          next = (g + 1) * group;
+          s = hn::Set(df, rs[g]);
+        }
+        hn::StoreU(hn::Mul(Decode8<C>(CodeAt<Shuffled>(tile, a.row_bytes, r, k)), s), df, dst + k);
+      }
       for (int64_t k = kv; k < K; ++k)
         dst[k] = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r, k)) * rs[k / group];
     } else {
