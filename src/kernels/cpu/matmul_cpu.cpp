@@ -185,7 +185,10 @@ void SmallBatchImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, i
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
   for (int64_t n = n0; n < n1; n += NR) {
     const int64_t rows = std::min<int64_t>(NR, n1 - n);
-    int64_t m = 0;
+    // The first chunk of x also requests the next NR rows (as decode does for short rows),
+    // so that they arrive from memory while the other chunks reuse this group from L1.
+    RowBlock<W, 4, NR, true>(x, ldx, w, ldw, n, n + rows, K, bias, out, ldo);
+    int64_t m = 4;
     for (; m + 4 <= M; m += 4)
       RowBlock<W, 4, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
     switch (M - m) {
