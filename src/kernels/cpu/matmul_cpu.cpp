@@ -9,10 +9,13 @@
 // so a row's result is bitwise the same alone (decode) or inside any batch (prefill).
 // That is the batch invariance issue 8 asks for.
 //
-// Two paths, same arithmetic:
+// Three paths, same arithmetic:
 //  * decode (M <= kDecodeMaxRows): weights are converted to f32 in registers as they are
 //    loaded; the weight matrix streams from memory once per call, so this path is bound
 //    by memory bandwidth and never materialises an f32 copy.
+//  * small batches (up to small_batch_max_rows(), 32: serving's decode batches): the same
+//    in-register conversion, each few weight rows kept in L1 while every 4-row chunk of x
+//    passes by (SmallBatchImpl).
 //  * prefill: each thread converts a block of kBlockRows weight rows into a thread-local
 //    f32 buffer (exact: every f16/bf16 value is an f32) and reuses it for all M rows with
 //    a 4x4 register tile. Converting first gives the same products as converting on the
@@ -157,8 +160,8 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
       break;
     // One row: 8 independent accumulators hide the FMA latency.
     case 1:
-      // Short rows only: on rows of 4 KiB and more (K 2048 f16) the hardware prefetcher
-      // keeps up by itself and the extra requests cost ~15% of decode on Zen 2.
+      // Short rows only: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
+      // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
       if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
         RowBlock<W, 1, 8, true>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
       else
