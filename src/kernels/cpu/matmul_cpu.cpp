@@ -143,35 +143,6 @@ HWY_INLINE void RowBlock(const float* x, int64_t ldx, const typename WeightTrait
     DotTile<W, MR, 1>(x, ldx, w + n * ldw, ldw, K, bias ? bias + n : nullptr, out + n, ldo);
 }
 
-// Rows [0, M) of x against weight rows [n0, n1), converting weights in registers.
-template <WeightType W>
-void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw, int64_t n0,
-                int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
-  const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4)
-    RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-  switch (M - m) {
-    case 3:
-      RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    case 2:
-      RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    // One row: 8 independent accumulators hide the FMA latency.
-    case 1:
-      // Short rows only: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
-      // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
-      if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
-        RowBlock<W, 1, 8, true>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      else
-        RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    default:
-      break;
-  }
-}
-
 // Small batches (serving 5-32 sequences): weights converted in registers as in decode, but
 // each group of NR weight rows stays in L1 while every 4-row chunk of x passes by, so the
 // weights stream from memory once and no f32 block is written and read back (the prefill
@@ -207,6 +178,38 @@ void SmallBatchImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, i
       default:
         break;
     }
+  }
+}
+
+// Rows [0, M) of x against weight rows [n0, n1), converting weights in registers; more
+// than kDecodeMaxRows rows go to SmallBatchImpl.
+template <WeightType W>
+void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw, int64_t n0,
+                int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
+  if (M > matmul_detail::kDecodeMaxRows)
+    return SmallBatchImpl<W>(x, ldx, M, w_raw, ldw, n0, n1, K, bias, out, ldo);
+  const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4)
+    RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+  switch (M - m) {
+    case 3:
+      RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
+    case 2:
+      RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
+    // One row: 8 independent accumulators hide the FMA latency.
+    case 1:
+      // Short rows only: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
+      // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
+      if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
+        RowBlock<W, 1, 8, true>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      else
+        RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
+      break;
+    default:
+      break;
   }
 }
 
@@ -518,19 +521,6 @@ void MatmulDecode(int weight_type, const float* x, int64_t ldx, int64_t M, const
   }
 }
 
-void MatmulSmallBatch(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
-                      int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
-                      int64_t ldo) {
-  switch (static_cast<WeightType>(weight_type)) {
-    case WeightType::f32:
-      return SmallBatchImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
-    case WeightType::f16:
-      return SmallBatchImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
-    case WeightType::bf16:
-      return SmallBatchImpl<WeightType::bf16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo);
-  }
-}
-
 void MatmulPrefill(int weight_type, const float* x, int64_t ldx, int64_t M, const void* w,
                    int64_t ldw, int64_t n0, int64_t n1, int64_t K, const float* bias, float* out,
                    int64_t ldo, float* buf) {
@@ -562,7 +552,6 @@ HWY_AFTER_NAMESPACE();
 namespace refit::cpu {
 HWY_EXPORT(MatmulDecode);
 HWY_EXPORT(MatmulPrefill);
-HWY_EXPORT(MatmulSmallBatch);
 HWY_EXPORT(MatmulShuffledDecode);
 HWY_EXPORT(ShuffledDecodeInPlace);
 HWY_EXPORT(MatmulTransposedDecode);
@@ -621,15 +610,13 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
   if (M == 0 || N == 0) return;
   // Split N in whole blocks so tiles stay full; each thread streams its own rows of w.
   const int64_t blocks = (N + matmul_detail::kBlockRows - 1) / matmul_detail::kBlockRows;
-  const bool decode = M <= matmul_detail::kDecodeMaxRows;
-  const bool small_batch = !decode && M <= small_batch_max_rows();
+  // Decode and small batches convert the weights in registers (DecodeImpl picks which).
+  const bool in_registers = M <= std::max(matmul_detail::kDecodeMaxRows, small_batch_max_rows());
   parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
     const int64_t n0 = b0 * matmul_detail::kBlockRows;
     const int64_t n1 = std::min(N, b1 * matmul_detail::kBlockRows);
-    if (decode) {
+    if (in_registers) {
       HWY_DYNAMIC_DISPATCH(MatmulDecode)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
-    } else if (small_batch) {
-      HWY_DYNAMIC_DISPATCH(MatmulSmallBatch)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo);
     } else {
       float* buf = thread_block_buffer(matmul_detail::kBlockRows * matmul_detail::block_stride(K));
       HWY_DYNAMIC_DISPATCH(MatmulPrefill)(wt, xp, ldx, M, wp, ldw, n0, n1, K, bp, op, ldo, buf);
