@@ -94,7 +94,10 @@ enum class Impl { definition, avx2, avx512 };
 const float* e8m0_half_table() {
   static const auto table = [] {
     std::array<float, 256> t{};
-    for (int e = 0; e < 256; ++e) t[e] = e8m0_to_f32(static_cast<uint8_t>(e)) * 0.5f;
+    for (int e = 0; e < 256; ++e) {
+      const auto byte = static_cast<uint8_t>(e);
+      t[e] = weight_scale(Weights::mxfp4, &byte, 0);
+    }
     return t;
   }();
   return table.data();
