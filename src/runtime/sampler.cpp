@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.h"
 
 namespace refit {
@@ -49,11 +53,32 @@ const char* logprob_mode_name(LogprobMode mode) {
   return "?";
 }
 
+// The first index of the largest logit, as `if (x[i] > x[best]) best = i` from best = 0 picks
+// it (NaN never wins; a NaN at 0 is never beaten), in two passes: the largest value, in
+// independent running maxima (SSE's maxps(v, m) is exactly `v > m ? v : m`), then the first
+// index holding it. One loop-carried compare-and-branch per element, reloading x[best],
+// took 2.5% of a greedy serving step.
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  return best;
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(x[0])) return 0;
+  float best = x[0];
+  size_t i = 0;
+#if defined(__SSE2__)
+  __m128 m[4];
+  for (__m128& v : m) v = _mm_set1_ps(x[0]);
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 4; ++j) m[j] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * j), m[j]);
+  float lanes[16];
+  for (int j = 0; j < 4; ++j) _mm_storeu_ps(lanes + 4 * j, m[j]);
+  for (float v : lanes) best = v > best ? v : best;
+#endif
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  // The maximum is exact, so the first element equal to it is the one the scalar loop kept
+  // (-0 and +0 compare equal there as here).
+  size_t k = 0;
+  while (!(x[k] == best)) ++k;
+  return static_cast<int32_t>(k);
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/thread_pool.h"
 #include "models/architecture.h"
 #include "models/model.h"
 #include "models/moe_routing.h"
@@ -799,6 +800,33 @@ std::span<const float> logits_row(const BatchForwardResult& result, int64_t r) {
 void Scheduler::finish_step_locked(const std::vector<StepWork>& work,
                                    const BatchForwardResult& result,
                                    const std::string& forward_error, uint64_t version) {
+  // The tokens first, in parallel: each draw reads only its own sequence's sampler, tokens
+  // and logits row, none of which the loop below changes before the token is emitted, so
+  // drawing ahead gives what drawing in the loop gave. A draw scores the whole vocabulary
+  // in double (a row of 32000 took about 0.15 ms), which at 32 sequences was a tenth of a
+  // serving step on one core while the others waited.
+  std::vector<size_t> drawn;  // indices into work
+  std::vector<TokenEvent> events(work.size());
+  if (forward_error.empty()) {
+    for (size_t i = 0; i < work.size(); ++i)
+      if (work[i].sample && work[i].seq->spec.max_tokens != 0) drawn.push_back(i);
+    if (draw_scratch_.size() < static_cast<size_t>(num_threads()))
+      draw_scratch_.resize(static_cast<size_t>(num_threads()));
+    parallel_for(
+        static_cast<int64_t>(drawn.size()),
+        [&](int64_t j0, int64_t j1, int participant) {
+          for (int64_t j = j0; j < j1; ++j) {
+            const size_t i = drawn[static_cast<size_t>(j)];
+            Sequence& s = *work[i].seq;
+            const int64_t last_row = wants_all_rows(s, work[i].n_new)
+                                         ? result.first_row[i] + result.n_rows[i] - 1
+                                         : result.first_row[i];
+            events[i] = draw_token(s, logits_row(result, last_row), version,
+                                   draw_scratch_[static_cast<size_t>(participant)]);
+          }
+        },
+        1);
+  }
   std::vector<double> values;
   std::vector<float> scaled;
   for (size_t i = 0; i < work.size(); ++i) {
@@ -824,14 +852,11 @@ void Scheduler::finish_step_locked(const std::vector<StepWork>& work,
     release_out_of_window_locked(s);
     if (s.generated() == 0) counters_.prompt_tokens += static_cast<uint64_t>(work[i].n_new);
     if (!work[i].sample) continue;
-    const int64_t last_row =
-        all_rows ? result.first_row[i] + result.n_rows[i] - 1 : result.first_row[i];
-    std::span<const float> row = logits_row(result, last_row);
     if (s.spec.max_tokens == 0) {
       finish(s, "length");
       continue;
     }
-    sample_token_locked(s, row, version, values);
+    emit_token_locked(s, std::move(events[i]));
   }
   // Finished requests (their table was released) leave the batch.
   running_.erase(std::remove_if(running_.begin(), running_.end(),
@@ -872,10 +897,10 @@ void Scheduler::report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchFo
   if (!pe.prompt_logprobs.empty()) s.handle->push(std::move(pe));
 }
 
-// Draws the next token from the last row, reports it with its logprobs, and ends the
-// request on a stop token or at its length.
-void Scheduler::sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version,
-                                    std::vector<double>& values) {
+// Draws the next token from the last row with its logprob, rank and top alternatives. Reads
+// and changes only s's sampler (and `values`, scratch): safe beside other sequences' draws.
+TokenEvent Scheduler::draw_token(Sequence& s, std::span<const float> row, uint64_t version,
+                                 std::vector<double>& values) {
   // Stop tokens are banned until min_tokens are out (vLLM's and SGLang's min tokens).
   const bool ban = s.generated() < s.spec.min_tokens;
   std::span<const int32_t> output(s.tokens.data() + s.n_prompt, static_cast<size_t>(s.generated()));
@@ -907,6 +932,12 @@ void Scheduler::sample_token_locked(Sequence& s, std::span<const float> row, uin
   ev.weight_version = version;
   ev.top = top_of(values, s.spec.top_logprobs);
   ev.cached_tokens = s.cached_tokens;
+  return ev;
+}
+
+// Appends the drawn token, reports it, and ends the request on a stop token or at its length.
+void Scheduler::emit_token_locked(Sequence& s, TokenEvent ev) {
+  const int32_t token = ev.token;
   s.tokens.push_back(token);
   ++counters_.generated_tokens;
   RequestHandle::Event te = make_event(RequestHandle::Event::token);

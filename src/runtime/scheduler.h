@@ -242,8 +242,9 @@ class Scheduler {
   static void report_prompt_logprobs(Sequence& s, int64_t n_new, const BatchForwardResult& result,
                                      size_t index, uint64_t version, std::vector<double>& values,
                                      std::vector<float>& scaled);
-  void sample_token_locked(Sequence& s, std::span<const float> row, uint64_t version,
-                           std::vector<double>& values);
+  static TokenEvent draw_token(Sequence& s, std::span<const float> row, uint64_t version,
+                               std::vector<double>& values);
+  void emit_token_locked(Sequence& s, TokenEvent ev);
   void finish(Sequence& s, const std::string& reason, const std::string& error = {},
               bool busy = false);
   void retract(Sequence& s, bool restart);
@@ -282,6 +283,7 @@ class Scheduler {
   std::function<void()> admission_check_;
   uint64_t next_id_ = 1;
   SchedulerStats counters_;
+  std::vector<std::vector<double>> draw_scratch_;  // one logprob row per pool participant
   std::thread thread_;
 };
 

@@ -103,90 +103,94 @@ struct Sequence {
 
 TEST(ServePagedAttention, equals_contiguous_attention_bitwise_in_any_batch_and_chunking) {
   // Query heads per kv head 2, 4 and 1: the kernels attend two or four heads of a group
-  // together, or one at a time.
-  for (const auto& [H, KVH] : {std::pair<int64_t, int64_t>{4, 2}, {8, 2}, {3, 3}})
-    testing::for_each_isa([H = H, KVH = KVH] {
-      SCOPED_TRACE(::testing::Message() << "H=" << H << " KVH=" << KVH);
-      const int64_t hd = 24, bs = 4;  // hd not a multiple of lanes: scalar tails
-      PagedKvCacheOptions o;
-      o.n_layers = 1;
-      o.n_kv_heads = KVH;
-      o.head_dim = hd;
-      o.block_size = bs;
-      o.n_blocks = 64;
-      PagedKvCache cache(o);
-      // Give sequences scattered blocks: allocate all, shuffle, hand out.
-      std::vector<int32_t> all = *cache.allocate(64);
-      std::shuffle(all.begin(), all.end(), std::mt19937(7));
-      std::vector<Sequence> seqs;
-      size_t next = 0;
-      for (int64_t len : {1L, 5L, 13L, 32L, 7L}) {
-        Sequence s;
-        s.length = len;
-        s.k = random_tensor({len, KVH, hd}, 100 + static_cast<uint32_t>(len));
-        s.v = random_tensor({len, KVH, hd}, 200 + static_cast<uint32_t>(len));
-        s.q = random_tensor({len, H, hd}, 300 + static_cast<uint32_t>(len));
-        for (int64_t b = 0; b < cache.blocks_for(len); ++b) s.table.push_back(all[next++]);
-        cache.write(0, s.table, 0, s.k, s.v);
-        seqs.push_back(std::move(s));
-      }
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      // Reference: contiguous attention of each whole sequence.
-      std::vector<Tensor> expected;
-      for (const Sequence& s : seqs) {
-        Tensor out = Tensor::empty({s.length, H, hd}, DType::f32);
-        ops::attention(s.q, s.k, s.v, 0, scale, out);
-        expected.push_back(out);
-      }
-      // Runs a batch: for each chosen sequence, its tokens [from, to).
-      struct Part {
-        size_t seq;
-        int64_t from, to;
-      };
-      auto run = [&](const std::vector<Part>& parts) {
-        int64_t N = 0, max_blocks = 1;
-        for (const Part& p : parts) {
-          N += p.to - p.from;
-          max_blocks =
-              std::max<int64_t>(max_blocks, static_cast<int64_t>(seqs[p.seq].table.size()));
+  // together, or one at a time. Blocks of 4 rows (a power of two: the kernel shifts) and
+  // of 3 (it divides).
+  for (const int64_t bs : {4, 3})
+    for (const auto& [H, KVH] : {std::pair<int64_t, int64_t>{4, 2}, {8, 2}, {3, 3}})
+      testing::for_each_isa([bs, H = H, KVH = KVH] {
+        SCOPED_TRACE(::testing::Message() << "H=" << H << " KVH=" << KVH << " block size " << bs);
+        const int64_t hd = 24;  // not a multiple of lanes: scalar tails
+        PagedKvCacheOptions o;
+        o.n_layers = 1;
+        o.n_kv_heads = KVH;
+        o.head_dim = hd;
+        o.block_size = bs;
+        o.n_blocks = 64;
+        PagedKvCache cache(o);
+        // Give sequences scattered blocks: allocate all, shuffle, hand out.
+        std::vector<int32_t> all = *cache.allocate(64);
+        std::shuffle(all.begin(), all.end(), std::mt19937(7));
+        std::vector<Sequence> seqs;
+        size_t next = 0;
+        for (int64_t len : {1L, 5L, 13L, 32L, 7L}) {
+          Sequence s;
+          s.length = len;
+          s.k = random_tensor({len, KVH, hd}, 100 + static_cast<uint32_t>(len));
+          s.v = random_tensor({len, KVH, hd}, 200 + static_cast<uint32_t>(len));
+          s.q = random_tensor({len, H, hd}, 300 + static_cast<uint32_t>(len));
+          for (int64_t b = 0; b < cache.blocks_for(len); ++b) s.table.push_back(all[next++]);
+          cache.write(0, s.table, 0, s.k, s.v);
+          seqs.push_back(std::move(s));
         }
-        const int64_t B = static_cast<int64_t>(parts.size());
-        Tensor q = Tensor::empty({N, H, hd}, DType::f32);
-        std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), starts{0}, positions;
-        int64_t row = 0;
-        for (int64_t b = 0; b < B; ++b) {
-          const Part& p = parts[static_cast<size_t>(b)];
-          const Sequence& s = seqs[p.seq];
-          q.narrow(0, row, p.to - p.from).copy_from(s.q.narrow(0, p.from, p.to - p.from));
-          std::copy(s.table.begin(), s.table.end(), tables.begin() + b * max_blocks);
-          row += p.to - p.from;
-          starts.push_back(static_cast<int32_t>(row));
-          positions.push_back(static_cast<int32_t>(p.from));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        // Reference: contiguous attention of each whole sequence.
+        std::vector<Tensor> expected;
+        for (const Sequence& s : seqs) {
+          Tensor out = Tensor::empty({s.length, H, hd}, DType::f32);
+          ops::attention(s.q, s.k, s.v, 0, scale, out);
+          expected.push_back(out);
         }
-        Tensor out = Tensor::empty({N, H, hd}, DType::f32);
-        ops::paged_attention(q, cache.keys(0), cache.values(0), i32_tensor({B, max_blocks}, tables),
-                             i32_tensor({B + 1}, starts), i32_tensor({B}, positions), scale, out);
-        // Compare each part against the reference rows.
-        row = 0;
-        for (const Part& p : parts) {
-          const int64_t n = p.to - p.from;
-          EXPECT_TRUE(bitwise_equal(out.narrow(0, row, n), expected[p.seq].narrow(0, p.from, n)))
-              << "sequence " << p.seq << " tokens " << p.from << ".." << p.to << " in a batch of "
-              << parts.size();
-          row += n;
-        }
-      };
-      // Alone, whole.
-      for (size_t i = 0; i < seqs.size(); ++i) run({{i, 0, seqs[i].length}});
-      // All together, whole.
-      run({{0, 0, 1}, {1, 0, 5}, {2, 0, 13}, {3, 0, 32}, {4, 0, 7}});
-      // Chunked prefill of sequence 3 mixed with decode-like single tokens of others.
-      run({{3, 0, 10}, {2, 12, 13}});
-      run({{1, 4, 5}, {3, 10, 11}, {4, 3, 7}});
-      run({{3, 11, 32}, {0, 0, 1}});
-      // An empty part (a sequence with no new tokens this step) is allowed.
-      run({{2, 13, 13}, {1, 2, 5}});
-    });
+        // Runs a batch: for each chosen sequence, its tokens [from, to).
+        struct Part {
+          size_t seq;
+          int64_t from, to;
+        };
+        auto run = [&](const std::vector<Part>& parts) {
+          int64_t N = 0, max_blocks = 1;
+          for (const Part& p : parts) {
+            N += p.to - p.from;
+            max_blocks =
+                std::max<int64_t>(max_blocks, static_cast<int64_t>(seqs[p.seq].table.size()));
+          }
+          const int64_t B = static_cast<int64_t>(parts.size());
+          Tensor q = Tensor::empty({N, H, hd}, DType::f32);
+          std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), starts{0},
+              positions;
+          int64_t row = 0;
+          for (int64_t b = 0; b < B; ++b) {
+            const Part& p = parts[static_cast<size_t>(b)];
+            const Sequence& s = seqs[p.seq];
+            q.narrow(0, row, p.to - p.from).copy_from(s.q.narrow(0, p.from, p.to - p.from));
+            std::copy(s.table.begin(), s.table.end(), tables.begin() + b * max_blocks);
+            row += p.to - p.from;
+            starts.push_back(static_cast<int32_t>(row));
+            positions.push_back(static_cast<int32_t>(p.from));
+          }
+          Tensor out = Tensor::empty({N, H, hd}, DType::f32);
+          ops::paged_attention(q, cache.keys(0), cache.values(0),
+                               i32_tensor({B, max_blocks}, tables), i32_tensor({B + 1}, starts),
+                               i32_tensor({B}, positions), scale, out);
+          // Compare each part against the reference rows.
+          row = 0;
+          for (const Part& p : parts) {
+            const int64_t n = p.to - p.from;
+            EXPECT_TRUE(bitwise_equal(out.narrow(0, row, n), expected[p.seq].narrow(0, p.from, n)))
+                << "sequence " << p.seq << " tokens " << p.from << ".." << p.to << " in a batch of "
+                << parts.size();
+            row += n;
+          }
+        };
+        // Alone, whole.
+        for (size_t i = 0; i < seqs.size(); ++i) run({{i, 0, seqs[i].length}});
+        // All together, whole.
+        run({{0, 0, 1}, {1, 0, 5}, {2, 0, 13}, {3, 0, 32}, {4, 0, 7}});
+        // Chunked prefill of sequence 3 mixed with decode-like single tokens of others.
+        run({{3, 0, 10}, {2, 12, 13}});
+        run({{1, 4, 5}, {3, 10, 11}, {4, 3, 7}});
+        run({{3, 11, 32}, {0, 0, 1}});
+        // An empty part (a sequence with no new tokens this step) is allowed.
+        run({{2, 13, 13}, {1, 2, 5}});
+      });
 }
 
 TEST(ServePagedAttention, refuses_block_ids_outside_the_pool_and_short_tables) {
