@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/thread_pool.h"
@@ -908,6 +909,14 @@ TokenEvent Scheduler::draw_token(Sequence& s, std::span<const float> row, uint64
       row, s.tokens, output,
       ban ? std::span<const int32_t>(s.spec.stop_tokens) : std::span<const int32_t>{});
   const int32_t token = s.sampler->draw(processed);
+  TokenEvent ev;
+  ev.token = token;
+  ev.weight_version = version;
+  ev.cached_tokens = s.cached_tokens;
+  if (!s.spec.token_logprobs) {
+    ev.logprob = std::numeric_limits<float>::quiet_NaN();
+    return ev;
+  }
   switch (s.spec.logprob_mode) {
     case LogprobMode::raw_logprobs:
       score_row(row, false, {}, true, values);
@@ -925,13 +934,9 @@ TokenEvent Scheduler::draw_token(Sequence& s, std::span<const float> row, uint64
       score_row(processed, false, {}, true, values);
       break;
   }
-  TokenEvent ev;
-  ev.token = token;
   ev.logprob = static_cast<float>(values[static_cast<size_t>(token)]);
   ev.rank = rank_of(values, token);
-  ev.weight_version = version;
   ev.top = top_of(values, s.spec.top_logprobs);
-  ev.cached_tokens = s.cached_tokens;
   return ev;
 }
 

@@ -110,6 +110,11 @@ struct RequestSpec {
   std::vector<int32_t> stop_tokens;
   int top_logprobs = 0;  // 0..vocab
   LogprobMode logprob_mode = LogprobMode::raw_logprobs;
+  // false: the drawn tokens' logprob (NaN), rank (0) and top alternatives are not computed,
+  // for a client that did not ask for them (OpenAI without `logprobs`, SGLang without
+  // `return_logprob`). Scoring the whole vocabulary in double costs about as much per token
+  // as a small model's attention; vLLM and SGLang skip it too.
+  bool token_logprobs = true;
   // Prompt logprobs: the logprob of every prompt token at a position >= this (position 0
   // has none: nothing predicts it); -1: none. Prompt rows use the raw logits, or for the
   // processed and sglang modes the temperature-scaled ones (no penalties, no truncation:

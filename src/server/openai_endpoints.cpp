@@ -159,6 +159,7 @@ RequestSpec choice_spec(const Generation& g, const std::vector<int32_t>& prompt,
       p.seed_given ? p.sampling.seed + static_cast<uint64_t>(j) : std::random_device{}();
   spec.stop_tokens = stop_tokens;
   spec.top_logprobs = std::max(p.logprobs, 0);
+  spec.token_logprobs = p.logprobs >= 0;
   spec.restart_on_retract = !p.stream;
   spec.return_routed_experts = p.return_routed_experts;
   spec.on_event = g.signal->notifier();

@@ -398,6 +398,7 @@ SglangGenerateRequest parse_sglang_generate(const json& body, const SglangLimits
                                 limits.eos_ids.end());
       spec.logprob_mode = limits.logprob_mode;
       spec.top_logprobs = it.return_logprob ? std::min(it.top_logprobs, vocab) : 0;
+      spec.token_logprobs = it.return_logprob;
       if (it.return_logprob && it.logprob_start >= 0) {
         spec.prompt_logprobs_from = it.logprob_start;
         spec.prompt_top_logprobs = spec.top_logprobs;

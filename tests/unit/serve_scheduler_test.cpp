@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -157,6 +158,28 @@ TEST_F(SchedulerTest, logprobs_are_raw_log_softmax_and_not_affected_by_temperatu
     EXPECT_EQ(t1.logprobs[0], g.logprobs[0]);
   } else
     EXPECT_LT(t1.logprobs[0], g.logprobs[0]);  // greedy took the most likely token
+}
+
+TEST_F(SchedulerTest, tokens_without_logprobs_are_the_same_draws_and_carry_no_logprob) {
+  auto sched = make();
+  for (const float temperature : {0.0f, 0.9f}) {
+    SCOPED_TRACE(::testing::Message() << "temperature " << temperature);
+    RequestSpec with = greedy(random_tokens(12, 5, config_.vocab_size), 10);
+    with.sampling.temperature = temperature;
+    with.sampling.seed = 3;
+    RequestSpec without = with;
+    without.token_logprobs = false;
+    // Side by side in one batch, and the skipped scoring changes no draw.
+    auto a = sched->submit(with);
+    auto b = sched->submit(without);
+    const Outcome scored = collect(*a), bare = collect(*b);
+    ASSERT_EQ(bare.finish_reason, "length");
+    EXPECT_EQ(bare.tokens, scored.tokens);
+    for (size_t i = 0; i < scored.logprobs.size(); ++i) {
+      EXPECT_LE(scored.logprobs[i], 0.0f);
+      EXPECT_TRUE(std::isnan(bare.logprobs[i])) << "token " << i;
+    }
+  }
 }
 
 TEST_F(SchedulerTest, a_full_queue_and_an_oversized_request_get_server_busy) {
