@@ -118,8 +118,9 @@ TEST(KernelsMatmul, f16_bf16_rows_are_bitwise_independent_of_batch_size) {
       Tensor batch = make_out(M, N);
       cpu::matmul_hwy(x, w, bias, batch);
       for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
-        // 5-32 rows: the small-batch path (every remainder of 4 rows, 3-row weight tiles).
-        for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L}) {
+        // 5-32 rows (bf16: 5-64): the small-batch path (every remainder of 4 rows, 3-row
+        // weight tiles); past that, the prefill path.
+        for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L, 49L, 64L}) {
           if (m + rows > M) continue;
           Tensor xs = x.narrow(0, m, rows).contiguous();
           Tensor part = make_out(rows, N);

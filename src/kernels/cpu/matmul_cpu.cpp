@@ -13,9 +13,9 @@
 //  * decode (M <= kDecodeMaxRows): weights are converted to f32 in registers as they are
 //    loaded; the weight matrix streams from memory once per call, so this path is bound
 //    by memory bandwidth and never materialises an f32 copy.
-//  * small batches (up to small_batch_max_rows(), 32: serving's decode batches): the same
-//    in-register conversion, each few weight rows kept in L1 while every 4-row chunk of x
-//    passes by (SmallBatchImpl).
+//  * small batches (up to small_batch_max_rows(): 32 rows, bf16 64; serving's decode
+//    batches): the same in-register conversion, each few weight rows kept in L1 while
+//    every 4-row chunk of x passes by (SmallBatchImpl).
 //  * prefill: each thread converts a block of kBlockRows weight rows into a thread-local
 //    f32 buffer (exact: every f16/bf16 value is an f32) and reuses it for all M rows with
 //    a 4x4 register tile. Converting first gives the same products as converting on the
@@ -574,14 +574,19 @@ WeightType weight_type_of(const Tensor& w) {
   }
 }
 
-// Up to how many rows of x the small-batch path runs (REFIT_SMALL_BATCH_ROWS, for
-// measuring; 0 turns it off). Every path gives the same bits.
-int64_t small_batch_max_rows() {
-  static const int64_t rows = [] {
+// Up to how many rows of x the small-batch path runs (REFIT_SMALL_BATCH_ROWS overrides it
+// for every type, for measuring; 0 turns it off). Every path gives the same bits. bf16
+// widens to f32 with a shift, so converting in registers for every 4-row chunk of x still
+// beats the prefill path's converted block at 40-64 rows (+7-16%, K 768-5632, Zen 2);
+// f16's vcvtph2ps costs as much as a quarter of the FMA rate there, and past 32 rows
+// the converted block wins.
+int64_t small_batch_max_rows(WeightType wt) {
+  static const int64_t forced = [] {
     const char* v = std::getenv("REFIT_SMALL_BATCH_ROWS");
-    return v && *v ? std::atoll(v) : int64_t{32};
+    return v && *v ? std::atoll(v) : int64_t{-1};
   }();
-  return rows;
+  if (forced >= 0) return forced;
+  return wt == WeightType::bf16 ? 64 : 32;
 }
 
 // The prefill path's per-thread f32 weight block; grows, never shrinks.
@@ -611,7 +616,8 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
   // Split N in whole blocks so tiles stay full; each thread streams its own rows of w.
   const int64_t blocks = (N + matmul_detail::kBlockRows - 1) / matmul_detail::kBlockRows;
   // Decode and small batches convert the weights in registers (DecodeImpl picks which).
-  const bool in_registers = M <= std::max(matmul_detail::kDecodeMaxRows, small_batch_max_rows());
+  const bool in_registers =
+      M <= std::max(matmul_detail::kDecodeMaxRows, small_batch_max_rows(weight_type_of(w)));
   parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
     const int64_t n0 = b0 * matmul_detail::kBlockRows;
     const int64_t n1 = std::min(N, b1 * matmul_detail::kBlockRows);
