@@ -54,6 +54,16 @@ using matmul_detail::WeightType;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// Weight rows per register tile of 4 x rows: 4 x rows accumulators, `rows` weight vectors
+// and one x vector must fit the register file, or the compiler re-reads the weights from
+// L1 for every FMA and spills accumulators (loads, not FMAs, then bound the loop). x86
+// below AVX-512 has 16 vector registers: 12 + 3 + 1. AVX-512 and others have 32.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kTileWeightRows = 3;
+#else
+constexpr int kTileWeightRows = 4;
+#endif
+
 // Weight element types as Highway sees them.
 template <WeightType W>
 struct WeightTraits;
@@ -143,6 +153,26 @@ HWY_INLINE void RowBlock(const float* x, int64_t ldx, const typename WeightTrait
     DotTile<W, MR, 1>(x, ldx, w + n * ldw, ldw, K, bias ? bias + n : nullptr, out + n, ldo);
 }
 
+// The last `rows` (0-3) rows of x, at x, against weight rows [n0, n1) in NR-wide tiles.
+template <WeightType W, int NR>
+HWY_INLINE void TailRows(int64_t rows, const float* x, int64_t ldx,
+                         const typename WeightTraits<W>::T* w, int64_t ldw, int64_t n0, int64_t n1,
+                         int64_t K, const float* bias, float* out, int64_t ldo) {
+  switch (rows) {
+    case 3:
+      RowBlock<W, 3, NR>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+      break;
+    case 2:
+      RowBlock<W, 2, NR>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+      break;
+    case 1:
+      RowBlock<W, 1, NR>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+      break;
+    default:
+      break;
+  }
+}
+
 // Small batches (serving 5-32 sequences): weights converted in registers as in decode, but
 // each group of NR weight rows stays in L1 while every 4-row chunk of x passes by, so the
 // weights stream from memory once and no f32 block is written and read back (the prefill
@@ -151,11 +181,7 @@ HWY_INLINE void RowBlock(const float* x, int64_t ldx, const typename WeightTrait
 template <WeightType W>
 void SmallBatchImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw,
                     int64_t n0, int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-  constexpr int NR = 3;
-#else
-  constexpr int NR = 4;
-#endif
+  constexpr int NR = kTileWeightRows;
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
   for (int64_t n = n0; n < n1; n += NR) {
     const int64_t rows = std::min<int64_t>(NR, n1 - n);
@@ -165,19 +191,7 @@ void SmallBatchImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, i
     int64_t m = 4;
     for (; m + 4 <= M; m += 4)
       RowBlock<W, 4, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
-    switch (M - m) {
-      case 3:
-        RowBlock<W, 3, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
-        break;
-      case 2:
-        RowBlock<W, 2, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
-        break;
-      case 1:
-        RowBlock<W, 1, NR>(x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
-        break;
-      default:
-        break;
-    }
+    TailRows<W, NR>(M - m, x + m * ldx, ldx, w, ldw, n, n + rows, K, bias, out + m * ldo, ldo);
   }
 }
 
@@ -188,28 +202,20 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
                 int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo) {
   if (M > matmul_detail::kDecodeMaxRows)
     return SmallBatchImpl<W>(x, ldx, M, w_raw, ldw, n0, n1, K, bias, out, ldo);
+  static_assert(matmul_detail::kDecodeMaxRows == 4, "M is 1-4 below");
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4)
-    RowBlock<W, 4, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-  switch (M - m) {
-    case 3:
-      RowBlock<W, 3, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    case 2:
-      RowBlock<W, 2, 4>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    // One row: 8 independent accumulators hide the FMA latency.
-    case 1:
-      // Short rows only: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
-      // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
-      if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
-        RowBlock<W, 1, 8, true>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      else
-        RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, n0, n1, K, bias, out + m * ldo, ldo);
-      break;
-    default:
-      break;
+  if (M == 1) {
+    // One row: 8 independent accumulators hide the FMA latency. Short rows only request the
+    // next rows ahead: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
+    // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
+    if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
+      RowBlock<W, 1, 8, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+    else
+      RowBlock<W, 1, 8>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+  } else if (M == 4) {
+    RowBlock<W, 4, 4>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+  } else {
+    TailRows<W, 4>(M, x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
   }
 }
 
@@ -258,15 +264,7 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx, const float* HWY_RE
                    int64_t ldw, int64_t rows, int64_t K, const float* bias, float* out,
                    int64_t ldo) {
   constexpr int64_t kChunk = 256;  // floats of k per pass: (4 + 16) rows x 1 KiB in L1
-  // Weight rows per register tile: 4 x kTileRows accumulators, kTileRows weight vectors and
-  // one x vector must fit the register file, or the compiler re-reads the weights from L1
-  // for every FMA and spills accumulators (loads, not FMAs, then bound the loop). x86
-  // below AVX-512 has 16 vector registers: 12 + 3 + 1. AVX-512 and others have 32.
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-  constexpr int kTileRows = 3;
-#else
-  constexpr int kTileRows = 4;
-#endif
+  constexpr int kTileRows = kTileWeightRows;
   constexpr int64_t kParkRow = matmul_detail::kBlockRows;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -606,7 +604,8 @@ float* thread_block_buffer(int64_t floats) {
 void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   init_cpu_isa();
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  const int wt = static_cast<int>(weight_type_of(w));
+  const WeightType type = weight_type_of(w);
+  const int wt = static_cast<int>(type);
   const float* xp = x.data<const float>();
   const void* wp = w.raw_data();
   const float* bp = bias.defined() ? bias.data<const float>() : nullptr;
@@ -617,7 +616,7 @@ void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& ou
   const int64_t blocks = (N + matmul_detail::kBlockRows - 1) / matmul_detail::kBlockRows;
   // Decode and small batches convert the weights in registers (DecodeImpl picks which).
   const bool in_registers =
-      M <= std::max(matmul_detail::kDecodeMaxRows, small_batch_max_rows(weight_type_of(w)));
+      M <= std::max(matmul_detail::kDecodeMaxRows, small_batch_max_rows(type));
   parallel_for(blocks, [&](int64_t b0, int64_t b1, int) {
     const int64_t n0 = b0 * matmul_detail::kBlockRows;
     const int64_t n1 = std::min(N, b1 * matmul_detail::kBlockRows);

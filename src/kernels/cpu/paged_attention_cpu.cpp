@@ -46,6 +46,20 @@ HWY_INLINE void WithBlocks(int64_t bs, const Fn& fn) {
     fn(AnyBlocks{bs});
 }
 
+// Cache row s (of rows lo, lo + 1, ...) of one kv head in k or v: base + table[r / bs] * ldb
+// + (r % bs) * ldr with r = lo + s.
+template <class Blocks>
+struct CacheRows {
+  const float* base;
+  int64_t ldb, ldr;
+  const int32_t* table;
+  Blocks blocks;
+  int64_t lo;
+  const float* operator()(int64_t s) const {
+    return base + table[blocks.block(lo + s)] * ldb + blocks.row(lo + s) * ldr;
+  }
+};
+
 // q: [hd]. Cache position r of this kv head is at base + table[r / bs] * ldb + (r % bs) * ldr
 // (same for k and v through their own bases/strides); rows lo .. lo + len - 1 are attended.
 // sink: the head's sink or nullptr. scores: scratch [len].
@@ -54,15 +68,9 @@ void PagedAttendOne(const float* HWY_RESTRICT q, const float* k, const float* v,
                     int64_t lo, int64_t len, int64_t hd, float scale, const float* sink,
                     float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   WithBlocks(bs, [&](auto blocks) {
-    AttendRows(
-        q,
-        [=](int64_t s) {
-          return k + table[blocks.block(lo + s)] * ldb_k + blocks.row(lo + s) * ldr_k;
-        },
-        [=](int64_t s) {
-          return v + table[blocks.block(lo + s)] * ldb_v + blocks.row(lo + s) * ldr_v;
-        },
-        len, hd, scale, sink, scores, out);
+    using R = CacheRows<decltype(blocks)>;
+    AttendRows(q, R{k, ldb_k, ldr_k, table, blocks, lo}, R{v, ldb_v, ldr_v, table, blocks, lo}, len,
+               hd, scale, sink, scores, out);
   });
 }
 
@@ -73,12 +81,8 @@ void PagedAttendHeads(int nq, const float* const* q, const float* k, const float
                       int64_t lo, int64_t len, int64_t hd, float scale, const float* sinks,
                       float* HWY_RESTRICT scores, float* const* out) {
   WithBlocks(bs, [&](auto blocks) {
-    const auto k_row = [=](int64_t s) {
-      return k + table[blocks.block(lo + s)] * ldb_k + blocks.row(lo + s) * ldr_k;
-    };
-    const auto v_row = [=](int64_t s) {
-      return v + table[blocks.block(lo + s)] * ldb_v + blocks.row(lo + s) * ldr_v;
-    };
+    using R = CacheRows<decltype(blocks)>;
+    const R k_row{k, ldb_k, ldr_k, table, blocks, lo}, v_row{v, ldb_v, ldr_v, table, blocks, lo};
     if (nq == 4)
       AttendGroup<4>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
     else
