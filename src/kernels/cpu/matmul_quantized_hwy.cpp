@@ -12,16 +12,18 @@
 //        the exhaustive-code test would catch it); NaN codes (0x7F, 0xFF) are blended in.
 //        The 2^120 is folded into the scales (exact while scale * 2^120 stays finite; a
 //        call with a larger scale takes the prefill path with unfolded scales);
-//   f4   a 16-lane table lookup on AVX-512; elsewhere rebuilt from the bits
-//        ((mag << 22) + (126 << 23), or mag * 0.5 for the two subnormal codes);
+//   f4   a 16-lane table lookup on AVX-512; on AVX2 the products themselves, looked up
+//        by vpshufb in bf16 byte tables per scale exponent (F4Products32); elsewhere
+//        rebuilt from the bits ((mag << 22) + (126 << 23), or mag * 0.5 for the two
+//        subnormal codes);
 // then multiplied by the group's scale: one rounding of the exact code * scale, which is
-// the value the scalar dequantize gives. Packed f4 bytes hold elements
-// (2i, 2i+1) in their low and high nibbles; instead of interleaving decoded nibbles, the
-// activations are permuted once per call so that each chunk of L bytes (L = lanes) reads
-// x[2i] for its low nibbles, then x[2i+1] for its high ones. Scales are converted a tile
-// at a time (e8m0 by bit operations); while a tile is multiplied, the next tile's codes
-// and scales are prefetched (see PrefetchAhead): without it a 16-row tile's short row
-// streams leave DRAM idle and decode ran at ~60% of the rate it reaches with it.
+// the value the scalar dequantize gives (the AVX2 f4 tables hold exactly that product). Packed f4
+// bytes hold elements (2i, 2i+1) in their low and high nibbles; instead of interleaving decoded
+// nibbles, the activations are permuted once per call so that each chunk of L bytes (L = lanes)
+// reads x[2i] for its low nibbles, then x[2i+1] for its high ones. Scales are converted a tile at a
+// time (e8m0 by bit operations); while a tile is multiplied, the next tile's codes and scales are
+// prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and
+// decode ran at ~60% of the rate it reaches with it.
 //
 // Prefill (M > kDecodeMaxRows): a tile of 16 weight rows is dequantized to f32 with the
 // same decode (f4 in the same permuted order) and multiplied by the f16/bf16 kernels' f32
@@ -85,6 +87,35 @@ inline float e8m0_value(uint8_t v) {
     return t;
   }();
   return table.v[v];
+}
+
+// For every e8m0 exponent e, the 16 products fl(v * 2^(e - 127)) of the e2m1 values v, as
+// bf16 split into a low-byte and a high-byte vpshufb table (the AVX2 f4 decode). bf16 holds
+// each product exactly: v has at most two significant bits, the smallest product is the
+// subnormal 2^-128, and inf and NaN keep their bits. Code 8 (-0) is +0, as a decode through
+// integers gives: a zero product either way, and a sum that starts at +0 cannot become -0
+// in round to nearest, so every sum keeps its bits.
+struct F4ProductBytes {
+  alignas(16) uint8_t lo[256][16];
+  alignas(16) uint8_t hi[256][16];
+};
+
+inline const F4ProductBytes& f4_product_bytes() {
+  static const F4ProductBytes tables = [] {
+    F4ProductBytes t;
+    for (int e = 0; e < 256; ++e)
+      for (int n = 0; n < 16; ++n) {
+        const float v = f4_e2m1_to_f32(static_cast<uint8_t>(n));
+        const float w = (v == 0.0f ? 0.0f : v) * e8m0_to_f32(static_cast<uint8_t>(e));
+        uint32_t bits;
+        std::memcpy(&bits, &w, 4);
+        if ((bits & 0xFFFFu) != 0) std::abort();  // not exact in bf16: cannot happen
+        t.lo[e][n] = static_cast<uint8_t>(bits >> 16);
+        t.hi[e][n] = static_cast<uint8_t>(bits >> 24);
+      }
+    return t;
+  }();
+  return tables;
 }
 }  // namespace refit::cpu::quant_hwy
 #endif
@@ -170,27 +201,56 @@ HWY_INLINE VF F4ToF32(VU nib) {
   }
 }
 
+// The f4 kernels read activations permuted once per call, in chunks of F4Chunk() values:
+// position j of a chunk reads x[chunk + F4Source(j)], the element whose weight the decode
+// below puts in that lane.
 #if HWY_TARGET == HWY_AVX2
-// AVX2: a group's 32 codes (16 packed bytes) as f32 values times the scale, fl(v * s), in
-// the kernels' permuted order: the low nibbles of bytes 0-7, their high nibbles, then the
-// same of bytes 8-15. vpshufb maps each nibble to 2v (an integer in -12..12), which
-// converts exactly, and s * 0.5 is exact for every e8m0 scale (2^-127 halves to a
-// subnormal, NaN stays NaN; the f4 rows take only e8m0 scales), so the single product
-// 2v * (s * 0.5) is fl(v * s). Code 8 (-0) comes out +0: a zero product
-// either way, and a sum that starts at +0 cannot become -0 in round to nearest, so every
-// sum keeps its bits. All single-uop instructions: the lane permutes of a table lookup
-// (vpermps) or F4ToF32's bit assembly made this decode 4x slower per byte than Q8_0's on
-// Zen 2.
-HWY_INLINE void F4Scaled32(const uint8_t* p, VF s_half, VF v[4]) {
-  const __m128i twice_v = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i m = _mm_set1_epi8(0x0F);
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i lo = _mm_shuffle_epi8(twice_v, _mm_and_si128(b, m));
-  const __m128i hi = _mm_shuffle_epi8(twice_v, _mm_and_si128(_mm_srli_epi16(b, 4), m));
-  const __m128i parts[4] = {lo, hi, _mm_unpackhi_epi64(lo, lo), _mm_unpackhi_epi64(hi, hi)};
-  for (int q = 0; q < 4; ++q) {
-    v[q] = hn::Mul(VF{_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[q]))}, s_half);
-  }
+// AVX2: a group's 32 codes (16 packed bytes) as f32 products fl(v * s), straight from the
+// bf16 byte tables of the group's scale exponent (f4_product_bytes): the bytes broadcast
+// to both 128-bit lanes, shifted right by 0 in the low lane and 4 in the high one, give the
+// 32 nibbles as indices; vpshufb looks up each product's two bytes, and interleaving them
+// and placing the words in the top half of each lane gives the exact f32s. Per 32 values
+// 10 single-uop integer instructions and no multiply: the decode through integers (vpshufb
+// to 2v, sign-extend, convert, times s / 2) took 20; `quant_matmul_bench` (K 2880, N 720,
+// in cache, one Zen 2 core) read 3.8 GB/s with it, 7.1 with this.
+// Lane l of v[q] holds element 16 (q / 2) + 4 (l % 4) + 2 (q % 2) + l / 4 of the group.
+HWY_INLINE int64_t F4Chunk() { return 32; }
+HWY_INLINE int64_t F4Source(int64_t j) {
+  const int64_t q = j / 8, l = j % 8;
+  return 16 * (q >> 1) + 4 * (l & 3) + 2 * (q & 1) + (l >> 2);
+}
+
+HWY_INLINE void F4Products32(const quant_hwy::F4ProductBytes& t, const uint8_t* p, uint32_t e,
+                             VF v[4]) {
+  const __m256i b =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i idx = _mm256_and_si256(
+      _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+  const __m256i lo = _mm256_shuffle_epi8(
+      _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.lo[e]))), idx);
+  const __m256i hi = _mm256_shuffle_epi8(
+      _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.hi[e]))), idx);
+  const __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi);
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  v[0] = VF{_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16))};
+  v[1] = VF{_mm256_castsi256_ps(_mm256_and_si256(w0, top))};
+  v[2] = VF{_mm256_castsi256_ps(_mm256_slli_epi32(w1, 16))};
+  v[3] = VF{_mm256_castsi256_ps(_mm256_and_si256(w1, top))};
+}
+
+// The e8m0 exponent of a scale as TileScales converts it (2^(e - 127), 2^-127 for 0, NaN
+// with exponent field 255 for 255): its f32 exponent field, subnormal 2^-127 included.
+HWY_INLINE uint32_t E8m0Exponent(float s) {
+  uint32_t bits;
+  std::memcpy(&bits, &s, 4);
+  return (bits >> 23) & 0xFF;
+}
+#else
+// Elsewhere each chunk of L bytes: x[2i] for its low nibbles, then x[2i + 1] for its high ones.
+HWY_INLINE int64_t F4Chunk() { return 2 * LanesF(); }
+HWY_INLINE int64_t F4Source(int64_t j) {
+  const int64_t L = LanesF();
+  return j < L ? 2 * j : 2 * (j - L) + 1;
 }
 #endif
 
@@ -278,12 +338,19 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
   }
 }
 
+// A tile's scales as the dot kernels read them: f32 in plain order, f[r * S + c]; for f4
+// on AVX2 instead the raw e8m0 bytes in plain order, e8m0[r * S + c].
+struct TileScaleRef {
+  const float* HWY_RESTRICT f;
+  const uint8_t* HWY_RESTRICT e8m0;
+};
+
 // Rows [0, MR) of x against tile rows [r0, r0 + NR), 8-bit codes. `group` is a multiple
 // of 16 (so of L) or covers K: a vector never spans two scales.
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
 HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile,
-                         const uint8_t* ahead, int64_t r0, const float* HWY_RESTRICT sc,
-                         const float* bias, float* HWY_RESTRICT out) {
+                         const uint8_t* ahead, int64_t r0, TileScaleRef sc, const float* bias,
+                         float* HWY_RESTRICT out) {
   const DF df;
   const int64_t L = LanesF(), K = a.K, kv = K / L * L, S = a.S;
   VF acc[MR][NR];
@@ -292,7 +359,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
   for (int64_t g = 0, k0 = 0; k0 < kv; ++g, k0 += a.group) {
     const int64_t k1 = std::min(kv, k0 + a.group);
     VF sv[NR];
-    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
+    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc.f[(r0 + j) * S + g]);
     for (int64_t k = k0; k < k1; k += L) {
       PrefetchAhead(ahead + r0 * a.row_bytes + k * NR);
       VF wv[NR];
@@ -309,7 +376,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
       float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
       for (int64_t k = kv; k < K; ++k) {
         const float w = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) *
-                        sc[(r0 + j) * S + k / a.group];
+                        sc.f[(r0 + j) * S + k / a.group];
         s = std::fma(x[i * a.ldx + k], w, s);
       }
       out[i * a.ldo + j] = bias ? s + bias[j] : s;
@@ -320,8 +387,8 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
 // (the only scales the f4 rows take).
 template <bool Shuffled, int MR, int NR>
 HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8_t* tile,
-                         const uint8_t* ahead, int64_t r0, const float* HWY_RESTRICT sc,
-                         const float* bias, float* HWY_RESTRICT out) {
+                         const uint8_t* ahead, int64_t r0, TileScaleRef sc, const float* bias,
+                         float* HWY_RESTRICT out) {
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -329,28 +396,22 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
   VF acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = hn::Zero(df);
-  for (int64_t g = 0; g < S; ++g) {
-    // AVX-512: the 16 e2m1 values times the scale, fl(v * s) each, the very products a
-    // multiply after the lookup would give. Elsewhere the scale itself.
-    // AVX2: e8m0 scales halve exactly, so sv holds s * 0.5 for F4Scaled32's 2v.
-    VF sv[NR];
-    for (int j = 0; j < NR; ++j) {
-      sv[j] = hn::Set(df, sc[(r0 + j) * S + g]);
-      if constexpr (hn::MaxLanes(DF()) == 16) sv[j] = hn::Mul(F4ToF32(hn::Iota(du, 0)), sv[j]);
 #if HWY_TARGET == HWY_AVX2
-      sv[j] = hn::Mul(sv[j], hn::Set(df, 0.5f));
+  // Fetched once: its first-use guard inside the loop kept the accumulators in memory.
+  const quant_hwy::F4ProductBytes& products = quant_hwy::f4_product_bytes();
 #endif
-    }
+  for (int64_t g = 0; g < S; ++g) {
 #if HWY_TARGET == HWY_AVX2
     // The whole group at once, row by row (its four weight vectors, then every x row's four
-    // products): per accumulator the same order as the loop below.
+    // products into its one accumulator, in F4Products32's order).
     {
       const int64_t b = g * 16;
       PrefetchAhead(ahead + r0 * a.row_bytes + b * NR);
       PrefetchAhead(ahead + r0 * a.row_bytes + (b + 8) * NR);
       for (int j = 0; j < NR; ++j) {
         VF w[4];
-        F4Scaled32(CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b), sv[j], w);
+        F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, b),
+                     sc.e8m0[(r0 + j) * S + g], w);
         for (int i = 0; i < MR; ++i)
           for (int q = 0; q < 4; ++q)
             acc[i][j] = hn::MulAdd(hn::LoadU(df, x + i * a.ldx + 2 * b + q * L), w[q], acc[i][j]);
@@ -358,6 +419,13 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
       continue;
     }
 #endif
+    // AVX-512: the 16 e2m1 values times the scale, fl(v * s) each, the very products a
+    // multiply after the lookup would give. Elsewhere the scale itself.
+    VF sv[NR];
+    for (int j = 0; j < NR; ++j) {
+      sv[j] = hn::Set(df, sc.f[(r0 + j) * S + g]);
+      if constexpr (hn::MaxLanes(DF()) == 16) sv[j] = hn::Mul(F4ToF32(hn::Iota(du, 0)), sv[j]);
+    }
     for (int64_t b = g * 16; b < g * 16 + 16; b += L) {
       PrefetchAhead(ahead + r0 * a.row_bytes + b * NR);
       VF lo[NR], hi[NR];
@@ -393,7 +461,7 @@ HWY_INLINE void DotTile4(const Args& a, const float* HWY_RESTRICT x, const uint8
 
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
 HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead,
-                        int64_t r0, const float* sc, const float* bias, float* out) {
+                        int64_t r0, TileScaleRef sc, const float* bias, float* out) {
   if constexpr (C == Code::f4)
     DotTile4<Shuffled, MR, NR>(a, x, tile, ahead, r0, sc, bias, out);
   else
@@ -403,7 +471,7 @@ HWY_INLINE void DotTile(const Args& a, const float* x, const uint8_t* tile, cons
 // Rows [0, MR) of x against tile rows [0, rows): NR-row groups, then single rows.
 template <Code C, bool Shuffled, int MR, int NR, bool kNan>
 HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile,
-                             const uint8_t* ahead, int64_t rows, const float* sc, const float* bias,
+                             const uint8_t* ahead, int64_t rows, TileScaleRef sc, const float* bias,
                              float* out) {
   int64_t r = 0;
   for (; r + NR <= rows; r += NR)
@@ -417,7 +485,7 @@ HWY_INLINE void TileRowsImpl(const Args& a, const float* x, const uint8_t* tile,
 // values, and so the results, are the same either way.
 template <Code C, bool Shuffled, int MR, int NR>
 HWY_INLINE void TileRows(const Args& a, const float* x, const uint8_t* tile, const uint8_t* ahead,
-                         int64_t rows, const float* sc, const float* bias, float* out) {
+                         int64_t rows, TileScaleRef sc, const float* bias, float* out) {
   if (C == Code::f8 && !HasNanCodes(tile, rows * a.row_bytes))
     TileRowsImpl<C, Shuffled, MR, NR, false>(a, x, tile, ahead, rows, sc, bias, out);
   else
@@ -440,7 +508,27 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
           static_cast<const uint8_t*>(a.scales) + (n0 + quant_hwy::kTileRows) * a.S * esize;
       for (int64_t b = 0; b < quant_hwy::kTileRows * a.S * esize; b += 64) PrefetchAhead(next + b);
     }
+    TileScaleRef scales{sc, nullptr};
+#if HWY_TARGET == HWY_AVX2
+    // The f4 decode indexes its product tables by the raw e8m0 bytes: no f32 conversion.
+    if constexpr (C == Code::f4) {
+      const auto* e8 = static_cast<const uint8_t*>(a.scales) + n0 * a.S;
+      if (a.tiled_scales) {  // [S/2, 16, 2] -> [16, S]
+        auto* plain = reinterpret_cast<uint8_t*>(tmp);
+        for (int64_t cb = 0; cb < a.S / 2; ++cb)
+          for (int64_t r = 0; r < rows; ++r) {
+            plain[r * a.S + 2 * cb] = e8[(cb * quant_hwy::kTileRows + r) * 2];
+            plain[r * a.S + 2 * cb + 1] = e8[(cb * quant_hwy::kTileRows + r) * 2 + 1];
+          }
+        e8 = plain;
+      }
+      scales.e8m0 = e8;
+    } else {
+      TileScales(a, n0, rows, sc, tmp);
+    }
+#else
     TileScales(a, n0, rows, sc, tmp);
+#endif
     const uint8_t* tile = a.codes + n0 * a.row_bytes;
     // The next tile's bytes are fetched while this one is multiplied (the last tile
     // re-fetches itself, which costs nothing).
@@ -451,16 +539,16 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
     // Weight decode is shared by the MR rows of x; fewer rows, more weight rows at once.
     switch (a.M) {
       case 1:
-        TileRows<C, Shuffled, 1, 4>(a, a.x, tile, ahead, rows, sc, bias, out);
+        TileRows<C, Shuffled, 1, 4>(a, a.x, tile, ahead, rows, scales, bias, out);
         break;
       case 2:
-        TileRows<C, Shuffled, 2, 4>(a, a.x, tile, ahead, rows, sc, bias, out);
+        TileRows<C, Shuffled, 2, 4>(a, a.x, tile, ahead, rows, scales, bias, out);
         break;
       case 3:
-        TileRows<C, Shuffled, 3, 2>(a, a.x, tile, ahead, rows, sc, bias, out);
+        TileRows<C, Shuffled, 3, 2>(a, a.x, tile, ahead, rows, scales, bias, out);
         break;
       case 4:
-        TileRows<C, Shuffled, 4, 2>(a, a.x, tile, ahead, rows, sc, bias, out);
+        TileRows<C, Shuffled, 4, 2>(a, a.x, tile, ahead, rows, scales, bias, out);
         break;
       default:
         HWY_ASSERT(false);
@@ -485,6 +573,20 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
     float* dst = buf + r * ldb;
     const float* rs = sc + r * S;
     if constexpr (C == Code::f4) {
+#if HWY_TARGET == HWY_AVX2
+      // The decode kernel's products (F4Products32), stored; other groups take the values
+      // (exponent 127: scale 1) times each element's scale.
+      const quant_hwy::F4ProductBytes& products = quant_hwy::f4_product_bytes();
+      for (int64_t b = 0; b < a.row_bytes; b += 16) {
+        VF v[4];
+        F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
+                     fast ? E8m0Exponent(rs[b / 16]) : 127, v);
+        for (int q = 0; q < 4; ++q) hn::StoreU(v[q], df, dst + 2 * b + q * L);
+        if (!fast)
+          for (int64_t j = 0; j < 32; ++j) dst[2 * b + j] *= rs[(2 * b + F4Source(j)) / group];
+      }
+      continue;
+#endif
       for (int64_t b = 0; b < a.row_bytes; b += L) {
         const VU bytes =
             hn::PromoteTo(du, hn::LoadU(d8, CodeAt<Shuffled>(tile, a.row_bytes, r, b)));
@@ -497,10 +599,7 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
         } else {
           hn::StoreU(lo, df, dst + 2 * b);
           hn::StoreU(hi, df, dst + 2 * b + L);
-          for (int64_t i = 0; i < L; ++i) {
-            dst[2 * b + i] *= rs[(2 * (b + i)) / group];
-            dst[2 * b + L + i] *= rs[(2 * (b + i) + 1) / group];
-          }
+          for (int64_t j = 0; j < 2 * L; ++j) dst[2 * b + j] *= rs[(2 * b + F4Source(j)) / group];
         }
       }
     } else if (fast) {
@@ -560,18 +659,18 @@ void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, flo
   }
 }
 
-// xp[m, 2cL + i] = x[m, 2(cL + i)], xp[m, 2cL + L + i] = x[m, 2(cL + i) + 1]: the order the
-// f4 kernels read packed nibbles in. K % (2L) == 0.
+// xp[m, c + j] = x[m, c + F4Source(j)] for each chunk c of F4Chunk() values: the order the
+// f4 kernels read packed nibbles in. K % F4Chunk() == 0 (K % 32 == 0 on every target).
 void PermuteF4Activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* xp,
                           int64_t lanes) {
   HWY_ASSERT(lanes == LanesF());
-  const int64_t L = lanes;
+  const int64_t chunk = F4Chunk();
+  HWY_ASSERT(K % chunk == 0);
+  int64_t source[64];
+  for (int64_t j = 0; j < chunk; ++j) source[j] = F4Source(j);
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < K; c += 2 * L)
-      for (int64_t i = 0; i < L; ++i) {
-        xp[m * K + c + i] = x[m * ldx + c + 2 * i];
-        xp[m * K + c + L + i] = x[m * ldx + c + 2 * i + 1];
-      }
+    for (int64_t c = 0; c < K; c += chunk)
+      for (int64_t j = 0; j < chunk; ++j) xp[m * K + c + j] = x[m * ldx + c + source[j]];
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
