@@ -2,7 +2,8 @@
 // bf16 weights through refit::ops::matmul, on the medium model's FFN shape (K = 2048,
 // N = 5632; override with REFIT_BENCH_K / REFIT_BENCH_N). Each iteration reads the next of
 // enough weight copies to exceed the L3 cache (REFIT_BENCH_MIB, default 1024 MiB in all),
-// so the figures are DRAM bandwidth, as in a real decode step. `wGB/s` counts stored bytes
+// so the figures are DRAM bandwidth, as in a real decode step. REFIT_BENCH_ROWS sets the rows
+// of x (default 1; the MoE experts of a prefill see a few each). `wGB/s` counts stored bytes
 // (codes + scales) per second of wall time; `wGB/s_cpu` per second of process CPU time,
 // which time-sharing on a loaded machine inflates far less. The `BM_read` rows read the same
 // copies with no arithmetic: the ceiling for the kernels' wGB/s, on the same pages. The w8a8 rows
@@ -91,16 +92,17 @@ kernels::MatmulQuantizedFn scalar_kernel(const std::string& scheme) {
 
 void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   const int64_t K = env_or("REFIT_BENCH_K", 2048), N = env_or("REFIT_BENCH_N", 5632);
+  const int64_t M = env_or("REFIT_BENCH_ROWS", 1);
   const Weights w = make_weights(scheme, N, K);
-  Tensor x = Tensor::empty({1, K}, DType::f32), out = Tensor::empty({1, N}, DType::f32);
-  for (int64_t i = 0; i < K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
+  Tensor x = Tensor::empty({M, K}, DType::f32), out = Tensor::empty({M, N}, DType::f32);
+  for (int64_t i = 0; i < M * K; ++i) x.data<float>()[i] = std::sin(0.1f * float(i));
   // Integer-dot W8A8 (q8_0-w8a8, mxfp4-w8a8): the activations are quantized in every
   // iteration, as a decode step does.
   const QuantScheme qs =
       scheme == "bf16" ? QuantScheme{} : parse_quant_scheme(scheme.substr(0, scheme.find('+')));
   const bool w8a8 = qs.w8a8, int8 = w8a8 && qs.int8_activations();
-  Tensor xq = Tensor::empty({1, K}, DType::i8), xd = Tensor::empty({1, K / 32}, DType::f32);
-  Tensor x8 = Tensor::empty({1, K}, DType::f8_e4m3fn), x8s = Tensor::empty({1}, DType::f32);
+  Tensor xq = Tensor::empty({M, K}, DType::i8), xd = Tensor::empty({M, K / 32}, DType::f32);
+  Tensor x8 = Tensor::empty({M, K}, DType::f8_e4m3fn), x8s = Tensor::empty({M}, DType::f32);
   size_t next = 0;
   double cpu = 0;
   for (auto _ : state) {
@@ -125,6 +127,9 @@ void BM_decode(benchmark::State& state, std::string scheme, bool scalar) {
   state.counters["wGB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsRate);
   state.counters["wGB/s_cpu"] = bytes * 1e-9 / cpu;
   state.counters["threads"] = num_threads();
+  state.counters["rows"] = static_cast<double>(M);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2e-9 * double(M * N * K) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(cpu::cpu_isa_name());
 }
 

@@ -118,7 +118,9 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
     const std::string name = selected(all, w, bias, out_all).name;
     const bool bf16dot = s.w8a8 && cpu::fp8dot::usable();
     EXPECT_NE(name.find(bf16dot ? ".avx512bf16_f8_w8a8_" : ".hwy_"), std::string::npos) << name;
-    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, big_m}) {
+    // 1-16 rows take the decode kernels (f4: 1-8), four x rows a pass; 17 the prefill path.
+    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8},
+                      int64_t{9}, int64_t{16}, big_m}) {
       SCOPED_TRACE(::testing::Message() << c.scheme << " M " << m);
       // The first m rows of the 17-row batch, as their own call.
       Activations a;

@@ -3,8 +3,8 @@
 // once per call). Registered above the scalar kernels of matmul_quantized_cpu.cpp, which
 // stay as the fallback for shapes these do not take (see the constraints below).
 //
-// Decode (M <= kDecodeMaxRows): every weight vector is decoded in registers straight from
-// the code bytes (the codes stream from memory once per call, never as an f32 copy):
+// Decode (M <= kDecodeMaxRows, f4 kDecodeMaxRowsF4): every weight vector is decoded in registers
+// straight from the code bytes (the codes stream from memory once per call, never as an f32 copy):
 //   i8   sign-extend to i32, convert;
 //   f8   sign-extend to i32, shift left by 20 and keep the sign and the 7 magnitude bits:
 //        the f32 whose value is code * 2^-120 exactly (subnormal codes become denormal
@@ -25,7 +25,7 @@
 // prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and
 // decode ran at ~60% of the rate it reaches with it.
 //
-// Prefill (M > kDecodeMaxRows): a tile of 16 weight rows is dequantized to f32 with the
+// Prefill (more rows): a tile of 16 weight rows is dequantized to f32 with the
 // same decode (f4 in the same permuted order) and multiplied by the f16/bf16 kernels' f32
 // path (cpu::matmul_hwy), so its products are the decode path's.
 //
@@ -57,7 +57,12 @@ namespace refit::cpu::quant_hwy {
 enum class Code : int { f8 = 0, f4 = 1, i8 = 2 };
 enum class ScaleType : int { f32 = 0, f16 = 1, e8m0 = 2 };
 constexpr int64_t kTileRows = 16;  // a work unit: the rows of one shuffled tile
-constexpr int64_t kDecodeMaxRows = 4;
+// Up to this many rows of x take the decode kernels (four rows a pass; each pass decodes
+// the tile again, from cache), more the prefill path. `quant_matmul_bench` (2 threads, Zen 2,
+// GFLOP/s, prefill path -> decode kernels): Q8_0 at 5 rows 43 -> 86, 8 67 -> 99, 16 84 -> 103;
+// MXFP4 (K 2880, N 5760) at 5 rows 38 -> 63, 6 62 -> 85, 8 ~equal, 12-16 83-88 -> 77-86.
+constexpr int64_t kDecodeMaxRows = 16;
+constexpr int64_t kDecodeMaxRowsF4 = 8;
 constexpr float kF8Fold = 0x1p120f;
 
 // One call's operands, as the dispatched functions read them.
@@ -535,23 +540,26 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
     const uint8_t* ahead =
         n0 + 2 * quant_hwy::kTileRows <= a.N ? tile + quant_hwy::kTileRows * a.row_bytes : tile;
     const float* bias = a.bias ? a.bias + n0 : nullptr;
-    float* out = a.out + n0;
     // Weight decode is shared by the MR rows of x; fewer rows, more weight rows at once.
-    switch (a.M) {
-      case 1:
-        TileRows<C, Shuffled, 1, 4>(a, a.x, tile, ahead, rows, scales, bias, out);
-        break;
-      case 2:
-        TileRows<C, Shuffled, 2, 4>(a, a.x, tile, ahead, rows, scales, bias, out);
-        break;
-      case 3:
-        TileRows<C, Shuffled, 3, 2>(a, a.x, tile, ahead, rows, scales, bias, out);
-        break;
-      case 4:
-        TileRows<C, Shuffled, 4, 2>(a, a.x, tile, ahead, rows, scales, bias, out);
-        break;
-      default:
-        HWY_ASSERT(false);
+    // More than four rows of x go four at a time, each pass decoding the tile again from
+    // cache.
+    for (int64_t m0 = 0; m0 < a.M; m0 += 4) {
+      const float* x = a.x + m0 * a.ldx;
+      float* out = a.out + m0 * a.ldo + n0;
+      switch (std::min<int64_t>(4, a.M - m0)) {
+        case 1:
+          TileRows<C, Shuffled, 1, 4>(a, x, tile, ahead, rows, scales, bias, out);
+          break;
+        case 2:
+          TileRows<C, Shuffled, 2, 4>(a, x, tile, ahead, rows, scales, bias, out);
+          break;
+        case 3:
+          TileRows<C, Shuffled, 3, 2>(a, x, tile, ahead, rows, scales, bias, out);
+          break;
+        default:
+          TileRows<C, Shuffled, 4, 2>(a, x, tile, ahead, rows, scales, bias, out);
+          break;
+      }
     }
   }
 }
@@ -758,7 +766,7 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
   // and f8 scales that fold.
   const bool fast =
       C == Code::f4 ? group == 32 : (a.S == 1 || group % 16 == 0) && (C != Code::f8 || a.fold_f8);
-  if (M <= quant_hwy::kDecodeMaxRows && fast) {
+  if (M <= (C == Code::f4 ? quant_hwy::kDecodeMaxRowsF4 : quant_hwy::kDecodeMaxRows) && fast) {
     parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
       std::vector<float> scratch(scratch_floats);
       HWY_DYNAMIC_DISPATCH(QuantDecodeTiles)(a, lanes, t0, t1, scratch.data());
