@@ -111,18 +111,20 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
   Tensor bias = Tensor::empty({c.n}, DType::f32);
   for (int64_t i = 0; i < c.n; ++i) bias.data<float>()[i] = dist(rng);
   for_each_isa([&] {
-    const int64_t big_m = 17;
+    const int64_t big_m = 70;
     const Activations all = make_activations(s, big_m, c.k, 11);
     Tensor out_all = Tensor::empty({big_m, c.n}, DType::f32);
     ops::matmul_quantized(all.x, all.x_scale, w.codes, w.scales, group, bias, out_all);
     const std::string name = selected(all, w, bias, out_all).name;
     const bool bf16dot = s.w8a8 && cpu::fp8dot::usable();
     EXPECT_NE(name.find(bf16dot ? ".avx512bf16_f8_w8a8_" : ".hwy_"), std::string::npos) << name;
-    // 1-16 rows take the decode kernels (f4: 1-8), four x rows a pass; 17 the prefill path.
+    // 1-16 rows take the decode kernels (f4: 1-7), four x rows a pass; more the prefill
+    // path: its dequantized tiles (f32; f4 on AVX2 bf16) through the float kernel's small
+    // batches (up to 32 rows for f32, 64 for bf16) and converted blocks (70).
     for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{8},
-                      int64_t{9}, int64_t{16}, big_m}) {
+                      int64_t{9}, int64_t{16}, int64_t{17}, int64_t{40}, big_m}) {
       SCOPED_TRACE(::testing::Message() << c.scheme << " M " << m);
-      // The first m rows of the 17-row batch, as their own call.
+      // The first m rows of the big batch, as their own call.
       Activations a;
       a.x = all.x.narrow(0, 0, m).contiguous();
       if (all.x_scale.defined()) a.x_scale = all.x_scale.narrow(0, 0, m).contiguous();
@@ -142,7 +144,7 @@ TEST_P(QuantKernelHwy, matches_scalar_kernel_and_reference_and_is_batch_invarian
           max_diff_ref = std::max(max_diff_ref, std::fabs(ref - got));
           max_diff_scalar = std::max(
               max_diff_scalar, std::fabs(double(out_scalar.data<float>()[r * c.n + j]) - got));
-          // Batch invariance: bitwise the row of the 17-row call.
+          // Batch invariance: bitwise the row of the big call.
           const float in_batch = out_all.data<float>()[r * c.n + j];
           ASSERT_EQ(std::memcmp(&got, &in_batch, sizeof(float)), 0)
               << "row " << r << " col " << j << ": " << got << " alone vs " << in_batch

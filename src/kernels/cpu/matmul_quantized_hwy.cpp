@@ -25,9 +25,10 @@
 // prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and
 // decode ran at ~60% of the rate it reaches with it.
 //
-// Prefill (more rows): a tile of 16 weight rows is dequantized to f32 with the
-// same decode (f4 in the same permuted order) and multiplied by the f16/bf16 kernels' f32
-// path (cpu::matmul_hwy), so its products are the decode path's.
+// Prefill (more rows): a tile of 16 weight rows is dequantized to f32 (f4 on AVX2: to bf16,
+// which holds its products exactly) with the same decode (f4 in the same permuted order) and
+// multiplied by the f16/bf16 kernels (cpu::matmul_hwy), so its products are the decode
+// path's.
 //
 // Reduction order (batch invariance, issue 8): each output element out[m, n] is one
 // vector accumulator running over k = 0, L, 2L, ... (f4: the permuted order) by fused
@@ -60,9 +61,10 @@ constexpr int64_t kTileRows = 16;  // a work unit: the rows of one shuffled tile
 // Up to this many rows of x take the decode kernels (four rows a pass; each pass decodes
 // the tile again, from cache), more the prefill path. `quant_matmul_bench` (2 threads, Zen 2,
 // GFLOP/s, prefill path -> decode kernels): Q8_0 at 5 rows 43 -> 86, 8 67 -> 99, 16 84 -> 103;
-// MXFP4 (K 2880, N 5760) at 5 rows 38 -> 63, 6 62 -> 85, 8 ~equal, 12-16 83-88 -> 77-86.
+// MXFP4 (K 2880, N 5760; its prefill tiles bf16) at 5 rows 61 -> 63, 6 71 -> 85, 7 78-81 ->
+// 86, 8 90 -> 84-89, 16 117 -> 86.
 constexpr int64_t kDecodeMaxRows = 16;
-constexpr int64_t kDecodeMaxRowsF4 = 8;
+constexpr int64_t kDecodeMaxRowsF4 = 7;
 constexpr float kF8Fold = 0x1p120f;
 
 // One call's operands, as the dispatched functions read them.
@@ -564,11 +566,33 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
   }
 }
 
-// Tile t's rows dequantized to f32, buf [rows, ldb], f4 in the permuted order. Groups that
-// do not fit the decode kernels (`fast` false) take a scale per element.
+// Whether f4 tiles are dequantized to bf16 (F4TileIsBf16) rather than f32: on AVX2, where
+// the bf16 small-batch kernel runs ~1.5x the f32 one (`matmul_bench`, K 2880 x N 5760, 16
+// rows: bf16 148 GFLOP/s, f32 97). Every f4 product fl(v * s) is exact in bf16 (see
+// f4_product_bytes), and the float kernels widen bf16 exactly and sum in the f32 kernel's
+// order: the same bits either way.
+HWY_INLINE bool F4TileIsBf16() { return HWY_TARGET == HWY_AVX2; }
+
+#if HWY_TARGET == HWY_AVX2
+// v[0..3] (f32 values exact in bf16) stored as 32 bf16, in the same order.
+HWY_INLINE void StoreBf16x32(const VF v[4], uint16_t* dst) {
+  for (int q = 0; q < 4; q += 2) {
+    const __m256i a = _mm256_srli_epi32(_mm256_castps_si256(v[q].raw), 16),
+                  b = _mm256_srli_epi32(_mm256_castps_si256(v[q + 1].raw), 16);
+    // packus interleaves the 128-bit lanes (a0-3 b0-3 | a4-7 b4-7); vpermq puts a before b.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8 * q), packed);
+  }
+}
+#endif
+
+// Tile t's rows dequantized, buf [rows, ldb]: f32, or bf16 for f4 where F4TileIsBf16; f4 in
+// the permuted order. Groups that do not fit the decode kernels (`fast` false) take a scale
+// per element.
 template <Code C, bool Shuffled>
-void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t ldb,
+void DequantizeTileImpl(const Args& a, bool fast, int64_t t, void* out_buf, int64_t ldb,
                         float* scratch) {
+  float* buf = static_cast<float*>(out_buf);
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -585,14 +609,20 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, float* buf, int64_t
       // The decode kernel's products (F4Products32), stored; other groups take the values
       // (exponent 127: scale 1) times each element's scale.
       const quant_hwy::F4ProductBytes& products = quant_hwy::f4_product_bytes();
+      uint16_t* dst16 = static_cast<uint16_t*>(out_buf) + r * ldb;
       for (int64_t b = 0; b < a.row_bytes; b += 16) {
         VF v[4];
         F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
                      fast ? E8m0Exponent(rs[b / 16]) : 127, v);
-        for (int q = 0; q < 4; ++q) hn::StoreU(v[q], df, dst + 2 * b + q * L);
-        if (!fast)
-          for (int64_t j = 0; j < 32; ++j) dst[2 * b + j] *= rs[(2 * b + F4Source(j)) / group];
+        if (!fast) {
+          HWY_ALIGN float e[32];
+          for (int q = 0; q < 4; ++q) hn::Store(v[q], df, e + q * L);
+          for (int64_t j = 0; j < 32; ++j) e[j] *= rs[(2 * b + F4Source(j)) / group];
+          for (int q = 0; q < 4; ++q) v[q] = hn::Load(df, e + q * L);
+        }
+        StoreBf16x32(v, dst16 + 2 * b);
       }
+      (void)dst;
       continue;
 #endif
       for (int64_t b = 0; b < a.row_bytes; b += L) {
@@ -651,8 +681,10 @@ void QuantDecodeTiles(const Args& a, int64_t lanes, int64_t t0, int64_t t1, floa
   }
 }
 
-void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, float* buf,
-                         int64_t ldb, float* scratch) {
+bool QuantF4TileIsBf16() { return F4TileIsBf16(); }
+
+void QuantDequantizeTile(const Args& a, bool fast, int64_t lanes, int64_t t, void* buf, int64_t ldb,
+                         float* scratch) {
   HWY_ASSERT(lanes == LanesF());
   switch (a.code) {
     case Code::f8:
@@ -701,6 +733,7 @@ namespace refit::cpu {
 HWY_EXPORT(QuantLanes);
 HWY_EXPORT(QuantDecodeTiles);
 HWY_EXPORT(QuantDequantizeTile);
+HWY_EXPORT(QuantF4TileIsBf16);
 HWY_EXPORT(PermuteF4Activations);
 
 namespace {
@@ -773,15 +806,17 @@ void matmul_quantized_hwy(const Tensor& x, const Tensor& x_scale, const Tensor& 
     });
     return;
   }
-  // Prefill (and other groups): f32 tiles through the float kernel (nested parallel_for
-  // runs inline). Same products, same order as the decode kernels.
+  // Prefill (and other groups): f32 (f4 on AVX2: bf16) tiles through the float kernel
+  // (nested parallel_for runs inline). Same products, same order as the decode kernels.
+  const DType tile_type =
+      C == Code::f4 && HWY_DYNAMIC_DISPATCH(QuantF4TileIsBf16)() ? DType::bf16 : DType::f32;
   parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
     std::vector<float> scratch(scratch_floats);
-    Tensor wt = Tensor::empty({kTileRows, K}, DType::f32);
+    Tensor wt = Tensor::empty({kTileRows, K}, tile_type);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = t * kTileRows, rows = std::min(kTileRows, N - n0);
       HWY_DYNAMIC_DISPATCH(QuantDequantizeTile)
-      (a, fast, lanes, t, wt.data<float>(), K, scratch.data());
+      (a, fast, lanes, t, wt.raw_data(), K, scratch.data());
       Tensor out_cols = out.narrow(1, n0, rows);
       matmul_hwy(xf, rows == kTileRows ? wt : wt.narrow(0, 0, rows),
                  bias.defined() ? bias.narrow(0, n0, rows) : Tensor(), out_cols);
