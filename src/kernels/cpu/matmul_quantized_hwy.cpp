@@ -3,8 +3,9 @@
 // once per call). Registered above the scalar kernels of matmul_quantized_cpu.cpp, which
 // stay as the fallback for shapes these do not take (see the constraints below).
 //
-// Decode (M <= kDecodeMaxRows, f4 kDecodeMaxRowsF4): every weight vector is decoded in registers
-// straight from the code bytes (the codes stream from memory once per call, never as an f32 copy):
+// Decode (M <= kDecodeMaxRows; f4 kDecodeMaxRowsF4): every weight vector is decoded in
+// registers straight from the code bytes (the codes stream from memory once per call, never
+// as an f32 copy):
 //   i8   sign-extend to i32, convert;
 //   f8   sign-extend to i32, shift left by 20 and keep the sign and the 7 magnitude bits:
 //        the f32 whose value is code * 2^-120 exactly (subnormal codes become denormal
@@ -17,13 +18,15 @@
 //        rebuilt from the bits ((mag << 22) + (126 << 23), or mag * 0.5 for the two
 //        subnormal codes);
 // then multiplied by the group's scale: one rounding of the exact code * scale, which is
-// the value the scalar dequantize gives (the AVX2 f4 tables hold exactly that product). Packed f4
-// bytes hold elements (2i, 2i+1) in their low and high nibbles; instead of interleaving decoded
-// nibbles, the activations are permuted once per call so that each chunk of L bytes (L = lanes)
-// reads x[2i] for its low nibbles, then x[2i+1] for its high ones. Scales are converted a tile at a
-// time (e8m0 by bit operations); while a tile is multiplied, the next tile's codes and scales are
-// prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and
-// decode ran at ~60% of the rate it reaches with it.
+// the value the scalar dequantize gives (the AVX2 f4 tables hold exactly that product).
+// Packed f4 bytes hold elements (2i, 2i+1) in their low and high nibbles; instead of
+// interleaving decoded nibbles, the activations are permuted once per call into the order
+// the decode leaves the values in (F4Source: on AVX2 its own order of each 32; elsewhere
+// each chunk of L bytes reads x[2i] for its low nibbles, then x[2i+1] for its high ones).
+// Scales are converted a tile at a time (e8m0 by bit operations; the AVX2 f4 decode reads
+// the bytes as they are); while a tile is multiplied, the next tile's codes and scales are
+// prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM
+// idle and decode ran at ~60% of the rate it reaches with it.
 //
 // Prefill (more rows): a tile of 16 weight rows is dequantized to f32 (f4 on AVX2: to bf16,
 // which holds its products exactly) with the same decode (f4 in the same permuted order) and
