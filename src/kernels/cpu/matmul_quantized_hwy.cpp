@@ -230,8 +230,10 @@ HWY_INLINE int64_t F4Source(int64_t j) {
   return 16 * (q >> 1) + 4 * (l & 3) + 2 * (q & 1) + (l >> 2);
 }
 
-HWY_INLINE void F4Products32(const quant_hwy::F4ProductBytes& t, const uint8_t* p, uint32_t e,
-                             VF v[4]) {
+// The group's 32 products as bf16 words: w[0] holds the low nibbles of bytes 0-7 (lane 0)
+// and their high nibbles (lane 1), w[1] the same of bytes 8-15.
+HWY_INLINE void F4ProductWords(const quant_hwy::F4ProductBytes& t, const uint8_t* p, uint32_t e,
+                               __m256i w[2]) {
   const __m256i b =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m256i idx = _mm256_and_si256(
@@ -240,7 +242,15 @@ HWY_INLINE void F4Products32(const quant_hwy::F4ProductBytes& t, const uint8_t* 
       _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.lo[e]))), idx);
   const __m256i hi = _mm256_shuffle_epi8(
       _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.hi[e]))), idx);
-  const __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi);
+  w[0] = _mm256_unpacklo_epi8(lo, hi);
+  w[1] = _mm256_unpackhi_epi8(lo, hi);
+}
+
+HWY_INLINE void F4Products32(const quant_hwy::F4ProductBytes& t, const uint8_t* p, uint32_t e,
+                             VF v[4]) {
+  __m256i w[2];
+  F4ProductWords(t, p, e, w);
+  const __m256i w0 = w[0], w1 = w[1];
   const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   v[0] = VF{_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16))};
   v[1] = VF{_mm256_castsi256_ps(_mm256_and_si256(w0, top))};
@@ -577,6 +587,22 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
 HWY_INLINE bool F4TileIsBf16() { return HWY_TARGET == HWY_AVX2; }
 
 #if HWY_TARGET == HWY_AVX2
+// The group's 32 products stored as bf16 in F4Products32's order (its v[0..3] one after
+// another): per 128-bit lane the even words, then the odd ones, then the two lanes' halves
+// interleaved by vpermq.
+HWY_INLINE void StoreF4ProductsBf16(const quant_hwy::F4ProductBytes& t, const uint8_t* p,
+                                    uint32_t e, uint16_t* dst) {
+  __m256i w[2];
+  F4ProductWords(t, p, e, w);
+  const __m256i evens_odds = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i sorted = _mm256_shuffle_epi8(w[h], evens_odds);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * h),
+                        _mm256_permute4x64_epi64(sorted, 0xD8));
+  }
+}
+
 // v[0..3] (f32 values exact in bf16) stored as 32 bf16, in the same order.
 HWY_INLINE void StoreBf16x32(const VF v[4], uint16_t* dst) {
   for (int q = 0; q < 4; q += 2) {
@@ -614,15 +640,17 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, void* out_buf, int6
       const quant_hwy::F4ProductBytes& products = quant_hwy::f4_product_bytes();
       uint16_t* dst16 = static_cast<uint16_t*>(out_buf) + r * ldb;
       for (int64_t b = 0; b < a.row_bytes; b += 16) {
-        VF v[4];
-        F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
-                     fast ? E8m0Exponent(rs[b / 16]) : 127, v);
-        if (!fast) {
-          HWY_ALIGN float e[32];
-          for (int q = 0; q < 4; ++q) hn::Store(v[q], df, e + q * L);
-          for (int64_t j = 0; j < 32; ++j) e[j] *= rs[(2 * b + F4Source(j)) / group];
-          for (int q = 0; q < 4; ++q) v[q] = hn::Load(df, e + q * L);
+        if (fast) {
+          StoreF4ProductsBf16(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
+                              E8m0Exponent(rs[b / 16]), dst16 + 2 * b);
+          continue;
         }
+        VF v[4];
+        F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b), 127, v);
+        HWY_ALIGN float e[32];
+        for (int q = 0; q < 4; ++q) hn::Store(v[q], df, e + q * L);
+        for (int64_t j = 0; j < 32; ++j) e[j] *= rs[(2 * b + F4Source(j)) / group];
+        for (int q = 0; q < 4; ++q) v[q] = hn::Load(df, e + q * L);
         StoreBf16x32(v, dst16 + 2 * b);
       }
       (void)dst;
