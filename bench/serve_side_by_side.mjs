@@ -2,10 +2,12 @@
 // count, refit, then llama-server, then refit again (the second refit run shows how much the
 // machine drifted during the pair). Clients loop greedy /v1/completions of max_tokens tokens
 // (ignore_eos, so every request generates all of them) for `duration` seconds; the figure is
-// aggregate generated tokens per second over the window.
+// aggregate generated tokens per second over the window. --temperature T samples instead, at
+// temperature T alone (top_k 0, top_p 1, min_p 0 sent to both, as an RL rollout asks: without
+// them llama-server would apply its default top-k/top-p/min-p chain).
 //
 //   node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32]
-//        [--max-tokens 64] [--duration 20] [--threads 2] [--refit-args "..."]
+//        [--max-tokens 64] [--duration 20] [--threads 2] [--refit-args "..."] [--temperature T]
 //
 // LLAMA_SERVER is a llama-server binary you built yourself (refit neither ships nor builds
 // llama.cpp). llama-server gets `-np N` (N = the client count) and N x 512 tokens of
@@ -20,7 +22,7 @@ import { option, percentile, prompts } from "./serve_harness.mjs";
 const args = process.argv.slice(2);
 if (args.length < 3 || args[0].startsWith("--")) {
   console.error("usage: node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32] " +
-                "[--max-tokens 64] [--duration 20] [--threads 2] [--refit-args \"...\"]");
+                "[--max-tokens 64] [--duration 20] [--threads 2] [--refit-args \"...\"] [--temperature T]");
   process.exit(2);
 }
 const [refit, llamaServer, model] = args;
@@ -30,6 +32,9 @@ const maxTokens = Number(opt("max-tokens", 64));
 const duration = Number(opt("duration", 20));
 const threads = String(opt("threads", 2));
 const refitArgs = opt("refit-args", "").split(" ").filter((s) => s.length);
+const temperature = Number(opt("temperature", 0));
+const sampling = temperature > 0 ? { temperature, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 1 }
+                                 : { temperature: 0 };
 
 const freePort = () => new Promise((resolve) => {
   const s = net.createServer();
@@ -60,7 +65,7 @@ async function start(cmd, argv) {
 }
 
 async function completion(base, i) {
-  const body = { model: "m", prompt: prompts[i % prompts.length], max_tokens: maxTokens, temperature: 0,
+  const body = { model: "m", prompt: prompts[i % prompts.length], max_tokens: maxTokens, ...sampling,
                  ignore_eos: true, stream: false };
   const t0 = performance.now();
   const r = await fetch(base + "/v1/completions", { method: "POST", body: JSON.stringify(body),

@@ -1,9 +1,11 @@
 // Token sampling. Greedy when temperature < 1e-5 (argmax; ties go to the lowest id, as
 // llama2.c and llama.cpp do). Otherwise: penalties -> temperature -> top-k -> top-p ->
-// min-p -> draw. The random stream is a 64-bit Mersenne Twister turned into doubles by
-// bit manipulation (not std::uniform_real_distribution, whose output varies between
-// standard libraries), so the same seed gives the same text everywhere; each request
-// owns its sampler, so its draws do not depend on what else is in the batch.
+// min-p -> draw. The draw inverts the cumulative distribution of the kept ids: in id
+// order when nothing is cut (no order by logit is needed then: sorting a 201k vocabulary
+// took 21 ms a token), else in order of logit. The random stream is a 64-bit
+// Mersenne Twister turned into doubles by bit manipulation (not std::uniform_real_distribution,
+// whose output varies between standard libraries), so the same seed gives the same text everywhere;
+// each request owns its sampler, so its draws do not depend on what else is in the batch.
 //
 // The two halves are separate so a server can report log-probabilities of either the
 // raw logits or the processed ones (vLLM's logprobs modes, SGLang's temperature-scaled
@@ -74,9 +76,13 @@ class Sampler {
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
 
  private:
+  double uniform();
+  int32_t draw_untruncated(std::span<const float> processed);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<float> scratch_;
+  std::vector<double> weights_;  // exp(l - max) (no truncation) or probabilities in order
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<int32_t> kept_;
   bool kept_all_ = true;
