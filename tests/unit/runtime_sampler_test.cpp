@@ -80,9 +80,9 @@ TEST(RuntimeSampler, top_p_and_min_p_keep_the_ids_a_full_sort_keeps) {
   int checked = 0;
   for (size_t n : {size_t{7}, size_t{1000}, size_t{40000}})
     for (float spread : {0.3f, 3.0f, 12.0f})  // flat to peaked
-      for (auto [top_p, min_p] : {std::pair{0.9f, 0.0f}, std::pair{0.5f, 0.0f},
-                                  std::pair{0.999f, 0.0f}, std::pair{1.0f, 0.05f},
-                                  std::pair{1.0f, 0.5f}, std::pair{0.8f, 0.1f}}) {
+      for (auto [top_p, min_p] :
+           {std::pair{0.9f, 0.0f}, std::pair{0.5f, 0.0f}, std::pair{0.999f, 0.0f},
+            std::pair{1.0f, 0.05f}, std::pair{1.0f, 0.5f}, std::pair{0.8f, 0.1f}}) {
         const std::vector<float> x = random_logits(n, spread, static_cast<uint32_t>(n + checked));
         SamplingParams params;
         params.temperature = 1.0f;
@@ -92,8 +92,8 @@ TEST(RuntimeSampler, top_p_and_min_p_keep_the_ids_a_full_sort_keeps) {
         Sampler sampler(params);
         const int32_t id = sampler.draw(x);
         const std::vector<int32_t> want = reference_kept(x, top_p, min_p);
-        SCOPED_TRACE(::testing::Message() << "n " << n << " spread " << spread << " top_p "
-                                          << top_p << " min_p " << min_p);
+        SCOPED_TRACE(::testing::Message() << "n " << n << " spread " << spread << " top_p " << top_p
+                                          << " min_p " << min_p);
         if (sampler.kept_all())
           ASSERT_EQ(want.size(), n);  // nothing cut
         else
