@@ -10,7 +10,9 @@
 //        [--max-tokens 64] [--duration 20] [--threads 2] [--refit-args "..."] [--temperature T]
 //
 // LLAMA_SERVER is a llama-server binary you built yourself (refit neither ships nor builds
-// llama.cpp). llama-server gets `-np N` (N = the client count) and N x 512 tokens of
+// llama.cpp), or `-` for refit alone (two refit runs per count, e.g. to compare builds; the
+// llama-server built here answers some sampled outputs of a synthetic model with HTTP 500,
+// "does not match the expected Content-only format"). llama-server gets `-np N` (N = the client count) and N x 512 tokens of
 // context, so each client has a slot; refit serves every count from one process with its
 // defaults (batch-invariant kernels, prefix cache on). Every response must carry exactly
 // max_tokens tokens. Prints one table per engine and the ratios.
@@ -115,18 +117,25 @@ async function runLlama(clients) {
   }
 }
 
-console.log(`model ${model}; ${maxTokens} tokens per request, greedy, ${duration} s per run, ${threads} threads; ` +
+console.log(`model ${model}; ${maxTokens} tokens per request, ` +
+            `${temperature > 0 ? `temperature ${temperature}` : "greedy"}, ${duration} s per run, ${threads} threads; ` +
             `${new Date().toISOString()}`);
 const rows = [];
 for (const n of counts) {
   const a = await runRefit(n);
   console.log(`refit        clients ${n}: ${a.tok_s.toFixed(1)} tok/s (${a.requests} requests, p50 ${a.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+  if (llamaServer === "-") {
+    const c = await runRefit(n);
+    console.log(`refit again  clients ${n}: ${c.tok_s.toFixed(1)} tok/s (${c.requests} requests, p50 ${c.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+    continue;
+  }
   const b = await runLlama(n);
   console.log(`llama-server clients ${n}: ${b.tok_s.toFixed(1)} tok/s (${b.requests} requests, p50 ${b.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
   const c = await runRefit(n);
   console.log(`refit again  clients ${n}: ${c.tok_s.toFixed(1)} tok/s (${c.requests} requests, p50 ${c.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
   rows.push({ n, refit: [a.tok_s, c.tok_s], llama: b.tok_s });
 }
+if (!rows.length) process.exit(0);
 console.log("\n| clients | refit tok/s (run 1 / run 2) | llama-server tok/s | refit / llama-server |");
 console.log("|---:|---:|---:|---:|");
 for (const r of rows) {
