@@ -211,8 +211,9 @@ int32_t Sampler::draw(std::span<const float> view) {
       // distance within which the kept mass lies; the ids within it are sorted, and the
       // whole order is taken if rounding left the cut outside them after all.
       constexpr int kBins = 256;
-      auto bin_of = [&](float l) {
-        return std::min(kBins - 1, static_cast<int>((max_logit - l) * 4.0f));
+      auto bin_of = [&](float l) {  // a banned id's -inf (and NaN) in the last bin
+        const float d = (max_logit - l) * 4.0f;
+        return d < kBins - 1 ? static_cast<int>(d) : kBins - 1;
       };
       double mass[kBins] = {};
       for (float l : view) mass[bin_of(l)] += p_of(l);

@@ -83,7 +83,8 @@ TEST(RuntimeSampler, top_p_and_min_p_keep_the_ids_a_full_sort_keeps) {
       for (auto [top_p, min_p] :
            {std::pair{0.9f, 0.0f}, std::pair{0.5f, 0.0f}, std::pair{0.999f, 0.0f},
             std::pair{1.0f, 0.05f}, std::pair{1.0f, 0.5f}, std::pair{0.8f, 0.1f}}) {
-        const std::vector<float> x = random_logits(n, spread, static_cast<uint32_t>(n + checked));
+        std::vector<float> x = random_logits(n, spread, static_cast<uint32_t>(n + checked));
+        x[n / 2] = -INFINITY;  // a banned id (a stop token before min_tokens)
         SamplingParams params;
         params.temperature = 1.0f;
         params.top_p = top_p;
