@@ -258,13 +258,6 @@ HWY_INLINE void F4Products32(const quant_hwy::F4ProductBytes& t, const uint8_t* 
   v[3] = VF{_mm256_castsi256_ps(_mm256_and_si256(w1, top))};
 }
 
-// The e8m0 exponent of a scale as TileScales converts it (2^(e - 127), 2^-127 for 0, NaN
-// with exponent field 255 for 255): its f32 exponent field, subnormal 2^-127 included.
-HWY_INLINE uint32_t E8m0Exponent(float s) {
-  uint32_t bits;
-  std::memcpy(&bits, &s, 4);
-  return (bits >> 23) & 0xFF;
-}
 #else
 // Elsewhere each chunk of L bytes: x[2i] for its low nibbles, then x[2i + 1] for its high ones.
 HWY_INLINE int64_t F4Chunk() { return 2 * LanesF(); }
@@ -305,6 +298,26 @@ HWY_INLINE float DecodeScalar8(const Args& a, uint8_t c) {
     return static_cast<float>(static_cast<int8_t>(c));
   else
     return a.fold_f8 ? f8_e4m3fn_to_f32(c) * (1.0f / quant_hwy::kF8Fold) : f8_e4m3fn_to_f32(c);
+}
+
+// A tile's scale columns put in plain order, plain[r * S + c], from the tiled layout
+// [S / g, 16, g] (g scale columns per 32-byte tile): runs of g, no division per element.
+template <typename T>
+HWY_INLINE void UntileScales(const T* HWY_RESTRICT tiled, int64_t rows, int64_t S, int64_t g,
+                             T* HWY_RESTRICT plain) {
+  for (int64_t cb = 0; cb < S / g; ++cb)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < g; ++j)
+        plain[r * S + cb * g + j] = tiled[(cb * quant_hwy::kTileRows + r) * g + j];
+}
+
+// The e8m0 scale bytes of tile rows [0, rows) in plain order, as stored (no conversion):
+// in place for plain scales, else untiled into buf (rows * S bytes).
+HWY_INLINE const uint8_t* TileE8m0(const Args& a, int64_t n0, int64_t rows, uint8_t* buf) {
+  const auto* e8 = static_cast<const uint8_t*>(a.scales) + n0 * a.S;
+  if (!a.tiled_scales) return e8;
+  UntileScales(e8, rows, a.S, a.groups_per_tile, buf);
+  return buf;
 }
 
 // The scales of tile rows [0, rows) as f32 in plain order, sc[r * S + c].
@@ -349,13 +362,7 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
   }
   if (a.fold_f8)
     for (int64_t i = 0; i < count; ++i) dst[i] *= quant_hwy::kF8Fold;
-  if (a.tiled_scales) {  // [S/g, 16, g] -> [16, S]: runs of g scales, no division per element
-    const int64_t g = a.groups_per_tile;
-    for (int64_t cb = 0; cb < a.S / g; ++cb)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < g; ++j)
-          sc[r * a.S + cb * g + j] = tmp[(cb * quant_hwy::kTileRows + r) * g + j];
-  }
+  if (a.tiled_scales) UntileScales(tmp, rows, a.S, a.groups_per_tile, sc);
 }
 
 // A tile's scales as the dot kernels read them: f32 in plain order, f[r * S + c]; for f4
@@ -532,17 +539,7 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
 #if HWY_TARGET == HWY_AVX2
     // The f4 decode indexes its product tables by the raw e8m0 bytes: no f32 conversion.
     if constexpr (C == Code::f4) {
-      const auto* e8 = static_cast<const uint8_t*>(a.scales) + n0 * a.S;
-      if (a.tiled_scales) {  // [S/2, 16, 2] -> [16, S]
-        auto* plain = reinterpret_cast<uint8_t*>(tmp);
-        for (int64_t cb = 0; cb < a.S / 2; ++cb)
-          for (int64_t r = 0; r < rows; ++r) {
-            plain[r * a.S + 2 * cb] = e8[(cb * quant_hwy::kTileRows + r) * 2];
-            plain[r * a.S + 2 * cb + 1] = e8[(cb * quant_hwy::kTileRows + r) * 2 + 1];
-          }
-        e8 = plain;
-      }
-      scales.e8m0 = e8;
+      scales.e8m0 = TileE8m0(a, n0, rows, reinterpret_cast<uint8_t*>(tmp));
     } else {
       TileScales(a, n0, rows, sc, tmp);
     }
@@ -630,23 +627,32 @@ void DequantizeTileImpl(const Args& a, bool fast, int64_t t, void* out_buf, int6
   float* sc = scratch;
   TileScales(a, n0, rows, sc, scratch + quant_hwy::kTileRows * S);
   const uint8_t* tile = a.codes + n0 * a.row_bytes;
+#if HWY_TARGET == HWY_AVX2
+  // f4: the decode kernel's products (F4Products32) by the raw exponents (the second half of
+  // scratch is free once TileScales returns).
+  const quant_hwy::F4ProductBytes* products =
+      C == Code::f4 ? &quant_hwy::f4_product_bytes() : nullptr;
+  const uint8_t* e8 =
+      C == Code::f4
+          ? TileE8m0(a, n0, rows, reinterpret_cast<uint8_t*>(scratch + quant_hwy::kTileRows * S))
+          : nullptr;
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     float* dst = buf + r * ldb;
     const float* rs = sc + r * S;
     if constexpr (C == Code::f4) {
 #if HWY_TARGET == HWY_AVX2
-      // The decode kernel's products (F4Products32), stored; other groups take the values
-      // (exponent 127: scale 1) times each element's scale.
-      const quant_hwy::F4ProductBytes& products = quant_hwy::f4_product_bytes();
+      // Groups of 32 as the decode kernel has them; other groups take the values (exponent
+      // 127: scale 1) times each element's scale.
       uint16_t* dst16 = static_cast<uint16_t*>(out_buf) + r * ldb;
       for (int64_t b = 0; b < a.row_bytes; b += 16) {
         if (fast) {
-          StoreF4ProductsBf16(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
-                              E8m0Exponent(rs[b / 16]), dst16 + 2 * b);
+          StoreF4ProductsBf16(*products, CodeAt<Shuffled>(tile, a.row_bytes, r, b),
+                              e8[r * S + b / 16], dst16 + 2 * b);
           continue;
         }
         VF v[4];
-        F4Products32(products, CodeAt<Shuffled>(tile, a.row_bytes, r, b), 127, v);
+        F4Products32(*products, CodeAt<Shuffled>(tile, a.row_bytes, r, b), 127, v);
         HWY_ALIGN float e[32];
         for (int q = 0; q < 4; ++q) hn::Store(v[q], df, e + q * L);
         for (int64_t j = 0; j < 32; ++j) e[j] *= rs[(2 * b + F4Source(j)) / group];
