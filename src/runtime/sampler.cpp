@@ -133,6 +133,14 @@ std::span<const float> Sampler::process(std::span<const float> logits,
   return scratch_;
 }
 
+namespace {
+float max_logit_of(std::span<const float> view) {
+  float m = -INFINITY;
+  for (float l : view) m = std::max(m, l);
+  return m;
+}
+}  // namespace
+
 // The uniform draw in [0, 1): 53 random bits, the same double on every platform.
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
@@ -142,8 +150,7 @@ double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53
 // (std::sort of (logit, id) pairs), most of a small model's decode step.
 int32_t Sampler::draw_untruncated(std::span<const float> view) {
   const size_t V = view.size();
-  float max_logit = -INFINITY;
-  for (float l : view) max_logit = std::max(max_logit, l);
+  const float max_logit = max_logit_of(view);
   weights_.resize(V);
   double sum = 0;
   for (size_t i = 0; i < V; ++i)
@@ -177,11 +184,9 @@ int32_t Sampler::draw(std::span<const float> view) {
   };
   // Every probability is exp(l - max) / sum, the sum over the survivors of top-k (or over
   // all ids), each computed by the same expression wherever it is needed.
-  float max_logit = -INFINITY;
-  for (float l : view) max_logit = std::max(max_logit, l);
-  auto weight = [&](size_t i) {
-    return std::exp(static_cast<double>(candidates_[i].first - max_logit));
-  };
+  const float max_logit = max_logit_of(view);
+  auto weight_of = [&](float l) { return std::exp(static_cast<double>(l - max_logit)); };
+  auto weight = [&](size_t i) { return weight_of(candidates_[i].first); };
   size_t n = V;
   double sum = 0;
   if (top_k) {
@@ -190,11 +195,11 @@ int32_t Sampler::draw(std::span<const float> view) {
                       candidates_.end(), by_logit);
     for (size_t i = 0; i < n; ++i) sum += weight(i);
   } else {
-    for (float l : view) sum += std::exp(static_cast<double>(l - max_logit));
+    for (float l : view) sum += weight_of(l);
     // top-p and min-p keep a prefix of the order by logit, and sorting the whole vocabulary
     // took 2.9 ms at 32k ids: only the ids that can be kept are put in order. Both tests
     // below are monotone in the logit, so the ids passing one are the top of the full order.
-    auto p_of = [&](float l) { return std::exp(static_cast<double>(l - max_logit)) / sum; };
+    auto p_of = [&](float l) { return weight_of(l) / sum; };
     auto sort_front = [&](auto keep_id) {
       auto mid = std::partition(candidates_.begin(), candidates_.end(),
                                 [&](const auto& c) { return keep_id(c.first); });
