@@ -120,20 +120,18 @@ async function runLlama(clients) {
 console.log(`model ${model}; ${maxTokens} tokens per request, ` +
             `${temperature > 0 ? `temperature ${temperature}` : "greedy"}, ${duration} s per run, ${threads} threads; ` +
             `${new Date().toISOString()}`);
+const report = (label, n, r) =>
+  console.log(`${label.padEnd(12)} clients ${n}: ${r.tok_s.toFixed(1)} tok/s (${r.requests} requests, ` +
+              `p50 ${r.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
 const rows = [];
 for (const n of counts) {
   const a = await runRefit(n);
-  console.log(`refit        clients ${n}: ${a.tok_s.toFixed(1)} tok/s (${a.requests} requests, p50 ${a.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
-  if (llamaServer === "-") {
-    const c = await runRefit(n);
-    console.log(`refit again  clients ${n}: ${c.tok_s.toFixed(1)} tok/s (${c.requests} requests, p50 ${c.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
-    continue;
-  }
-  const b = await runLlama(n);
-  console.log(`llama-server clients ${n}: ${b.tok_s.toFixed(1)} tok/s (${b.requests} requests, p50 ${b.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
+  report("refit", n, a);
+  const b = llamaServer === "-" ? null : await runLlama(n);
+  if (b) report("llama-server", n, b);
   const c = await runRefit(n);
-  console.log(`refit again  clients ${n}: ${c.tok_s.toFixed(1)} tok/s (${c.requests} requests, p50 ${c.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
-  rows.push({ n, refit: [a.tok_s, c.tok_s], llama: b.tok_s });
+  report("refit again", n, c);
+  if (b) rows.push({ n, refit: [a.tok_s, c.tok_s], llama: b.tok_s });
 }
 if (!rows.length) process.exit(0);
 console.log("\n| clients | refit tok/s (run 1 / run 2) | llama-server tok/s | refit / llama-server |");
