@@ -235,11 +235,11 @@ TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) 
   Tensor scales = Tensor::empty({N, K / 32}, DType::e8m0);
   auto* sb = static_cast<uint8_t*>(scales.raw_data());
   for (int64_t n = 0; n < N; ++n) sb[n * 2] = sb[n * 2 + 1] = static_cast<uint8_t>(n);
-  Tensor x = Tensor::empty({5, K}, DType::f32);
-  for (int64_t m = 0; m < 5; ++m)
+  Tensor x = Tensor::zeros({8, K}, DType::f32);
+  for (int64_t m = 0; m < 8; ++m)
     x.data<float>()[m * K + 3 + 32 * (m & 1)] = 1.0f;  // one value of one group
   for_each_isa([&] {
-    for (int64_t rows : {int64_t{1}, int64_t{5}}) {  // decode and prefill paths
+    for (int64_t rows : {int64_t{1}, int64_t{8}}) {  // decode and prefill paths (f4: 1-7 decode)
       Tensor out = Tensor::empty({rows, N}, DType::f32);
       ops::matmul_quantized(x.narrow(0, 0, rows), Tensor(), w, scales, 32, Tensor(), out);
       for (int64_t m = 0; m < rows; ++m)
@@ -259,6 +259,40 @@ TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) 
 // A scale group the decode kernels cannot take (24 values: a vector would span two
 // scales) runs through the dequantize-then-float path, still exact to the reference and
 // batch-invariant.
+// MXFP4 codes with a scale per 8 values (not the decode kernels' 32, so four scales inside
+// each 32 values the kernels permute): the prefill path at every M, each element times its
+// own group's scale, rows bitwise equal alone and in a batch.
+TEST(QuantKernelHwyDecode, f4_scale_groups_of_8_take_the_float_path) {
+  const int64_t N = 20, K = 128, group = 8, S = K / group;
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> byte(0, 255), exponent(120, 132);
+  Tensor codes = Tensor::empty({N, K / 2}, DType::u8);
+  auto* cb = static_cast<uint8_t*>(codes.raw_data());
+  for (int64_t i = 0; i < N * K / 2; ++i) cb[i] = static_cast<uint8_t>(byte(rng));
+  Tensor w = Tensor::from_storage(codes.storage(), DType::f4_e2m1, {N, K});
+  Tensor scales = Tensor::empty({N, S}, DType::e8m0);
+  auto* sb = static_cast<uint8_t*>(scales.raw_data());
+  for (int64_t i = 0; i < N * S; ++i) sb[i] = static_cast<uint8_t>(exponent(rng));
+  Tensor x = Tensor::empty({6, K}, DType::f32);
+  for (int64_t i = 0; i < 6 * K; ++i) x.data<float>()[i] = std::sin(0.29f * float(i));
+  for_each_isa([&] {
+    Tensor out6 = Tensor::empty({6, N}, DType::f32), out1 = Tensor::empty({1, N}, DType::f32);
+    ops::matmul_quantized(x, Tensor(), w, scales, group, Tensor(), out6);
+    ops::matmul_quantized(x.narrow(0, 3, 1), Tensor(), w, scales, group, Tensor(), out1);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_EQ(out1.data<float>()[n], out6.data<float>()[3 * N + n]);
+      for (int64_t m = 0; m < 6; ++m) {
+        double ref = 0;
+        for (int64_t k = 0; k < K; ++k)
+          ref += double(x.data<float>()[m * K + k]) *
+                 f4_e2m1_to_f32(static_cast<uint8_t>(cb[n * K / 2 + k / 2] >> (4 * (k & 1)))) *
+                 e8m0_to_f32(sb[n * S + k / group]);
+        EXPECT_NEAR(out6.data<float>()[m * N + n], ref, 1e-4 * (std::fabs(ref) + 1.0));
+      }
+    }
+  });
+}
+
 TEST(QuantKernelHwyDecode, scale_groups_not_a_multiple_of_16_take_the_float_path) {
   const int64_t N = 20, K = 72, group = 24, S = 3;
   std::mt19937 rng(9);
