@@ -256,9 +256,6 @@ TEST(QuantKernelHwyDecode, every_e8m0_scale_is_applied_exactly_under_every_isa) 
   });
 }
 
-// A scale group the decode kernels cannot take (24 values: a vector would span two
-// scales) runs through the dequantize-then-float path, still exact to the reference and
-// batch-invariant.
 // MXFP4 codes with a scale per 8 values (not the decode kernels' 32, so four scales inside
 // each 32 values the kernels permute): the prefill path at every M, each element times its
 // own group's scale, rows bitwise equal alone and in a batch.
@@ -293,6 +290,9 @@ TEST(QuantKernelHwyDecode, f4_scale_groups_of_8_take_the_float_path) {
   });
 }
 
+// A scale group the decode kernels cannot take (24 values: a vector would span two
+// scales) runs through the dequantize-then-float path, still exact to the reference and
+// batch-invariant.
 TEST(QuantKernelHwyDecode, scale_groups_not_a_multiple_of_16_take_the_float_path) {
   const int64_t N = 20, K = 72, group = 24, S = 3;
   std::mt19937 rng(9);
