@@ -35,6 +35,10 @@ const duration = Number(opt("duration", 20));
 const threads = String(opt("threads", 2));
 const refitArgs = opt("refit-args", "").split(" ").filter((s) => s.length);
 const temperature = Number(opt("temperature", 0));
+if (!(temperature >= 0 && Number.isFinite(temperature))) {
+  console.error(`--temperature must be a number >= 0, got ${opt("temperature", 0)}`);
+  process.exit(2);
+}
 const sampling = temperature > 0 ? { temperature, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 1 }
                                  : { temperature: 0 };
 
