@@ -3,7 +3,8 @@
 // ordered list of block ids (its block table), so sequences of any length share one
 // pool without fragmentation and a finished sequence returns its blocks at once.
 //
-//   keys(layer), values(layer): f32 [n_blocks, block_size, n_kv_heads, head_dim]
+//   keys(layer), values(layer): f32 [n_blocks, block_size, n_kv_heads, head_dim], a view
+//   of head-major storage [n_blocks, n_kv_heads, block_size, head_dim] (strides, not a copy)
 //   position p of a sequence lives in block table[p / block_size], row p % block_size.
 //
 // Blocks are reference counted so a prefix cache can share full blocks between

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/dlpack.h"
 #include "core/error.h"
 #include "kernels/cpu/serve_kernels.h"
 #include "kernels/ops.h"
@@ -91,6 +92,29 @@ TEST(ServePagedCache, write_places_rows_by_block_table) {
   EXPECT_TRUE(bitwise_equal(row(cache.values(1), 7, 0), v.select(0, 5)));
   // Positions past the table are refused.
   EXPECT_THROW(cache.write(0, table, 8, k, v), Error);
+}
+
+// The pool is stored head-major (one kv head's rows of a block in one run, what attention
+// reads in order) and shown as [n_blocks, block_size, n_kv_heads, head_dim] through strides:
+// a write lands where that layout says, and the view exports as it is (law L1).
+TEST(ServePagedCache, pool_is_head_major_storage_behind_the_row_major_view) {
+  PagedKvCache cache(small_options(8, 4));  // 4 rows a block, 2 kv heads of 8
+  const Tensor& pool = cache.keys(0);
+  EXPECT_EQ(pool.shape(), (Shape{8, 4, 2, 8}));
+  EXPECT_EQ(pool.strides(), (Shape{64, 8, 32, 1}));
+  std::vector<int32_t> table{3};
+  Tensor k = random_tensor({2, 2, 8}, 3), v = random_tensor({2, 2, 8}, 4);
+  cache.write(0, table, 1, k, v);  // positions 1, 2: block 3, rows 1 and 2
+  const float* base = pool.data<const float>();
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t d = 0; d < 8; ++d)
+        ASSERT_EQ(base[3 * 64 + h * 32 + (1 + t) * 8 + d], k.get({t, h, d})) << t << " " << h;
+  DLManagedTensorVersioned* dl = to_dlpack_versioned(pool);
+  ASSERT_NE(dl, nullptr);
+  EXPECT_EQ(dl->dl_tensor.strides[1], 8);
+  EXPECT_EQ(dl->dl_tensor.strides[2], 32);
+  dl->deleter(dl);
 }
 
 // One sequence's keys/values in a contiguous cache, and the same rows in a shuffled

@@ -144,14 +144,23 @@ void paged_attention_hwy(const Tensor& q, const Tensor& k_pool, const Tensor& v_
   const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
   const int64_t per_item = std::max<int64_t>(1, total_len / N) * hd * nq;
   const int64_t grain = std::max<int64_t>(1, 8192 / per_item);
-  // Head-major items as in attention_cpu.cpp: whole heads per thread chunk.
+  // Item order. Head-major as in attention_cpu.cpp (whole heads per thread chunk) when a
+  // sequence brings several tokens: they read the same head's rows one after another, from
+  // cache. Token-major when every sequence brings one token (decode): no row is read
+  // twice, and the heads of one token then walk each block's storage front to back (the
+  // pool is head-major: a block holds head 0's rows, then head 1's, ...), one stream the
+  // hardware prefetcher follows instead of a jump per head. Either order computes each
+  // (token, head) alone, so the results are the same.
+  const int64_t head_items = H / nq;
+  const bool token_major = N == B;
   parallel_for(
-      H / nq * N,
+      head_items * N,
       [&](int64_t i0, int64_t i1, int) {
         thread_local std::vector<float> scores;
         scores.resize(static_cast<size_t>(nq * max_len));
         for (int64_t it = i0; it < i1; ++it) {
-          const int64_t h0 = it / N * nq, i = it % N, kvh = h0 / group;
+          const int64_t h0 = (token_major ? it % head_items : it / N) * nq,
+                        i = token_major ? it / head_items : it % N, kvh = h0 / group;
           const int64_t b = seq_of[static_cast<size_t>(i)], pos = pos_of[static_cast<size_t>(i)];
           const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0,
                         len = pos - lo + 1;
