@@ -8,6 +8,11 @@
 //
 //   node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32]
 //        [--max-tokens 64] [--duration 20] [--threads 2] [--refit-args "..."] [--temperature T]
+//        [--rounds R]
+//
+// --rounds R repeats each count's triple R times (on a VM whose speed drifts by tens of
+// percent within minutes, one triple can land in a fast or a slow spell); the table then
+// gives every run and the median of the per-round ratios.
 //
 // LLAMA_SERVER is a llama-server binary you built yourself (refit neither ships nor builds
 // llama.cpp), or `-` for refit alone (two refit runs per count, e.g. to compare builds; the
@@ -24,7 +29,8 @@ import { option, percentile, prompts } from "./serve_harness.mjs";
 const args = process.argv.slice(2);
 if (args.length < 3 || args[0].startsWith("--")) {
   console.error("usage: node bench/serve_side_by_side.mjs REFIT LLAMA_SERVER MODEL.gguf [--clients 1,8,32] " +
-                "[--max-tokens 64] [--duration 20] [--threads 2] [--refit-args \"...\"] [--temperature T]");
+                "[--max-tokens 64] [--duration 20] [--threads 2] [--refit-args \"...\"] [--temperature T] " +
+                "[--rounds R]");
   process.exit(2);
 }
 const [refit, llamaServer, model] = args;
@@ -35,6 +41,11 @@ const duration = Number(opt("duration", 20));
 const threads = String(opt("threads", 2));
 const refitArgs = opt("refit-args", "").split(" ").filter((s) => s.length);
 const temperature = Number(opt("temperature", 0));
+const rounds = Number(opt("rounds", 1));
+if (!(Number.isInteger(rounds) && rounds >= 1)) {
+  console.error(`--rounds must be an integer >= 1, got ${opt("rounds", 1)}`);
+  process.exit(2);
+}
 if (!(temperature >= 0 && Number.isFinite(temperature))) {
   console.error(`--temperature must be a number >= 0, got ${opt("temperature", 0)}`);
   process.exit(2);
@@ -129,19 +140,31 @@ const report = (label, n, r) =>
               `p50 ${r.p50_ms.toFixed(0)} ms; load ${loadavg()})`);
 const rows = [];
 for (const n of counts) {
-  const a = await runRefit(n);
-  report("refit", n, a);
-  const b = llamaServer === "-" ? null : await runLlama(n);
-  if (b) report("llama-server", n, b);
-  const c = await runRefit(n);
-  report("refit again", n, c);
-  if (b) rows.push({ n, refit: [a.tok_s, c.tok_s], llama: b.tok_s });
+  const row = { n, refit: [], llama: [], ratios: [] };
+  for (let round = 0; round < rounds; round++) {
+    const a = await runRefit(n);
+    report("refit", n, a);
+    const b = llamaServer === "-" ? null : await runLlama(n);
+    if (b) report("llama-server", n, b);
+    const c = await runRefit(n);
+    report("refit again", n, c);
+    if (!b) continue;
+    row.refit.push(a.tok_s, c.tok_s);
+    row.llama.push(b.tok_s);
+    row.ratios.push(a.tok_s / b.tok_s, c.tok_s / b.tok_s);
+  }
+  if (row.llama.length) rows.push(row);
 }
 if (!rows.length) process.exit(0);
-console.log("\n| clients | refit tok/s (run 1 / run 2) | llama-server tok/s | refit / llama-server |");
-console.log("|---:|---:|---:|---:|");
+const median = (xs) => {
+  const s = [...xs].sort((x, y) => x - y), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+console.log("\n| clients | refit tok/s (runs) | llama-server tok/s (runs) | refit / llama-server, each round | median |");
+console.log("|---:|---:|---:|---:|---:|");
 for (const r of rows) {
-  const lo = Math.min(...r.refit) / r.llama, hi = Math.max(...r.refit) / r.llama;
-  console.log(`| ${r.n} | ${r.refit.map((x) => x.toFixed(1)).join(" / ")} | ${r.llama.toFixed(1)} | ` +
-              `${lo.toFixed(2)}-${hi.toFixed(2)}x |`);
+  const fmt = (xs) => xs.map((x) => x.toFixed(1)).join(" / ");
+  console.log(`| ${r.n} | ${fmt(r.refit)} | ${fmt(r.llama)} | ` +
+              `${Math.min(...r.ratios).toFixed(2)}-${Math.max(...r.ratios).toFixed(2)}x | ` +
+              `${median(r.ratios).toFixed(2)}x |`);
 }
