@@ -95,6 +95,11 @@ export const percentile = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
 };
+// The middle value, or the mean of the two middle ones (percentile(xs, 50) takes the upper).
+export const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
 export const sameArray = (a, b) => a.length === b.length && a.every((x, k) => x === b[k]);
 
 // Resident memory of a process, KiB (0 once it is gone).

@@ -24,7 +24,7 @@
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
-import { option, percentile, prompts } from "./serve_harness.mjs";
+import { median, option, percentile, prompts } from "./serve_harness.mjs";
 
 const args = process.argv.slice(2);
 if (args.length < 3 || args[0].startsWith("--")) {
@@ -156,10 +156,6 @@ for (const n of counts) {
   if (row.llama.length) rows.push(row);
 }
 if (!rows.length) process.exit(0);
-const median = (xs) => {
-  const s = [...xs].sort((x, y) => x - y), m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 console.log("\n| clients | refit tok/s (runs) | llama-server tok/s (runs) | refit / llama-server, each round | median |");
 console.log("|---:|---:|---:|---:|---:|");
 for (const r of rows) {
