@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -84,8 +85,28 @@ TEST(KernelsMatmul, bf16_weights_match_reference_under_every_isa) {
   for_each_isa([] { check_against_reference(DType::bf16, &cpu::matmul_hwy); });
 }
 
+// Both ways the prefill path can widen f16 weights (in the tile, or a block converted to
+// f32 first): the CPU picks one, so the test forces each.
+void for_each_f16_prefill(const std::function<void()>& check) {
+  for (bool in_registers : {false, true}) {
+    SCOPED_TRACE(in_registers ? "f16 prefill widened in registers" : "f16 prefill block");
+    cpu::set_f16_prefill_in_registers(in_registers);
+    check();
+  }
+  cpu::set_f16_prefill_in_registers(std::nullopt);
+}
+
 TEST(KernelsMatmul, f16_weights_match_reference_under_every_isa) {
-  for_each_isa([] { check_against_reference(DType::f16, &cpu::matmul_hwy); });
+  for_each_f16_prefill(
+      [] { for_each_isa([] { check_against_reference(DType::f16, &cpu::matmul_hwy); }); });
+}
+
+TEST(KernelsMatmul, f16_prefill_setting_is_forced_and_restored) {
+  const bool chosen = cpu::f16_prefill_in_registers();
+  cpu::set_f16_prefill_in_registers(!chosen);
+  EXPECT_EQ(cpu::f16_prefill_in_registers(), !chosen);
+  cpu::set_f16_prefill_in_registers(std::nullopt);
+  EXPECT_EQ(cpu::f16_prefill_in_registers(), chosen);
 }
 
 TEST(KernelsMatmul, f32_weights_through_highway_match_reference) {
@@ -109,29 +130,31 @@ TEST(KernelsMatmul, narrow_weights_error_is_bounded_by_their_precision) {
 // Issue 8 needs each output row to be the same bits whatever batch it is computed in:
 // decode (M = 1) and prefill (large M) take different code paths in matmul_cpu.cpp.
 TEST(KernelsMatmul, f16_bf16_rows_are_bitwise_independent_of_batch_size) {
-  for_each_isa([] {
-    for (DType dtype : {DType::bf16, DType::f16}) {
-      const int64_t M = 137, K = 333, N = 45;
-      Tensor x = random_tensor({M, K}, 11);
-      Tensor w = random_tensor({N, K}, 12).to(dtype);
-      Tensor bias = random_tensor({N}, 13);
-      Tensor batch = make_out(M, N);
-      cpu::matmul_hwy(x, w, bias, batch);
-      for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
-        // 5-32 rows (bf16: 5-64): the small-batch path (every remainder of 4 rows, 3-row
-        // weight tiles); past that, the prefill path.
-        for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L, 49L, 64L}) {
-          if (m + rows > M) continue;
-          Tensor xs = x.narrow(0, m, rows).contiguous();
-          Tensor part = make_out(rows, N);
-          cpu::matmul_hwy(xs, w, bias, part);
-          EXPECT_EQ(std::memcmp(part.data<float>(), batch.data<float>() + m * N,
-                                rows * N * sizeof(float)),
-                    0)
-              << dtype_name(dtype) << " rows " << m << ".." << m + rows;
+  for_each_f16_prefill([] {
+    for_each_isa([] {
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        const int64_t M = 137, K = 333, N = 45;
+        Tensor x = random_tensor({M, K}, 11);
+        Tensor w = random_tensor({N, K}, 12).to(dtype);
+        Tensor bias = random_tensor({N}, 13);
+        Tensor batch = make_out(M, N);
+        cpu::matmul_hwy(x, w, bias, batch);
+        for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
+          // 5-32 rows (bf16: 5-64): the small-batch path (every remainder of 4 rows, 3-row
+          // weight tiles); past that, the prefill path.
+          for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L, 49L, 64L}) {
+            if (m + rows > M) continue;
+            Tensor xs = x.narrow(0, m, rows).contiguous();
+            Tensor part = make_out(rows, N);
+            cpu::matmul_hwy(xs, w, bias, part);
+            EXPECT_EQ(std::memcmp(part.data<float>(), batch.data<float>() + m * N,
+                                  rows * N * sizeof(float)),
+                      0)
+                << dtype_name(dtype) << " rows " << m << ".." << m + rows;
+          }
         }
       }
-    }
+    });
   });
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
@@ -24,6 +25,12 @@ void prepare_openblas();
 void matmul_f32_blas(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // f16/bf16 (and f32) weights, f32 activations, Highway; batch-invariant (matmul_cpu.cpp).
 void matmul_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// Whether matmul_hwy's prefill path widens f16 weights in its register tile (true) or
+// converts each block of rows to f32 first (false): REFIT_F16_PREFILL=registers|block,
+// else cpu_converts_f16_at_fma_rate(). Same bits either way; set_... overrides it for
+// tests (nullopt: back to the default). Not to be called while matmuls run.
+bool f16_prefill_in_registers();
+void set_f16_prefill_in_registers(std::optional<bool> in_registers);
 // Decode (M <= 4) with a shuffled_16x16 f32/f16/bf16 weight read in place, the plain
 // layout's bits; false (nothing done) where this CPU target or the shape cannot.
 bool matmul_shuffled_decode_hwy(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
