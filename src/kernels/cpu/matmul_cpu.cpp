@@ -42,6 +42,11 @@ namespace refit::cpu::matmul_detail {
 enum class WeightType : int { f32 = 0, f16 = 1, bf16 = 2 };
 constexpr int64_t kDecodeMaxRows = 4;
 constexpr int64_t kBlockRows = 16;  // weight rows converted at once (prefill)
+// Weight rows per prefill block when the tile reads 16-bit weights in place: each chunk of
+// x, once in L1, serves 16 tiles instead of 5, and 48 rows (192 KiB at K 2048) still fit
+// L2 beside x. The f16 model prefilled 5-10% faster than with 16 (pp64-pp512, Zen 3). A
+// converted f32 block stays at kBlockRows: 48 rows of it would not fit L2 beside x.
+constexpr int64_t kInPlaceBlockRows = 48;
 // Row stride of the converted block: K rounded up to a cache line plus one more line, so
 // that rows of a power-of-two K do not all fall into the same L1 sets.
 inline int64_t block_stride(int64_t K) { return (K + 15) / 16 * 16 + 16; }
@@ -237,9 +242,10 @@ HWY_INLINE void ConvertRows(const typename WeightTraits<W>::T* w, int64_t ldw, i
   }
 }
 
-// Four rows of x against `rows` (<= kBlockRows) weight rows, the sum over k split into
-// chunks so the chunk of x (4 rows) and of w (up to 16 rows) stays in L1: the accumulators
-// are parked in `park` between chunks. Each (m, n) accumulator still sees k = 0, L, 2L, ...
+// Four rows of x against `rows` (<= kInPlaceBlockRows) weight rows, the sum over k split
+// into chunks so that the chunk of x (4 rows) stays in L1 while every tile of weight rows
+// passes by (16 rows of f32, also in L1; 48 rows of f16, from L2): the accumulators are
+// parked in `park` between chunks. Each (m, n) accumulator still sees k = 0, L, 2L, ...
 // in order, so the result is bit-identical to DotTile's.
 template <WeightType W, int NR>
 HWY_INLINE void ChunkTile(const float* HWY_RESTRICT x, int64_t ldx,
@@ -268,12 +274,12 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx,
                    const typename WeightTraits<W>::T* HWY_RESTRICT w, int64_t ldw, int64_t rows,
                    int64_t K, const float* bias, float* out, int64_t ldo) {
   using Tr = WeightTraits<W>;
-  // Floats of k per pass: 4 rows of x and 16 of w take 20 KiB of L1 with f32 weights
-  // (256) and 24 KiB with 16-bit ones (512). Longer runs per pass matter once the weights
-  // are widened in the tile: 512 measured ~3% above 256 there (Zen 3).
+  // Floats of k per pass: 4 rows of x and 16 of f32 w take 20 KiB of L1 (256); with
+  // 16-bit weights read in place, 8 KiB of x (512): longer runs per tile, ~3% faster than
+  // 256 there (Zen 3).
   constexpr int64_t kChunk = sizeof(typename Tr::T) == 2 ? 512 : 256;
   constexpr int kTileRows = kTileWeightRows;
-  constexpr int64_t kParkRow = matmul_detail::kBlockRows;
+  constexpr int64_t kParkRow = matmul_detail::kInPlaceBlockRows;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   HWY_ALIGN float park[4 * kParkRow * (HWY_MAX_BYTES / sizeof(float))];
@@ -295,7 +301,7 @@ void FourRowsBlock(const float* HWY_RESTRICT x, int64_t ldx,
     }
 }
 
-// Rows [0, M) of x against `rows` (<= kBlockRows) weight rows at w.
+// Rows [0, M) of x against `rows` (<= kInPlaceBlockRows) weight rows at w.
 template <WeightType W>
 HWY_INLINE void RowsAgainstBlock(const float* x, int64_t ldx, int64_t M,
                                  const typename WeightTraits<W>::T* w, int64_t ldw, int64_t rows,
@@ -307,11 +313,12 @@ HWY_INLINE void RowsAgainstBlock(const float* x, int64_t ldx, int64_t M,
     RowBlock<W, 1, 8>(x + m * ldx, ldx, w, ldw, 0, rows, K, bias, out + m * ldo, ldo);
 }
 
-// Rows [0, M) of x against weight rows [n0, n1), a block of kBlockRows weight rows at a
-// time. widen_in_registers: the tile reads the f16/bf16 weights as they are (the f16 model
-// prefilled 12-15% faster that way on Zen 3, where vcvtph2ps runs beside the FMAs); otherwise
-// each block is converted to f32 in buf (kBlockRows * block_stride(K) floats, private to
-// the calling thread) first, one conversion per 64 rows of x instead of one per 4.
+// Rows [0, M) of x against weight rows [n0, n1), a block of weight rows at a time.
+// widen_in_registers: the tile reads the f16/bf16 weights as they are, kInPlaceBlockRows at
+// a time (the f16 model prefilled 12-15% faster that way on Zen 3, where vcvtph2ps runs
+// beside the FMAs); otherwise each block of kBlockRows is converted to f32 in buf
+// (kBlockRows * block_stride(K) floats, private to the calling thread) first, one
+// conversion per 64 rows of x instead of one per 4.
 template <WeightType W>
 void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64_t ldw, int64_t n0,
                  int64_t n1, int64_t K, const float* bias, float* out, int64_t ldo,
@@ -321,10 +328,13 @@ void PrefillImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int6
   // all of x would stream from L3 for each block of 16 weight rows. Weights are then
   // converted once per x block, which costs little next to the multiply.
   constexpr int64_t kRowsOfX = 64;
+  const int64_t block_rows = W != WeightType::f32 && widen_in_registers
+                                 ? matmul_detail::kInPlaceBlockRows
+                                 : matmul_detail::kBlockRows;
   for (int64_t mb = 0; mb < M; mb += kRowsOfX) {
     const int64_t rows_of_x = std::min(M, mb + kRowsOfX) - mb;
-    for (int64_t nb = n0; nb < n1; nb += matmul_detail::kBlockRows) {
-      const int64_t rows = std::min<int64_t>(matmul_detail::kBlockRows, n1 - nb);
+    for (int64_t nb = n0; nb < n1; nb += block_rows) {
+      const int64_t rows = std::min<int64_t>(block_rows, n1 - nb);
       const float* b = bias ? bias + nb : nullptr;
       const float* xb = x + mb * ldx;
       float* ob = out + mb * ldo + nb;
