@@ -133,7 +133,9 @@ TEST(KernelsMatmul, f16_bf16_rows_are_bitwise_independent_of_batch_size) {
   for_each_f16_prefill([] {
     for_each_isa([] {
       for (DType dtype : {DType::bf16, DType::f16}) {
-        const int64_t M = 137, K = 333, N = 45;
+        // K: several of the prefill path's k chunks (256 or 512) and a scalar tail; N: two
+        // of its 48-row blocks and a remainder of 5 rows.
+        const int64_t M = 137, K = 1100, N = 101;
         Tensor x = random_tensor({M, K}, 11);
         Tensor w = random_tensor({N, K}, 12).to(dtype);
         Tensor bias = random_tensor({N}, 13);

@@ -16,12 +16,12 @@
 //  * small batches (up to small_batch_max_rows(): 32 rows, bf16 64; serving's decode
 //    batches): the same in-register conversion, each few weight rows kept in L1 while
 //    every 4-row chunk of x passes by (SmallBatchImpl).
-//  * prefill: blocks of kBlockRows weight rows against every 4 rows of x, the sum over k
-//    in chunks that keep both in L1 (FourRowsBlock). f16 weights are widened in registers
-//    as the tile loads them where the CPU converts at the FMA rate (AMD Zen 3 and later);
-//    elsewhere, and for bf16, each thread first converts the block to a thread-local f32
-//    buffer (exact: every f16/bf16 value is an f32). Either way the products and their
-//    order are the decode path's, so results match it bit for bit.
+//  * prefill: a block of weight rows against every 4 rows of x, the sum over k in chunks
+//    that keep the chunk of x in L1 (FourRowsBlock). f16 weights are widened in registers
+//    as the tile loads them, 48 rows a block, where the CPU converts at the FMA rate (AMD
+//    Zen 3 and later); elsewhere, and for bf16, each thread first converts a block of 16
+//    rows to a thread-local f32 buffer (exact: every f16/bf16 value is an f32). Either way
+//    the products and their order are the decode path's, so results match it bit for bit.
 // Highway needs foreach_target.h right after HWY_TARGET_INCLUDE: not reordered.
 // clang-format off
 #undef HWY_TARGET_INCLUDE
