@@ -27,6 +27,10 @@ for exe in "$REFIT" "$LLAMA_BENCH"; do
 done
 echo "refit: $REFIT ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown))   llama-bench: $LLAMA_BENCH"
 echo "settings: -p $P -n $N -t $T -r $R${ROUNDS:+, $ROUNDS rounds}; $(nproc) CPUs; $(date -u +%FT%TZ)"
+# refit bench with the pair's flags; extra arguments go after them (e.g. --no-bandwidth).
+ours() {
+  "$REFIT" bench -m "$1" -p "$P" -n "$N" -t "$T" -r "$R" "${@:2}" ${REFIT_ARGS:-}
+}
 llama() {
   LD_LIBRARY_PATH="$(dirname "$LLAMA_BENCH")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     "$LLAMA_BENCH" -m "$1" -p "$P" -n "$N" -t "$T" -r "$R"
@@ -48,14 +52,14 @@ if [[ -n ${ROUNDS:-} ]]; then
     pp_ratios=() tg_ratios=()
     for ((round = 1; round <= ROUNDS; ++round)); do
       if ((round % 2)); then
-        ours=$("$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" --no-bandwidth ${REFIT_ARGS:-} | speeds)
-        theirs=$(llama "$model" | speeds)
+        refit_speeds=$(ours "$model" --no-bandwidth | speeds)
+        llama_speeds=$(llama "$model" | speeds)
       else
-        theirs=$(llama "$model" | speeds)
-        ours=$("$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" --no-bandwidth ${REFIT_ARGS:-} | speeds)
+        llama_speeds=$(llama "$model" | speeds)
+        refit_speeds=$(ours "$model" --no-bandwidth | speeds)
       fi
-      read -r our_pp our_tg <<<"$ours"
-      read -r their_pp their_tg <<<"$theirs"
+      read -r our_pp our_tg <<<"$refit_speeds"
+      read -r their_pp their_tg <<<"$llama_speeds"
       pp_ratio=$(awk -v a="$our_pp" -v b="$their_pp" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')
       tg_ratio=$(awk -v a="$our_tg" -v b="$their_tg" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }')
       pp_ratios+=("$pp_ratio") tg_ratios+=("$tg_ratio")
@@ -69,9 +73,9 @@ for model in "$@"; do
   echo
   echo "== $model"
   echo "-- refit (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" ${REFIT_ARGS:-}
+  ours "$model"
   echo "-- llama-bench (load $(cut -d' ' -f1-3 /proc/loadavg))"
   llama "$model"
   echo "-- refit again (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  "$REFIT" bench -m "$model" -p "$P" -n "$N" -t "$T" -r "$R" --no-bandwidth ${REFIT_ARGS:-}
+  ours "$model" --no-bandwidth
 done

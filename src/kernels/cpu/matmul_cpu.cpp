@@ -552,7 +552,8 @@ void MatmulPrefill(int weight_type, const float* x, int64_t ldx, int64_t M, cons
                    int64_t ldo, bool widen_in_registers, float* buf) {
   switch (static_cast<WeightType>(weight_type)) {
     case WeightType::f32:
-      return PrefillImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo, true, buf);
+      return PrefillImpl<WeightType::f32>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo,
+                                          widen_in_registers, buf);
     case WeightType::f16:
       return PrefillImpl<WeightType::f16>(x, ldx, M, w, ldw, n0, n1, K, bias, out, ldo,
                                           widen_in_registers, buf);
