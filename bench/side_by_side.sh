@@ -7,7 +7,8 @@
 #
 # LLAMA_BENCH is a llama-bench binary you built yourself (refit neither ships nor builds
 # llama.cpp). Settings: REFIT (default build/refit), P (prompt, 128), N (generated, 32),
-# T (threads, 2), R (repetitions, 3), REFIT_ARGS (more refit bench options, e.g.
+# T (threads, 2), R (repetitions, 3), D (depth: tokens already in the cache when each test
+# starts, llama-bench's -d; 0 by default), REFIT_ARGS (more refit bench options, e.g.
 # "--quant q8_0-w8a8": int8 activations, as llama.cpp computes Q8_0). Prints both tables
 # and the load average around each.
 # ROUNDS=n (for a VM whose speed drifts): instead, n rounds per model of one refit run and
@@ -15,29 +16,33 @@
 # refit / llama.cpp ratio of pp and tg; then the median of those ratios.
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
- sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+ sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 LLAMA_BENCH=$1
 shift
 REFIT=${REFIT:-build/refit}
-P=${P:-128} N=${N:-32} T=${T:-2} R=${R:-3}
+P=${P:-128} N=${N:-32} T=${T:-2} R=${R:-3} D=${D:-0}
+[[ $D =~ ^[0-9]+$ ]] || { echo "side_by_side: D must be an integer >= 0" >&2; exit 2; }
 for exe in "$REFIT" "$LLAMA_BENCH"; do
   [[ -x $exe ]] || { echo "side_by_side: $exe is not an executable" >&2; exit 2; }
 done
 echo "refit: $REFIT ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown))   llama-bench: $LLAMA_BENCH"
-echo "settings: -p $P -n $N -t $T -r $R${ROUNDS:+, $ROUNDS rounds}; $(nproc) CPUs; $(date -u +%FT%TZ)"
+echo "settings: -p $P -n $N -t $T -r $R -d $D${ROUNDS:+, $ROUNDS rounds}; $(nproc) CPUs; $(date -u +%FT%TZ)"
 # refit bench with the pair's flags; extra arguments go after them (e.g. --no-bandwidth).
 ours() {
-  "$REFIT" bench -m "$1" -p "$P" -n "$N" -t "$T" -r "$R" "${@:2}" ${REFIT_ARGS:-}
+  "$REFIT" bench -m "$1" -p "$P" -n "$N" -t "$T" -r "$R" -d "$D" "${@:2}" ${REFIT_ARGS:-}
 }
 llama() {
   LD_LIBRARY_PATH="$(dirname "$LLAMA_BENCH")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    "$LLAMA_BENCH" -m "$1" -p "$P" -n "$N" -t "$T" -r "$R"
+    "$LLAMA_BENCH" -m "$1" -p "$P" -n "$N" -t "$T" -r "$R" -d "$D"
 }
-# The t/s of a markdown table's pp<P> and tg<N> rows, as "PP TG" (0 where a row is absent).
+# The t/s of a markdown table's pp<P> and tg<N> rows (" @ d<D>" after them at a depth), as
+# "PP TG" (0 where a row is absent).
 speeds() {
-  awk -F'|' -v pp="pp$P" -v tg="tg$N" '
+  local at=""
+  ((D > 0)) && at="@d$D"
+  awk -F'|' -v pp="pp$P$at" -v tg="tg$N$at" '
     { gsub(/ /, "", $7); split($8, v, " ") }
     $7 == pp { p = v[1] } $7 == tg { t = v[1] }
     END { print (p ? p : 0), (t ? t : 0) }'

@@ -127,9 +127,10 @@ double bench_stddev(const std::vector<double>& v) {
 }
 
 std::string TokenBenchResult::name() const {
-  if (n_prompt > 0 && n_gen == 0) return fmt::format("pp{}", n_prompt);
-  if (n_gen > 0 && n_prompt == 0) return fmt::format("tg{}", n_gen);
-  return fmt::format("pp{}+tg{}", n_prompt, n_gen);
+  const std::string depth = n_depth > 0 ? fmt::format(" @ d{}", n_depth) : std::string();
+  if (n_prompt > 0 && n_gen == 0) return fmt::format("pp{}{}", n_prompt, depth);
+  if (n_gen > 0 && n_prompt == 0) return fmt::format("tg{}{}", n_gen, depth);
+  return fmt::format("pp{}+tg{}{}", n_prompt, n_gen, depth);
 }
 
 std::vector<double> TokenBenchResult::samples_ts() const {
@@ -156,20 +157,26 @@ uint64_t TokenBenchResult::stddev_ns() const {
   return static_cast<uint64_t>(bench_stddev(v));
 }
 
-TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
-                                 uint32_t seed) {
+void check_token_bench(const Model& model, int n_prompt, int n_gen, int reps, int n_depth) {
   const ModelConfig& c = model.config();
-  if (n_prompt < 0 || n_gen < 0)
-    fail("bench: -p and -n must not be negative (got {} and {})", n_prompt, n_gen);
+  if (n_prompt < 0 || n_gen < 0 || n_depth < 0)
+    fail("bench: -p, -n and -d must not be negative (got {}, {} and {})", n_prompt, n_gen, n_depth);
   if (n_prompt == 0 && n_gen == 0) fail("bench: a test needs -p or -n above 0");
   if (reps < 1) fail("bench: -r must be at least 1 (got {})", reps);
-  if (n_prompt + n_gen > c.max_seq_len)
-    fail("bench: {} prompt + {} generated tokens exceed the model's context length {}", n_prompt,
-         n_gen, c.max_seq_len);
+  if (int64_t{n_depth} + n_prompt + n_gen > c.max_seq_len)
+    fail("bench: {} prompt + {} generated tokens{} exceed the model's context length {}", n_prompt,
+         n_gen, n_depth > 0 ? fmt::format(" after a depth of {}", n_depth) : std::string(),
+         c.max_seq_len);
+}
 
+TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
+                                 uint32_t seed, int n_depth) {
+  check_token_bench(model, n_prompt, n_gen, reps, n_depth);
+  const ModelConfig& c = model.config();
   TokenBenchResult r;
   r.n_prompt = n_prompt;
   r.n_gen = n_gen;
+  r.n_depth = n_depth;
   r.n_threads = num_threads();
   r.n_batch = n_prompt > 0 ? n_prompt : 1;
   r.test_time = rfc3339_now();
@@ -177,15 +184,16 @@ TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, in
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> random_id(0, static_cast<int32_t>(c.vocab_size - 1));
   const int32_t bos = (c.bos_id >= 0 && c.bos_id < c.vocab_size) ? c.bos_id : random_id(rng);
-  KvCache cache = model.make_cache(n_prompt + n_gen);
+  KvCache cache = model.make_cache(n_depth + n_prompt + n_gen);
 
-  // Both from an empty cache: position 0 onwards overwrites whatever an earlier run left,
-  // and attention only reads positions below the current one.
+  // Each run starts where the depth ends: position n_depth onwards overwrites whatever an
+  // earlier run left, and attention only reads positions below the current one, so the
+  // depth's entries stay as the one untimed fill left them.
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-  auto run_prompt = [&](int n) {
+  auto run_prompt = [&](int64_t start_pos, int n) {
     prompt.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) prompt[size_t(i)] = i == 0 ? bos : random_id(rng);
-    Tensor logits = model.forward(prompt, 0, cache, /*all_logits=*/false);
+    Tensor logits = model.forward(prompt, start_pos, cache, /*all_logits=*/false);
     (void)logits;
   };
   auto run_gen = [&](int64_t start_pos, int n) {
@@ -198,13 +206,14 @@ TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, in
     }
   };
 
-  if (n_prompt > 0) run_prompt(n_prompt);  // warm-up, as llama-bench: the whole prompt
-  if (n_gen > 0) run_gen(0, 1);            // and one generated token
+  if (n_depth > 0) run_prompt(0, n_depth);
+  if (n_prompt > 0) run_prompt(n_depth, n_prompt);  // warm-up, as llama-bench: the whole prompt
+  if (n_gen > 0) run_gen(n_depth, 1);               // and one generated token
   const uint64_t cpu_start = process_cpu_ns();
   for (int rep = 0; rep < reps; ++rep) {
     const uint64_t start = now_ns();
-    if (n_prompt > 0) run_prompt(n_prompt);
-    if (n_gen > 0) run_gen(n_prompt, n_gen);
+    if (n_prompt > 0) run_prompt(n_depth, n_prompt);
+    if (n_gen > 0) run_gen(n_depth + n_prompt, n_gen);
     r.samples_ns.push_back(now_ns() - start);
   }
   r.cpu_ns = process_cpu_ns() - cpu_start;

@@ -7,7 +7,11 @@
 //     token each time: no sampling inside the timing,
 //   * one untimed warm-up (the whole prompt for pp, one token for tg), then `reps` timed runs,
 //     each from an empty cache; a sample's t/s is (n_prompt + n_gen) / its time, and avg/stddev
-//     are over the samples' t/s (sample stddev, n - 1).
+//     are over the samples' t/s (sample stddev, n - 1),
+//   * with a depth (llama-bench's -d), the cache first holds that many prompt tokens (filled
+//     once, untimed; each timed run writes only the positions after it), and the test runs
+//     from there: "pp512 @ d4096" times a 512-token prompt attending to 4096 earlier ones,
+//     "tg16 @ d4096" 16 tokens generated after them.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +43,7 @@ std::vector<ByteRegion> decode_read_regions(const Model& model);
 struct TokenBenchResult {
   int n_prompt = 0;
   int n_gen = 0;
+  int n_depth = 0;  // tokens already in the cache when the test starts (llama-bench -d)
   int n_threads = 0;
   int n_batch = 0;        // largest batch one forward pass took (n_prompt, or 1 for tg)
   std::string test_time;  // RFC 3339, UTC, when the test started
@@ -48,8 +53,8 @@ struct TokenBenchResult {
   // says how far the figures are from an idle machine's (1.0: the cores were ours).
   uint64_t cpu_ns = 0;
 
-  std::string name() const;
-  double cpu_share() const;  // "pp512", "tg128" or "pp512+tg128", as llama-bench
+  std::string name() const;  // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096", as llama-bench
+  double cpu_share() const;
   std::vector<double> samples_ts() const;
   double avg_ts() const;
   double stddev_ts() const;
@@ -58,9 +63,14 @@ struct TokenBenchResult {
 };
 
 // Runs one test (n_prompt and/or n_gen > 0) on `model` with the pool's current thread count.
-// `seed` seeds the random token ids. Throws when the test does not fit the context length.
+// Throws, naming the problem, when run_token_bench could not run this test (checked first
+// by it; `refit bench` checks every planned test before printing anything).
+void check_token_bench(const Model& model, int n_prompt, int n_gen, int reps, int n_depth = 0);
+
+// `seed` seeds the random token ids; `n_depth` tokens fill the cache first (see above).
+// Throws when the test does not fit the context length.
 TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
-                                 uint32_t seed = 0);
+                                 uint32_t seed = 0, int n_depth = 0);
 
 // Mean and sample standard deviation as llama-bench computes them (0 for fewer than two).
 double bench_mean(const std::vector<double>& v);

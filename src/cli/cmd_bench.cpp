@@ -32,6 +32,7 @@ struct BenchArgs {
   int n_prompt = 512;
   int n_gen = 128;
   std::vector<std::string> pg;  // llama-bench's -pg PP,TG: a prompt, then TG tokens, timed together
+  std::vector<int> depths{0};   // llama-bench's -d: every test again after each depth
   int threads = 0;
   std::string quant;  // EngineOptions::quant: quantize weights at load
   std::string
@@ -79,6 +80,12 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
                          Engine& engine) {
   const BenchModelInfo info =
       bench_model_info(engine.model(), a.model.empty() ? "(built-in demo)" : a.model);
+  // Every planned test is checked first: a depth past the context fails before any output.
+  for (int depth : a.depths) {
+    if (a.n_prompt > 0) check_token_bench(engine.model(), a.n_prompt, 0, a.reps, depth);
+    if (a.n_gen > 0) check_token_bench(engine.model(), 0, a.n_gen, a.reps, depth);
+    for (const auto& [pp, tg] : pg) check_token_bench(engine.model(), pp, tg, a.reps, depth);
+  }
   const bool md = a.output == "md";
   if (md) fmt::print("{}", token_bench_markdown_header());
   std::fflush(stdout);
@@ -104,17 +111,19 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
   measure_bandwidth();
 
   std::vector<TokenBenchResult> results;
-  auto run = [&](int n_prompt, int n_gen) {
-    note(a, fmt::format("{} x {} (+1 warm-up)",
+  auto run = [&](int n_prompt, int n_gen, int depth) {
+    note(a, fmt::format("{}{} x {} (+1 warm-up)",
                         n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen),
-                        a.reps));
-    results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed));
+                        depth > 0 ? fmt::format(" @ d{}", depth) : std::string(), a.reps));
+    results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed, depth));
     if (md) fmt::print("{}", token_bench_markdown_row(results.back(), info));
     std::fflush(stdout);
   };
-  if (a.n_prompt > 0) run(a.n_prompt, 0);
-  if (a.n_gen > 0) run(0, a.n_gen);
-  for (const auto& [pp, tg] : pg) run(pp, tg);
+  for (int depth : a.depths) {
+    if (a.n_prompt > 0) run(a.n_prompt, 0, depth);
+    if (a.n_gen > 0) run(0, a.n_gen, depth);
+    for (const auto& [pp, tg] : pg) run(pp, tg, depth);
+  }
 
   measure_bandwidth();
   if (md) {
@@ -131,6 +140,9 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
 int run_bench(const BenchArgs& a) {
   if (a.reps < 1) fail("bench: -r must be at least 1 (got {})", a.reps);
   if (a.n_prompt < 0 || a.n_gen < 0) fail("bench: -p and -n must not be negative");
+  if (a.depths.empty()) fail("bench: -d needs at least one depth (0: an empty cache)");
+  for (int d : a.depths)
+    if (d < 0) fail("bench: -d {} is negative (depths are tokens already in the cache)", d);
   const auto pg = parse_pg(a.pg);  // malformed values fail before the model loads
   if (!a.refit && a.n_prompt == 0 && a.n_gen == 0 && pg.empty())
     fail("bench: nothing to run (-p 0 and -n 0, no -pg)");
@@ -176,6 +188,11 @@ CommandRegistrar registrar{
        sub.add_option(
            "--pg", args->pg,
            "Prompt then generation, timed together as llama-bench's -pg: PP,TG (repeatable)");
+       sub.add_option("-d,--n-depth", args->depths,
+                      "Tokens already in the cache when each test starts, as llama-bench's -d "
+                      "(filled once, untimed; a comma list runs every test at each depth)")
+           ->delimiter(',')
+           ->capture_default_str();
        sub.add_option("-t,--threads", args->threads, "Threads (default: all cores)");
        sub.add_option(
            "--quant", args->quant,

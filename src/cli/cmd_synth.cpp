@@ -25,13 +25,15 @@ struct SynthArgs {
   uint64_t seed = 0;
   double max_shard_gb = 5.0;
   int64_t layers = 0;
+  int64_t context = 0;  // 0: the preset's (2048)
   bool mxfp4_experts = false;
   bool quiet = false;
 };
 
 int run_synth(const SynthArgs& a) {
   const Architecture arch = find_architecture(a.arch).id;
-  const ModelConfig config = synthetic_preset(arch, a.preset, a.layers);
+  ModelConfig config = synthetic_preset(arch, a.preset, a.layers);
+  if (a.context > 0) config.max_seq_len = a.context;
   SyntheticCheckpointOptions o;
   static const std::map<std::string, DType> kDTypes = {
       {"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16}};
@@ -99,6 +101,10 @@ CommandRegistrar registrar{
            ->capture_default_str();
        sub.add_option("--layers", args->layers,
                       "Layer count replacing the preset's (a real model's shapes, fewer layers)")
+           ->check(CLI::PositiveNumber);
+       sub.add_option("--context", args->context,
+                      "Context length the checkpoint declares (default 2048), e.g. 8192 for "
+                      "long-context benchmarks (bench -d)")
            ->check(CLI::PositiveNumber);
        sub.add_flag("--mxfp4-experts", args->mxfp4_experts,
                     "gpt-oss: experts in MXFP4 (GGUF block_mxfp4; HF _blocks/_scales), quantized "

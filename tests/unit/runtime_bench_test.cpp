@@ -1,6 +1,7 @@
 // `refit bench` machinery: llama-bench-compatible timing and output (statistics, test
 // names, markdown columns, JSON field names), the STREAM-style bandwidth, resident-memory
 // readings, and the refit-throughput benchmark on a tiny synthetic checkpoint.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -29,9 +30,12 @@ namespace {
 
 using testing::TempDir;
 
-std::pair<int, std::string> run_cli(const std::string& args) {
+// stdout only, or stdout and stderr together (for the error messages).
+std::pair<int, std::string> run_cli(const std::string& args, bool with_stderr = false) {
   std::string out;
-  FILE* p = ::popen((std::string(REFIT_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
+  FILE* p = ::popen(
+      (std::string(REFIT_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(),
+      "r");
   std::array<char, 4096> buf;
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
@@ -61,6 +65,10 @@ TEST(BenchStats, tokens_per_second_counts_prompt_and_generated_tokens) {
   EXPECT_EQ(r.name(), "tg128");
   r.n_prompt = 16;
   EXPECT_EQ(r.name(), "pp16+tg128");
+  r.n_depth = 4096;  // llama-bench's spelling of a test at a depth
+  EXPECT_EQ(r.name(), "pp16+tg128 @ d4096");
+  r.n_prompt = 0;
+  EXPECT_EQ(r.name(), "tg128 @ d4096");
 }
 
 TEST(TokenBench, runs_the_requested_repetitions_on_the_demo_model) {
@@ -77,6 +85,21 @@ TEST(TokenBench, runs_the_requested_repetitions_on_the_demo_model) {
   EXPECT_EQ(tg.n_batch, 1);
   EXPECT_FALSE(tg.test_time.empty());
   EXPECT_EQ(tg.test_time.back(), 'Z');
+}
+
+TEST(TokenBench, runs_after_a_depth_that_fills_the_cache_first) {
+  DemoModel demo = make_demo_model();
+  const int ctx = static_cast<int>(demo.model->config().max_seq_len);
+  // The depth and the test together may fill the whole context, not one position more.
+  TokenBenchResult pp = run_token_bench(*demo.model, 8, 0, 2, 0, ctx - 8);
+  EXPECT_EQ(pp.n_depth, ctx - 8);
+  EXPECT_EQ(pp.name(), fmt::format("pp8 @ d{}", ctx - 8));
+  EXPECT_EQ(pp.samples_ns.size(), 2u);
+  TokenBenchResult tg = run_token_bench(*demo.model, 0, 3, 1, 0, ctx - 3);
+  EXPECT_EQ(tg.name(), fmt::format("tg3 @ d{}", ctx - 3));
+  EXPECT_THROW(run_token_bench(*demo.model, 8, 0, 1, 0, ctx - 7), Error);
+  EXPECT_THROW(run_token_bench(*demo.model, 0, 3, 1, 0, ctx - 2), Error);
+  EXPECT_THROW(run_token_bench(*demo.model, 8, 0, 1, 0, -1), Error);
 }
 
 TEST(TokenBench, refuses_tests_that_cannot_run) {
@@ -337,6 +360,40 @@ TEST(BenchCli, json_rows_use_llama_bench_field_names) {
   EXPECT_NE(text.find("|           pp8 |"), std::string::npos) << text;
   std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 0 -n 0");
   EXPECT_NE(rc, 0);
+}
+
+TEST(BenchCli, depth_list_runs_every_test_at_each_depth_of_a_longer_context) {
+  TempDir dir;
+  const std::string model = dir.file("tiny-long.gguf");
+  // synth --context: a checkpoint declaring a longer context, for depths past 2048.
+  auto [rc, text] =
+      run_cli("synth --preset tiny --dtype f16 --context 2304 --format gguf -q -o '" + model + "'");
+  ASSERT_EQ(rc, 0) << text;
+  std::tie(rc, text) =
+      run_cli("bench -m '" + model + "' -p 8 -n 2 -d 0,2200 -r 1 -t 1 -o json --no-bandwidth");
+  ASSERT_EQ(rc, 0) << text;
+  const auto rows = nlohmann::json::parse(text);
+  ASSERT_EQ(rows.size(), 4u);
+  const int depths[] = {0, 0, 2200, 2200}, prompts[] = {8, 0, 8, 0};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[i]["n_depth"], depths[i]) << i;
+    EXPECT_EQ(rows[i]["n_prompt"], prompts[i]) << i;
+  }
+  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 8 -n 0 -d 2200 -r 1 --no-bandwidth");
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("|   pp8 @ d2200 |"), std::string::npos) << text;
+  // Refused before any output, naming the depth and the context.
+  std::tie(rc, text) =
+      run_cli("bench -m '" + model + "' -p 8 -n 0 -d 0,2200 --pg 100,8 -r 1 --no-bandwidth", true);
+  EXPECT_NE(rc, 0);
+  EXPECT_EQ(text.find("| model"), std::string::npos) << text;
+  EXPECT_NE(text.find("100 prompt + 8 generated tokens after a depth of 2200 exceed the model's "
+                      "context length 2304"),
+            std::string::npos)
+      << text;
+  std::tie(rc, text) = run_cli("bench -m '" + model + "' -p 8 -d -5", true);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(text.find("-d -5 is negative"), std::string::npos) << text;
 }
 
 }  // namespace
