@@ -29,6 +29,34 @@ HWY_BEFORE_NAMESPACE();
 namespace refit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Eight horizontal sums at once: lane i of the result is SumOfLanes(a[i]) bit for bit. On
+// AVX2 SumOfLanes adds lanes i and i + 4, then (0 + 2) + (1 + 3); done for one vector at a
+// time that is six shuffles and adds per sum, here the same additions of eight vectors
+// share their shuffles (21 in all). Elsewhere (other lane counts and orders) it is
+// SumOfLanes itself, one vector at a time.
+template <class DF>
+HWY_INLINE void EightLaneSums(DF df, const hn::Vec<DF>* a, float* HWY_RESTRICT sums) {
+#if HWY_TARGET == HWY_AVX2
+  (void)df;
+  __m256 b[4];
+  for (int j = 0; j < 4; ++j) {
+    // [a_j low half, a_j+4 low half] + [a_j high half, a_j+4 high half]
+    b[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[j].raw, a[j + 4].raw, 0x20),
+                         _mm256_permute2f128_ps(a[j].raw, a[j + 4].raw, 0x31));
+  }
+  const auto pairs = [](__m256 x, __m256 y) {  // per half: x0+x2, x1+x3, y0+y2, y1+y3
+    const __m256d xd = _mm256_castps_pd(x), yd = _mm256_castps_pd(y);
+    return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(xd, yd)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(xd, yd)));
+  };
+  const __m256 c01 = pairs(b[0], b[1]), c23 = pairs(b[2], b[3]);
+  _mm256_storeu_ps(sums, _mm256_add_ps(_mm256_shuffle_ps(c01, c23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm256_shuffle_ps(c01, c23, _MM_SHUFFLE(3, 1, 3, 1))));
+#else
+  for (int i = 0; i < 8; ++i) sums[i] = hn::GetLane(hn::SumOfLanes(df, a[i]));
+#endif
+}
+
 // The scores of NR cache rows starting at s0: each row's dot product in the order of the
 // one-row loop (vector lanes over d, SumOfLanes, then the scalar tail), NR rows side by
 // side so that their fused multiply-add chains overlap instead of waiting on each other.
@@ -50,11 +78,48 @@ HWY_INLINE void ScoreRows(const float* HWY_RESTRICT q, const KRow& k_row, int64_
     const VF qv = hn::LoadU(df, q + d);
     for (int j = 0; j < NR; ++j) acc[j] = hn::MulAdd(qv, hn::LoadU(df, kr[j] + d), acc[j]);
   }
+  if constexpr (NR == 8) {
+    if (d == hd) {  // no scalar tail: the eight sums together
+      float dot[8];
+      EightLaneSums(df, acc, dot);
+      for (int j = 0; j < 8; ++j) scores[s0 + j] = dot[j] * scale;
+      return;
+    }
+  }
   for (int j = 0; j < NR; ++j) {
     float dot = hn::GetLane(hn::SumOfLanes(df, acc[j]));
     for (int64_t t = d; t < hd; ++t) dot += q[t] * kr[j][t];
     scores[s0 + j] = dot * scale;
   }
+}
+
+// The NQ-query form of ScoreRows for 8 / NQ rows starting at s0, each key row loaded once for
+// all NQ queries: every score takes ScoreRows's steps. Only for head_dim a multiple of the
+// lanes (no scalar tail). scores: [NQ][len].
+template <int NQ, class KRow>
+HWY_INLINE void ScoreGroupRows(const float* const* q, const KRow& k_row, int64_t s0, int64_t len,
+                               int64_t hd, float scale, float* HWY_RESTRICT scores) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  constexpr int R = 8 / NQ;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const float* kr[R];
+  VF acc[NQ * R];
+  for (int r = 0; r < R; ++r) kr[r] = k_row(s0 + r);
+  for (int i = 0; i < NQ * R; ++i) acc[i] = hn::Zero(df);
+  for (int64_t d = 0; d < hd; d += L) {
+    VF kv[R];
+    for (int r = 0; r < R; ++r) kv[r] = hn::LoadU(df, kr[r] + d);
+    for (int j = 0; j < NQ; ++j) {
+      const VF qv = hn::LoadU(df, q[j] + d);
+      for (int r = 0; r < R; ++r) acc[j * R + r] = hn::MulAdd(qv, kv[r], acc[j * R + r]);
+    }
+  }
+  float dot[8];
+  EightLaneSums(df, acc, dot);
+  for (int j = 0; j < NQ; ++j)
+    for (int r = 0; r < R; ++r) scores[j * len + s0 + r] = dot[j * R + r] * scale;
 }
 
 // out[d0, d0 + NV lanes) = sum over s of p[s] * v_row(s)[d], s in order, one fused
@@ -111,8 +176,14 @@ HWY_INLINE float SoftmaxInPlace(float* HWY_RESTRICT scores, int64_t len, const f
   using VF = hn::Vec<DF>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  float mx = -HUGE_VALF;
-  for (int64_t s = 0; s < len; ++s) mx = std::max(mx, scores[s]);
+  // The max in vector lanes: max is exact, so any order gives the row-order loop's value.
+  // A NaN score is passed over as std::max(mx, NaN) passes it (x86 max returns its second
+  // operand when one is NaN), so a NaN key row still gets weight 0 below.
+  VF vmax = hn::Set(df, -HUGE_VALF);
+  int64_t m = 0;
+  for (; m + L <= len; m += L) vmax = hn::Max(hn::LoadU(df, scores + m), vmax);
+  float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+  for (; m < len; ++m) mx = std::max(mx, scores[m]);
   if (sink) mx = std::max(mx, *sink);
   const VF vmx = hn::Set(df, mx), lo = hn::Set(df, -FLT_MAX);
   VF vsum = hn::Zero(df);
@@ -162,6 +233,7 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   const hn::ScalableTag<float> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   int64_t s = 0;
+  for (; s + 8 <= len; s += 8) ScoreRows<8>(q, k_row, s, hd, scale, scores);
   for (; s + 4 <= len; s += 4) ScoreRows<4>(q, k_row, s, hd, scale, scores);
   for (; s < len; ++s) ScoreRows<1>(q, k_row, s, hd, scale, scores);
   const float sum = SoftmaxInPlace(scores, len, sink);
@@ -190,7 +262,11 @@ HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow
   using VF = hn::Vec<DF>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t s = 0; s < len; ++s) {
+  int64_t s0 = 0;
+  if (hd % L == 0)
+    for (; s0 + 8 / NQ <= len; s0 += 8 / NQ)
+      ScoreGroupRows<NQ>(q, k_row, s0, len, hd, scale, scores);
+  for (int64_t s = s0; s < len; ++s) {
     const float* kr = k_row(s);
     VF acc[NQ];
     for (int j = 0; j < NQ; ++j) acc[j] = hn::Zero(df);
