@@ -239,6 +239,7 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   const float sum = SoftmaxInPlace(scores, len, sink);
   const int64_t dv = hd / L * L;  // the vector part of a row; the rest in scalar steps
   int64_t d = 0;
+  for (; d + 8 * L <= dv; d += 8 * L) WeightedRows<8>(v_row, scores, len, d, out);
   for (; d + 4 * L <= dv; d += 4 * L) WeightedRows<4>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedRows<1>(v_row, scores, len, d, out);
   FinishRow(v_row, scores, len, hd, sum, out);
@@ -252,7 +253,7 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
 // order, or nullptr for none. scores: scratch [NQ][len].
 // Vectors of a row per pass: NQ x this many accumulators, the row's vectors and a
 // broadcast must fit the registers (32 on AVX-512 and Arm, 16 below AVX-512 on x86).
-inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 2 : 4;
+inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 3 : 4;
 
 template <int NQ, class KRow, class VRow>
 HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row,
@@ -288,6 +289,8 @@ HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow
   int64_t d = 0;
   for (; d + kGroupVecs * L <= dv; d += kGroupVecs * L)
     WeightedGroup<NQ, kGroupVecs>(v_row, scores, len, d, out);
+  if constexpr (kGroupVecs > 2)
+    for (; d + 2 * L <= dv; d += 2 * L) WeightedGroup<NQ, 2>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedGroup<NQ, 1>(v_row, scores, len, d, out);
   for (int j = 0; j < NQ; ++j) FinishRow(v_row, scores + j * len, len, hd, sum[j], out[j]);
 }
