@@ -74,6 +74,36 @@ TEST(KernelsAttention, grouped_heads_equal_each_head_alone_bitwise) {
   });
 }
 
+// A prefill's rows equal each token alone (decode) bit for bit: one head per kv head takes
+// two consecutive tokens per item (the second sees one row more), groups take their heads
+// together; odd token counts leave a single last token; sinks join every row's softmax.
+TEST(KernelsAttention, prefill_rows_equal_each_token_alone_bitwise) {
+  for_each_isa([&] {
+    for (const Case& c : {Case{7, 0, 3, 3, 64}, Case{8, 5, 2, 2, 24}, Case{9, 11, 2, 2, 17},
+                          Case{6, 2, 8, 2, 64}, Case{33, 0, 1, 1, 8}}) {
+      for (const bool with_sinks : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "T=" << c.T << " start=" << c.start_pos << " H=" << c.H << " KVH=" << c.KVH
+                     << " hd=" << c.hd << " sinks=" << with_sinks);
+        const int64_t S = c.start_pos + c.T;
+        Tensor q = random_tensor({c.T, c.H, c.hd}, 51, -2, 2);
+        Tensor k = random_tensor({S, c.KVH, c.hd}, 52, -2, 2);
+        Tensor v = random_tensor({S, c.KVH, c.hd}, 53);
+        Tensor sinks = with_sinks ? random_tensor({c.H}, 54, -1, 1) : Tensor();
+        const float scale = 1.0f / std::sqrt(float(c.hd));
+        Tensor all = Tensor::empty({c.T, c.H, c.hd}, DType::f32);
+        ops::attention(q, k, v, c.start_pos, scale, all, 0, sinks);
+        for (int64_t t = 0; t < c.T; ++t) {
+          Tensor alone = Tensor::empty({1, c.H, c.hd}, DType::f32);
+          ops::attention(q.narrow(0, t, 1).contiguous(), k, v, c.start_pos + t, scale, alone, 0,
+                         sinks);
+          EXPECT_TRUE(bitwise_equal(all.narrow(0, t, 1), alone)) << "token " << t;
+        }
+      }
+    }
+  });
+}
+
 TEST(KernelsAttention, rows_beyond_the_causal_window_have_no_effect) {
   Tensor q = random_tensor({2, 2, 8}, 1), k = random_tensor({6, 1, 8}, 2),
          v = random_tensor({6, 1, 8}, 3);

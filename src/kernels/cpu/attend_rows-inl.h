@@ -146,7 +146,8 @@ HWY_INLINE void WeightedRows(const VRow& v_row, const float* HWY_RESTRICT p, int
 // query's elements taking WeightedRows's steps. p: [NQ][len].
 template <int NQ, int NV, class VRow>
 HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, int64_t len,
-                              int64_t d0, float* const* out) {
+                              int64_t d0, float* const* out, int64_t ldp = -1) {
+  if (ldp < 0) ldp = len;  // query j's probabilities at p + j * ldp
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
@@ -159,7 +160,7 @@ HWY_INLINE void WeightedGroup(const VRow& v_row, const float* HWY_RESTRICT p, in
     VF v[NV];
     for (int i = 0; i < NV; ++i) v[i] = hn::LoadU(df, vr + i * L);
     for (int j = 0; j < NQ; ++j) {
-      const VF ps = hn::Set(df, p[j * len + s]);
+      const VF ps = hn::Set(df, p[j * ldp + s]);
       for (int i = 0; i < NV; ++i) acc[j][i] = hn::MulAdd(ps, v[i], acc[j][i]);
     }
   }
@@ -243,6 +244,44 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   for (; d + 4 * L <= dv; d += 4 * L) WeightedRows<4>(v_row, scores, len, d, out);
   for (; d < dv; d += L) WeightedRows<1>(v_row, scores, len, d, out);
   FinishRow(v_row, scores, len, hd, sum, out);
+}
+
+// Two consecutive tokens of one head in a prefill: the first sees rows [0, len), the second
+// [0, len + 1). Each key and value row is loaded once for both queries; every output takes
+// AttendRows's steps exactly (the scores' sums are SumOfLanes's bits in any grouping, each
+// softmax runs over its own row, and the second query's value chain goes on with row len
+// after the shared rows), so both rows equal AttendRows alone bit for bit.
+// scores: scratch [2][len + 1].
+template <class KRow, class VRow>
+HWY_INLINE void AttendPair(const float* const* q, const KRow& k_row, const VRow& v_row, int64_t len,
+                           int64_t hd, float scale, const float* sink, float* HWY_RESTRICT scores,
+                           float* const* out) {
+  using DF = hn::ScalableTag<float>;
+  using VF = hn::Vec<DF>;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t ld = len + 1;
+  int64_t s = 0;
+  if (hd % L == 0)
+    for (; s + 4 <= len; s += 4) ScoreGroupRows<2>(q, k_row, s, ld, hd, scale, scores);
+  for (; s < len; ++s) {
+    ScoreRows<1>(q[0], k_row, s, hd, scale, scores);
+    ScoreRows<1>(q[1], k_row, s, hd, scale, scores + ld);
+  }
+  ScoreRows<1>(q[1], k_row, len, hd, scale, scores + ld);
+  const float sum0 = SoftmaxInPlace(scores, len, sink);
+  const float sum1 = SoftmaxInPlace(scores + ld, ld, sink);
+  const int64_t dv = hd / L * L;
+  int64_t d = 0;
+  for (; d + 4 * L <= dv; d += 4 * L) WeightedGroup<2, 4>(v_row, scores, len, d, out, ld);
+  for (; d < dv; d += L) WeightedGroup<2, 1>(v_row, scores, len, d, out, ld);
+  // The second query's chains go on with row len.
+  const VF pl = hn::Set(df, scores[ld + len]);
+  const float* vl = v_row(len);
+  for (d = 0; d < dv; d += L)
+    hn::StoreU(hn::MulAdd(pl, hn::LoadU(df, vl + d), hn::LoadU(df, out[1] + d)), df, out[1] + d);
+  FinishRow(v_row, scores, len, hd, sum0, out[0]);
+  FinishRow(v_row, scores + ld, ld, hd, sum1, out[1]);
 }
 
 // Up to four query rows against the same cache rows: the query heads of one GQA group at

@@ -46,6 +46,15 @@ void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, con
     AttendGroup<2>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
 }
 
+// Tokens t and t + 1 of one head: q[0] sees len rows, q[1] len + 1 (AttendPair).
+void AttendTokenPair(const float* const* q, const float* k, int64_t ldk, const float* v,
+                     int64_t ldv, int64_t len, int64_t hd, float scale, const float* sink,
+                     float* HWY_RESTRICT scores, float* const* out) {
+  AttendPair(
+      q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd,
+      scale, sink, scores, out);
+}
+
 }  // namespace refit::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -60,6 +69,7 @@ HWY_AFTER_NAMESPACE();
 namespace refit::cpu {
 HWY_EXPORT(AttendOne);
 HWY_EXPORT(AttendHeads);
+HWY_EXPORT(AttendTokenPair);
 
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                    float scale, Tensor& out, int64_t window, const Tensor& sinks) {
@@ -78,22 +88,34 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   const int64_t ot = out.stride(0), oh = out.stride(1);
   // Heads per item: four (or two) of one kv head's group when the group divides so.
   const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
+  // One head alone (no GQA group to share rows) with no window: two consecutive tokens per
+  // item share each row's loads (AttendPair), the same bits as each token alone.
+  const int64_t tpi = nq == 1 && window == 0 && T > 1 ? 2 : 1;
+  const int64_t per_head = (T + tpi - 1) / tpi;  // items per head (group)
   // Enough work per chunk to pay for a wake-up: about (rows seen) x head_dim x 2 flops.
   const int64_t seen = window > 0 ? std::min(window, start_pos + T) : start_pos + T;
-  const int64_t per_item = seen * hd * nq;
+  const int64_t per_item = seen * hd * nq * tpi;
   const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(per_item, 1));
   parallel_for(
-      H / nq * T,
+      H / nq * per_head,
       [&](int64_t i0, int64_t i1, int) {
         thread_local std::vector<float> scores;
-        scores.resize(static_cast<size_t>(nq * (start_pos + T)));
+        scores.resize(static_cast<size_t>(std::max<int64_t>(nq, tpi) * (start_pos + T + 1)));
         for (int64_t i = i0; i < i1; ++i) {
-          const int64_t h0 = i / T * nq, t = i % T, kvh = h0 / group, pos = start_pos + t;
+          const int64_t h0 = i / per_head * nq, t = i % per_head * tpi, kvh = h0 / group,
+                        pos = start_pos + t;
           // Rows lo .. pos: the last `window` positions (ops.h), or all of them.
           const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0,
                         len = pos - lo + 1;
           const float* k0 = kp + kvh * kh + lo * kt;
           const float* v0 = vp + kvh * vh + lo * vt;
+          if (nq == 1 && tpi == 2 && t + 1 < T) {
+            const float* qs[2] = {qp + t * qt + h0 * qh, qp + (t + 1) * qt + h0 * qh};
+            float* outs[2] = {op + t * ot + h0 * oh, op + (t + 1) * ot + h0 * oh};
+            HWY_DYNAMIC_DISPATCH(AttendTokenPair)
+            (qs, k0, kt, v0, vt, len, hd, scale, sp ? sp + h0 : nullptr, scores.data(), outs);
+            continue;
+          }
           if (nq == 1) {
             HWY_DYNAMIC_DISPATCH(AttendOne)
             (qp + t * qt + h0 * qh, k0, kt, v0, vt, len, hd, scale, sp ? sp + h0 : nullptr,
