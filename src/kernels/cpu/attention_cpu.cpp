@@ -4,7 +4,9 @@
 // shares its keys and values): scores over the cache rows they may see, a numerically
 // stable softmax (subtract the max before exp), then the probability-weighted sum of value
 // rows, each key and value row loaded once for the heads together (AttendGroup; each head's
-// result is AttendRows's, bit for bit). Items are ordered head-major so the pool's
+// result is AttendRows's, bit for bit). A kv head serving one query head (no group) and no
+// window: an item is two consecutive tokens instead, loading each row once for both
+// (AttendPair, again each token's AttendRows bits). Items are ordered head-major so the pool's
 // contiguous chunks give each thread whole heads, which balances the causal triangle
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
 // A sliding window only moves where a token's rows start: the same AttendRows over the
