@@ -246,42 +246,54 @@ HWY_INLINE void AttendRows(const float* HWY_RESTRICT q, const KRow& k_row, const
   FinishRow(v_row, scores, len, hd, sum, out);
 }
 
-// Two consecutive tokens of one head in a prefill: the first sees rows [0, len), the second
-// [0, len + 1). Each key and value row is loaded once for both queries; every output takes
+// Vectors of a row per pass: NQ x this many accumulators, the row's vectors and a
+// broadcast must fit the registers (32 on AVX-512 and Arm, 16 below AVX-512 on x86).
+inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 3 : 4;
+
+// NT (2 or 4) consecutive tokens of one head in a prefill: token j sees rows [0, len + j).
+// Each shared key and value row is loaded once for all NT queries; every output takes
 // AttendRows's steps exactly (the scores' sums are SumOfLanes's bits in any grouping, each
-// softmax runs over its own row, and the second query's value chain goes on with row len
-// after the shared rows), so both rows equal AttendRows alone bit for bit.
-// scores: scratch [2][len + 1].
-template <class KRow, class VRow>
-HWY_INLINE void AttendPair(const float* const* q, const KRow& k_row, const VRow& v_row, int64_t len,
-                           int64_t hd, float scale, const float* sink, float* HWY_RESTRICT scores,
-                           float* const* out) {
+// softmax runs over its own row, and token j's value chains go on with its j extra rows
+// after the shared ones, in row order), so each row equals AttendRows alone bit for bit.
+// scores: scratch [NT][len + NT - 1].
+template <int NT, class KRow, class VRow>
+HWY_INLINE void AttendTokens(const float* const* q, const KRow& k_row, const VRow& v_row,
+                             int64_t len, int64_t hd, float scale, const float* sink,
+                             float* HWY_RESTRICT scores, float* const* out) {
+  static_assert(NT == 2 || NT == 4, "8 / NT rows per score step");
   using DF = hn::ScalableTag<float>;
   using VF = hn::Vec<DF>;
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t ld = len + 1;
+  const int64_t ld = len + NT - 1;
   int64_t s = 0;
   if (hd % L == 0)
-    for (; s + 4 <= len; s += 4) ScoreGroupRows<2>(q, k_row, s, ld, hd, scale, scores);
-  for (; s < len; ++s) {
-    ScoreRows<1>(q[0], k_row, s, hd, scale, scores);
-    ScoreRows<1>(q[1], k_row, s, hd, scale, scores + ld);
-  }
-  ScoreRows<1>(q[1], k_row, len, hd, scale, scores + ld);
-  const float sum0 = SoftmaxInPlace(scores, len, sink);
-  const float sum1 = SoftmaxInPlace(scores + ld, ld, sink);
+    for (; s + 8 / NT <= len; s += 8 / NT) ScoreGroupRows<NT>(q, k_row, s, ld, hd, scale, scores);
+  for (; s < len; ++s)
+    for (int j = 0; j < NT; ++j) ScoreRows<1>(q[j], k_row, s, hd, scale, scores + j * ld);
+  for (int j = 1; j < NT; ++j)
+    for (int64_t e = len; e < len + j; ++e)
+      ScoreRows<1>(q[j], k_row, e, hd, scale, scores + j * ld);
+  float sum[NT];
+  for (int j = 0; j < NT; ++j) sum[j] = SoftmaxInPlace(scores + j * ld, len + j, sink);
   const int64_t dv = hd / L * L;
+  constexpr int kVecs = NT == 2 ? 4 : kGroupVecs;  // NT x kVecs accumulators in registers
   int64_t d = 0;
-  for (; d + 4 * L <= dv; d += 4 * L) WeightedGroup<2, 4>(v_row, scores, len, d, out, ld);
-  for (; d < dv; d += L) WeightedGroup<2, 1>(v_row, scores, len, d, out, ld);
-  // The second query's chains go on with row len.
-  const VF pl = hn::Set(df, scores[ld + len]);
-  const float* vl = v_row(len);
-  for (d = 0; d < dv; d += L)
-    hn::StoreU(hn::MulAdd(pl, hn::LoadU(df, vl + d), hn::LoadU(df, out[1] + d)), df, out[1] + d);
-  FinishRow(v_row, scores, len, hd, sum0, out[0]);
-  FinishRow(v_row, scores + ld, ld, hd, sum1, out[1]);
+  for (; d + kVecs * L <= dv; d += kVecs * L)
+    WeightedGroup<NT, kVecs>(v_row, scores, len, d, out, ld);
+  if constexpr (kVecs > 2)
+    for (; d + 2 * L <= dv; d += 2 * L) WeightedGroup<NT, 2>(v_row, scores, len, d, out, ld);
+  for (; d < dv; d += L) WeightedGroup<NT, 1>(v_row, scores, len, d, out, ld);
+  // Token j's chains go on with its extra rows, in order.
+  for (int j = 1; j < NT; ++j)
+    for (int64_t e = len; e < len + j; ++e) {
+      const VF pe = hn::Set(df, scores[j * ld + e]);
+      const float* ve = v_row(e);
+      for (d = 0; d < dv; d += L)
+        hn::StoreU(hn::MulAdd(pe, hn::LoadU(df, ve + d), hn::LoadU(df, out[j] + d)), df,
+                   out[j] + d);
+    }
+  for (int j = 0; j < NT; ++j) FinishRow(v_row, scores + j * ld, len + j, hd, sum[j], out[j]);
 }
 
 // Up to four query rows against the same cache rows: the query heads of one GQA group at
@@ -290,9 +302,6 @@ HWY_INLINE void AttendPair(const float* const* q, const KRow& k_row, const VRow&
 // it was grouped); the loops only load each key and value row once for all NQ queries and
 // keep NQ x kGroupVecs independent chains in flight. sinks: the NQ heads' sink logits, in
 // order, or nullptr for none. scores: scratch [NQ][len].
-// Vectors of a row per pass: NQ x this many accumulators, the row's vectors and a
-// broadcast must fit the registers (32 on AVX-512 and Arm, 16 below AVX-512 on x86).
-inline constexpr int kGroupVecs = (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3) ? 3 : 4;
 
 template <int NQ, class KRow, class VRow>
 HWY_INLINE void AttendGroup(const float* const* q, const KRow& k_row, const VRow& v_row,

@@ -5,8 +5,8 @@
 // stable softmax (subtract the max before exp), then the probability-weighted sum of value
 // rows, each key and value row loaded once for the heads together (AttendGroup; each head's
 // result is AttendRows's, bit for bit). A kv head serving one query head (no group) and no
-// window: an item is two consecutive tokens instead, loading each row once for both
-// (AttendPair, again each token's AttendRows bits). Items are ordered head-major so the pool's
+// window: an item is four consecutive tokens instead, loading each row once for all
+// (AttendTokens, again each token's AttendRows bits). Items are ordered head-major so the pool's
 // contiguous chunks give each thread whole heads, which balances the causal triangle
 // (every head has the same mix of short and long rows) and keeps a kv head's rows warm.
 // A sliding window only moves where a token's rows start: the same AttendRows over the
@@ -48,13 +48,16 @@ void AttendHeads(int nq, const float* const* q, const float* k, int64_t ldk, con
     AttendGroup<2>(q, k_row, v_row, len, hd, scale, sinks, scores, out);
 }
 
-// Tokens t and t + 1 of one head: q[0] sees len rows, q[1] len + 1 (AttendPair).
-void AttendTokenPair(const float* const* q, const float* k, int64_t ldk, const float* v,
-                     int64_t ldv, int64_t len, int64_t hd, float scale, const float* sink,
-                     float* HWY_RESTRICT scores, float* const* out) {
-  AttendPair(
-      q, [=](int64_t s) { return k + s * ldk; }, [=](int64_t s) { return v + s * ldv; }, len, hd,
-      scale, sink, scores, out);
+// nt (2 or 4) consecutive tokens of one head: q[j] sees len + j rows (AttendTokens).
+void AttendTokenRun(int nt, const float* const* q, const float* k, int64_t ldk, const float* v,
+                    int64_t ldv, int64_t len, int64_t hd, float scale, const float* sink,
+                    float* HWY_RESTRICT scores, float* const* out) {
+  const auto k_row = [=](int64_t s) { return k + s * ldk; };
+  const auto v_row = [=](int64_t s) { return v + s * ldv; };
+  if (nt == 4)
+    AttendTokens<4>(q, k_row, v_row, len, hd, scale, sink, scores, out);
+  else
+    AttendTokens<2>(q, k_row, v_row, len, hd, scale, sink, scores, out);
 }
 
 }  // namespace refit::cpu::HWY_NAMESPACE
@@ -71,7 +74,7 @@ HWY_AFTER_NAMESPACE();
 namespace refit::cpu {
 HWY_EXPORT(AttendOne);
 HWY_EXPORT(AttendHeads);
-HWY_EXPORT(AttendTokenPair);
+HWY_EXPORT(AttendTokenRun);
 
 void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t start_pos,
                    float scale, Tensor& out, int64_t window, const Tensor& sinks) {
@@ -90,9 +93,9 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
   const int64_t ot = out.stride(0), oh = out.stride(1);
   // Heads per item: four (or two) of one kv head's group when the group divides so.
   const int nq = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-  // One head alone (no GQA group to share rows) with no window: two consecutive tokens per
-  // item share each row's loads (AttendPair), the same bits as each token alone.
-  const int64_t tpi = nq == 1 && window == 0 && T > 1 ? 2 : 1;
+  // One head alone (no GQA group to share rows) with no window: four consecutive tokens per
+  // item share each row's loads (AttendTokens), the same bits as each token alone.
+  const int64_t tpi = nq == 1 && window == 0 && T > 1 ? 4 : 1;
   const int64_t per_head = (T + tpi - 1) / tpi;  // items per head (group)
   // Enough work per chunk to pay for a wake-up: about (rows seen) x head_dim x 2 flops.
   const int64_t seen = window > 0 ? std::min(window, start_pos + T) : start_pos + T;
@@ -102,7 +105,7 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
       H / nq * per_head,
       [&](int64_t i0, int64_t i1, int) {
         thread_local std::vector<float> scores;
-        scores.resize(static_cast<size_t>(std::max<int64_t>(nq, tpi) * (start_pos + T + 1)));
+        scores.resize(static_cast<size_t>(std::max<int64_t>(nq, tpi) * (start_pos + T + 3)));
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t h0 = i / per_head * nq, t = i % per_head * tpi, kvh = h0 / group,
                         pos = start_pos + t;
@@ -111,11 +114,24 @@ void attention_hwy(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache
                         len = pos - lo + 1;
           const float* k0 = kp + kvh * kh + lo * kt;
           const float* v0 = vp + kvh * vh + lo * vt;
-          if (nq == 1 && tpi == 2 && t + 1 < T) {
-            const float* qs[2] = {qp + t * qt + h0 * qh, qp + (t + 1) * qt + h0 * qh};
-            float* outs[2] = {op + t * ot + h0 * oh, op + (t + 1) * ot + h0 * oh};
-            HWY_DYNAMIC_DISPATCH(AttendTokenPair)
-            (qs, k0, kt, v0, vt, len, hd, scale, sp ? sp + h0 : nullptr, scores.data(), outs);
+          if (nq == 1 && tpi > 1) {
+            // The item's tokens: runs of 4, then 2, then one alone.
+            for (int64_t u = t, end = std::min(T, t + tpi); u < end;) {
+              const int nt = end - u >= 4 ? 4 : end - u >= 2 ? 2 : 1;
+              const float* qs[4];
+              float* outs[4];
+              for (int j = 0; j < nt; ++j) {
+                qs[j] = qp + (u + j) * qt + h0 * qh;
+                outs[j] = op + (u + j) * ot + h0 * oh;
+              }
+              const int64_t n = start_pos + u + 1;  // rows the run's first token sees
+              if (nt == 1) HWY_DYNAMIC_DISPATCH(AttendOne)
+              (qs[0], k0, kt, v0, vt, n, hd, scale, sp ? sp + h0 : nullptr, scores.data(), outs[0]);
+              else HWY_DYNAMIC_DISPATCH(AttendTokenRun)(nt, qs, k0, kt, v0, vt, n, hd, scale,
+                                                        sp ? sp + h0 : nullptr, scores.data(),
+                                                        outs);
+              u += nt;
+            }
             continue;
           }
           if (nq == 1) {
