@@ -1,7 +1,8 @@
 // One query row's attention over `len` cache rows, in Highway SIMD: scores, a numerically
 // stable softmax (subtract the max before exp), then the probability-weighted sum of value
 // rows (AttendRows), and the same for the query heads of a GQA group together, sharing
-// each key and value load (AttendGroup; every head's result is AttendRows's, bit for bit).
+// each key and value load (AttendGroup; every head's result is AttendRows's, bit for bit),
+// and for consecutive tokens of one head (AttendTokens, the same bits as each token alone).
 // Shared by the contiguous-cache kernel (attention_cpu.cpp) and the paged one
 // (paged_attention_cpu.cpp), which differ only in where cache row s lives: one body, so
 // the two give the same output bit for bit (the server's batch invariance relies on it).
