@@ -11,6 +11,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/host_buffer_cache.h"
 #include "core/mapped_file.h"
 
 namespace refit {
@@ -66,18 +67,28 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   // Large buffers (weights, KV caches) are asked to live on 2 MiB pages: decode streams
   // every weight byte once per token, and with 4 KiB pages each 4 KiB costs a TLB miss.
   // Linux's default transparent-huge-page mode ("madvise") grants them only on request.
+  // Those are also the sizes worth reusing (host_buffer_cache.h): a kept one is already
+  // mapped and faulted in.
   const bool huge = rounded >= kHugeThreshold;
   if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(huge ? kHugePage : kAlignment, rounded);
-  if (!p) fail("Storage::allocate: out of memory allocating {} bytes", nbytes);
+  void* p = huge ? host_buffer_cache::take(rounded) : nullptr;
+  if (!p) {
+    p = std::aligned_alloc(huge ? kHugePage : kAlignment, rounded);
+    if (!p) fail("Storage::allocate: out of memory allocating {} bytes", nbytes);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+    if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
+  }
   std::memset(p, 0, rounded);
   s->data_ = p;
   s->nbytes_ = nbytes;
   s->device_ = device;
-  s->release_ = [p] { std::free(p); };
+  if (huge)
+    s->release_ = [p, rounded] {
+      if (!host_buffer_cache::keep(p, rounded)) std::free(p);
+    };
+  else
+    s->release_ = [p] { std::free(p); };
   s->owned_ = true;
   return s;
 }

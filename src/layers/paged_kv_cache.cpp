@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/host_buffer_cache.h"
 
 namespace refit {
 
@@ -40,7 +41,7 @@ size_t PagedKvCache::discard_memory() {
   size_t bytes = 0;
   for (auto* pool : {&keys_, &values_})
     for (Tensor& t : *pool) bytes += t.storage()->discard_contents();
-  return bytes;
+  return bytes + host_buffer_cache::release_all();
 }
 
 size_t PagedKvCache::block_nbytes() const {

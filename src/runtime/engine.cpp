@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/host_buffer_cache.h"
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "formats/checkpoint.h"
@@ -195,6 +196,8 @@ size_t Engine::release_weights() {
       }
     for (const SubShard& s : p->sub_shards()) released_.insert(&s);
   }
+  // Freed activations kept for reuse are given back too, or RSS would not fall by them.
+  bytes += host_buffer_cache::release_all();
   released_count_ = released_.size();
   ++weight_version_;  // what was served before is gone: nothing may be reused as if current
   return bytes;

@@ -1,0 +1,82 @@
+// Large host buffers freed by storages are handed out again for the same size, zeroed as
+// every new storage is, within the cache's bounds, and given back on request.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/host_buffer_cache.h"
+#include "core/storage.h"
+
+namespace refit {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+bool all_zero(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i)
+    if (b[i] != 0) return false;
+  return true;
+}
+
+TEST(HostBufferCache, a_freed_large_buffer_serves_the_next_storage_of_its_size_zeroed) {
+  host_buffer_cache::release_all();
+  auto first = Storage::allocate(6 * kMiB);
+  void* address = first->data();
+  std::vector<uint8_t> junk(6 * kMiB, 0xAB);
+  std::memcpy(address, junk.data(), junk.size());
+  first.reset();
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 6 * kMiB);
+
+  auto other_size = Storage::allocate(8 * kMiB);
+  EXPECT_NE(other_size->data(), address);
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 6 * kMiB) << "an 8 MiB storage took the 6 MiB one";
+
+  auto again = Storage::allocate(6 * kMiB - 100);  // rounds up to the same 6 MiB
+  EXPECT_EQ(again->data(), address);
+  EXPECT_EQ(again->nbytes(), 6 * kMiB - 100);
+  EXPECT_TRUE(all_zero(again->data(), 6 * kMiB)) << "a reused buffer kept its old bytes";
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
+  host_buffer_cache::release_all();
+}
+
+TEST(HostBufferCache, small_and_oversized_buffers_are_freed_not_kept) {
+  host_buffer_cache::release_all();
+  Storage::allocate(1 * kMiB).reset();
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
+  Storage::allocate(host_buffer_cache::kMaxEach + 2 * kMiB).reset();
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
+  Storage::allocate(host_buffer_cache::kMaxEach).reset();
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), host_buffer_cache::kMaxEach);
+  EXPECT_EQ(host_buffer_cache::release_all(), host_buffer_cache::kMaxEach);
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
+}
+
+TEST(HostBufferCache, keeps_at_most_its_total_giving_back_the_least_recently_kept_first) {
+  if (std::getenv("REFIT_BUFFER_CACHE_MIB")) GTEST_SKIP() << "REFIT_BUFFER_CACHE_MIB is set";
+  host_buffer_cache::release_all();
+  // Untouched allocations: address space only.
+  const size_t big = host_buffer_cache::kMaxEach, half = big / 2;
+  static_assert(2 * host_buffer_cache::kMaxEach == host_buffer_cache::kMaxTotal);
+  void* oldest = std::aligned_alloc(64, big);
+  void* newer = std::aligned_alloc(64, big);
+  void* newest = std::aligned_alloc(64, half);
+  ASSERT_TRUE(oldest && newer && newest);
+  ASSERT_TRUE(host_buffer_cache::keep(oldest, big));
+  ASSERT_TRUE(host_buffer_cache::keep(newer, big));
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), host_buffer_cache::kMaxTotal);
+  ASSERT_TRUE(host_buffer_cache::keep(newest, half));  // over the total: `oldest` is freed
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), big + half);
+  EXPECT_EQ(host_buffer_cache::take(big), newer);
+  EXPECT_EQ(host_buffer_cache::take(big), nullptr);
+  EXPECT_EQ(host_buffer_cache::take(half), newest);
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
+  std::free(newer);
+  std::free(newest);
+}
+
+}  // namespace
+}  // namespace refit
