@@ -56,21 +56,27 @@ void* take(size_t bytes) {
   return nullptr;
 }
 
-bool keep(void* p, size_t bytes) {
-  Cache& c = cache();
-  if (bytes > kMaxEach || bytes > c.limit) return false;
-  std::list<Kept> evicted;
-  {
-    std::lock_guard lock(c.mutex);
-    c.kept.push_front({p, bytes});
-    c.total += bytes;
-    while (c.total > c.limit) {
-      c.total -= c.kept.back().bytes;
-      evicted.splice(evicted.end(), c.kept, std::prev(c.kept.end()));
+bool keep(void* p, size_t bytes) noexcept {
+  // Called from a storage's release (a destructor), so nothing may escape: a failure
+  // (the setting unreadable, no memory for the list node) just frees the buffer instead.
+  try {
+    Cache& c = cache();
+    if (bytes > kMaxEach || bytes > c.limit) return false;
+    std::list<Kept> evicted;
+    {
+      std::lock_guard lock(c.mutex);
+      c.kept.push_front({p, bytes});
+      c.total += bytes;
+      while (c.total > c.limit) {
+        c.total -= c.kept.back().bytes;
+        evicted.splice(evicted.end(), c.kept, std::prev(c.kept.end()));
+      }
     }
+    for (const Kept& k : evicted) std::free(k.p);
+    return true;
+  } catch (...) {
+    return false;
   }
-  for (const Kept& k : evicted) std::free(k.p);
-  return true;
 }
 
 size_t release_all() {

@@ -22,7 +22,7 @@ void* take(size_t bytes);
 
 // Keeps `p` (std::aligned_alloc-ed, `bytes` long) for reuse, or returns false when it is
 // not to be kept (the caller frees it).
-bool keep(void* p, size_t bytes);
+bool keep(void* p, size_t bytes) noexcept;
 
 // Frees every kept buffer (so that memory given back to the system stays given back);
 // returns their bytes.
