@@ -1,9 +1,9 @@
 #include "core/host_buffer_cache.h"
 
 #include <cstdlib>
+#include <iterator>
 #include <list>
 #include <mutex>
-#include <string>
 
 #include "core/error.h"
 
