@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/host_buffer_cache.h"
@@ -82,6 +83,29 @@ TEST(HostBufferCache, keeps_at_most_its_total_giving_back_the_least_recently_kep
   EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
   std::free(newer);
   std::free(newest);
+}
+
+// Storages freed and allocated on several threads at once, as HTTP threads and the
+// scheduler do: every one comes back zeroed and the cache stays within its total.
+TEST(HostBufferCache, threads_allocating_and_freeing_at_once_each_get_zeroed_buffers) {
+  SKIP_IF_CACHE_CONFIGURED();
+  host_buffer_cache::release_all();
+  std::vector<std::thread> threads;
+  std::vector<int> dirty(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t, &dirty] {
+      for (int i = 0; i < 24; ++i) {
+        const size_t bytes = (4 + 2 * static_cast<size_t>((t + i) % 3)) * kMiB;
+        auto s = Storage::allocate(bytes);
+        if (!all_zero(s->data(), bytes)) ++dirty[static_cast<size_t>(t)];
+        std::memset(s->data(), 0x5A, bytes);
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(dirty[static_cast<size_t>(t)], 0) << "thread " << t;
+  EXPECT_LE(host_buffer_cache::kept_bytes(), host_buffer_cache::kMaxTotal);
+  EXPECT_GT(host_buffer_cache::kept_bytes(), 0u);
+  host_buffer_cache::release_all();
 }
 
 }  // namespace
