@@ -2,6 +2,8 @@
 
 #include <malloc.h>
 
+#include "core/host_buffer_cache.h"
+
 namespace refit {
 
 HeapTrimmer::HeapTrimmer() : thread_([this] { run(); }) {}
@@ -43,6 +45,9 @@ void HeapTrimmer::run() {
     pending_ = false;
     lock.unlock();
     malloc_trim(0);
+    // A weight update's decoded tensors (4-128 MiB each) are kept for reuse once freed,
+    // outside the arenas malloc_trim reaches: given back too, as the request's memory.
+    host_buffer_cache::release_all();
     lock.lock();
     ++trims_;
   }

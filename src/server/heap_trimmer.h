@@ -6,7 +6,8 @@
 // resident in that thread's arena, and the next one lands in another arena: RSS climbs
 // by a body's size per arena until every arena holds one. After a large request the
 // trimmer runs malloc_trim(0) (which returns free pages of every arena) on its own
-// thread, a moment after the request ended, when its body and JSON are freed.
+// thread, a moment after the request ended, when its body and JSON are freed, and gives
+// back the large buffers core/host_buffer_cache.h keeps (a decoded update's tensors).
 #pragma once
 
 #include <chrono>

@@ -1,10 +1,14 @@
 // The heap trimmer runs malloc_trim once after a burst of large request bodies, never for
-// small ones; the soak (bench/soak.mjs) shows the RSS it keeps flat.
+// small ones, and gives back the large buffers kept for reuse; the soak (bench/soak.mjs)
+// shows the RSS it keeps flat.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
+#include "core/host_buffer_cache.h"
+#include "core/storage.h"
 #include "server/heap_trimmer.h"
 
 namespace refit {
@@ -29,6 +33,19 @@ TEST(ServeHeapTrimmer, small_bodies_never_trim_and_a_burst_of_large_ones_trims_o
   EXPECT_EQ(trimmer.trims(), 1u) << "one burst, one trim";
   trimmer.note_request(size_t{1} << 30);
   EXPECT_TRUE(trims_reach(trimmer, 2));
+}
+
+// Large buffers kept for reuse after a request freed them (a decoded weight update's
+// tensors) are given back with the trim, as the request's other memory is.
+TEST(ServeHeapTrimmer, a_trim_gives_back_the_large_buffers_kept_for_reuse) {
+  if (std::getenv("REFIT_BUFFER_CACHE_MIB")) GTEST_SKIP() << "REFIT_BUFFER_CACHE_MIB is set";
+  host_buffer_cache::release_all();
+  Storage::allocate(HeapTrimmer::kLargeBody * 2).reset();  // a decoded tensor, freed
+  ASSERT_GT(host_buffer_cache::kept_bytes(), 0u);
+  HeapTrimmer trimmer;
+  trimmer.note_request(HeapTrimmer::kLargeBody);
+  ASSERT_TRUE(trims_reach(trimmer, 1));
+  EXPECT_EQ(host_buffer_cache::kept_bytes(), 0u);
 }
 
 TEST(ServeHeapTrimmer, stops_at_once_with_a_trim_pending) {
