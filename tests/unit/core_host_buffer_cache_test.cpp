@@ -2,9 +2,12 @@
 // every new storage is, within the cache's bounds, and given back on request.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -106,6 +109,27 @@ TEST(HostBufferCache, threads_allocating_and_freeing_at_once_each_get_zeroed_buf
   EXPECT_LE(host_buffer_cache::kept_bytes(), host_buffer_cache::kMaxTotal);
   EXPECT_GT(host_buffer_cache::kept_bytes(), 0u);
   host_buffer_cache::release_all();
+}
+
+// REFIT_BUFFER_CACHE_MIB is read once per process, so it is checked through the CLI: 0
+// (keep nothing) runs, a value that is not a size fails naming it.
+TEST(HostBufferCache, its_setting_is_honoured_or_refused_by_a_new_process) {
+  auto run = [](const std::string& value) {
+    const std::string cmd =
+        "REFIT_BUFFER_CACHE_MIB=" + value + " " + REFIT_BINARY + " generate -n 2 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    return std::pair<int, std::string>{::pclose(p), out};
+  };
+  const auto [ok, ok_text] = run("0");
+  EXPECT_EQ(ok, 0) << ok_text;
+  const auto [bad, bad_text] = run("lots");
+  EXPECT_NE(bad, 0);
+  EXPECT_NE(bad_text.find("REFIT_BUFFER_CACHE_MIB='lots' is not a size in MiB"), std::string::npos)
+      << bad_text;
 }
 
 }  // namespace
