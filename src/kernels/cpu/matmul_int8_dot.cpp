@@ -153,9 +153,11 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
     prepare_amx_activations(op, Mpad, xv.data(), xdt.data());
   } else if constexpr (I == Impl::avx2) {
     if (op.kind == Weights::mxfp4) {
-      const auto need = static_cast<size_t>(op.M * op.K);
+      // The codes, then (4-byte aligned: M * K is a multiple of 32) the corrections.
+      const auto need = static_cast<size_t>(op.M * op.K + op.M * avx2_xcorr_stride(op.S) * 4);
       if (scratch.size() < need) scratch.resize(need);
-      prepare_activations_avx2(op, reinterpret_cast<int8_t*>(scratch.data()));
+      prepare_activations_avx2(op, reinterpret_cast<int8_t*>(scratch.data()),
+                               reinterpret_cast<int32_t*>(scratch.data() + op.M * op.K));
     }
   } else if constexpr (I == Impl::avx512) {
     const auto need = static_cast<size_t>(prepared_bytes(op) + 64);
@@ -165,6 +167,9 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   }
   const bool avx2_exact = I == Impl::avx2 && !codes_hold_min(op);
   const int8_t* avx2_x = reinterpret_cast<const int8_t*>(scratch.data());
+  const auto* avx2_xcorr = I == Impl::avx2 && op.kind == Weights::mxfp4
+                               ? reinterpret_cast<const int32_t*>(scratch.data() + op.M * op.K)
+                               : nullptr;
   const int64_t tiles = (op.N + kTileRows - 1) / kTileRows;
   parallel_for(tiles, [&](int64_t t0, int64_t t1, int) {
     std::vector<uint8_t> codes_buf, scales_buf, amx_scratch;
@@ -209,7 +214,7 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
       } else if constexpr (I == Impl::avx512) {
         tile_avx512(op, prepared, tile);
       } else if (avx2_exact) {
-        tile_avx2(op, avx2_x, e8m0_half_table(), tile);
+        tile_avx2(op, avx2_x, avx2_xcorr, e8m0_half_table(), tile);
       } else {
         tile_definition(op, tile);
       }

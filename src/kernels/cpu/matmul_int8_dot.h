@@ -113,11 +113,15 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
 // CPU has AVX2, FMA and F16C, and REFIT_CPU_ISA allows avx2).
 bool avx2_int8_usable();
 bool avx2_int8_on_cpu();
-// MXFP4 only: each block's activation codes as [16 evens][16 odds], into xperm [M, K].
-void prepare_activations_avx2(const Operands& op, int8_t* xperm);
+// MXFP4 only: each block's activation codes as [16 evens][16 odds], into xperm [M, K], and
+// the kernel's offset correction per block, 12 * the block's sum of codes, into xcorr
+// [M, avx2_xcorr_stride(S)] (padded with zeros).
+int64_t avx2_xcorr_stride(int64_t S);
+void prepare_activations_avx2(const Operands& op, int8_t* xperm, int32_t* xcorr);
 // out[:, tile rows] for every row of x, from a plain tile; needs no activation code -128.
 // e8m0_half: the 256 MXFP4 block scales as the definition takes them (e8m0 * 0.5).
-void tile_avx2(const Operands& op, const int8_t* xperm, const float* e8m0_half, const Tile& tile);
+void tile_avx2(const Operands& op, const int8_t* xperm, const int32_t* xcorr,
+               const float* e8m0_half, const Tile& tile);
 
 void register_kernels(KernelRegistry& registry);
 
