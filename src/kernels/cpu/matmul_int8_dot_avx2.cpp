@@ -89,8 +89,8 @@ inline __m256 WeightScales8(Weights kind, const uint8_t* scales, int64_t b,
   std::memcpy(&e8, scales + b, 8);
   const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(e8));
   // Exponent bytes 2-254 halve to the normal float 2^(e - 128), whose bits are (e - 1) << 23:
-  // three integer operations instead of a gather (microcoded, ~8 cycles on AMD Zen). The
-  // rest (0 and 1: subnormal; 255: NaN) take the table.
+  // three integer operations instead of a gather, which AMD Zen runs as many micro-ops.
+  // The rest (0 and 1: subnormal; 255: NaN) take the table.
   const __m256i normal = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)),
                                           _mm256_cmpgt_epi32(_mm256_set1_epi32(255), e));
   if (_mm256_movemask_epi8(normal) == -1)
