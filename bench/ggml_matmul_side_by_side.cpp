@@ -1,6 +1,6 @@
 // refit's matmul beside ggml's mul_mat on the same operands, alternating in one process.
 //
-//   build/bench/ggml_matmul_side_by_side M K N [ROUNDS] [f16|bf16] [THREADS]
+//   build/bench/ggml_matmul_side_by_side M K N [ROUNDS] [f16|bf16|f32] [THREADS]
 //
 // On a VM whose speed drifts by 2x within minutes, two programs run one after the other
 // (bench/side_by_side.sh) can only resolve large differences; here every round times
@@ -46,7 +46,7 @@ double median(std::vector<double> v) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ggml_matmul_side_by_side M K N [ROUNDS=10] [f16|bf16] [THREADS=2]\n");
+               "usage: ggml_matmul_side_by_side M K N [ROUNDS=10] [f16|bf16|f32] [THREADS=2]\n");
   return 2;
 }
 
@@ -58,9 +58,16 @@ int main(int argc, char** argv) {
   const int rounds = argc > 4 ? std::atoi(argv[4]) : 10;
   const std::string type = argc > 5 ? argv[5] : "f16";
   const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
-  if (M < 1 || K < 1 || N < 1 || rounds < 1 || threads < 1 || (type != "f16" && type != "bf16"))
+  if (M < 1 || K < 1 || N < 1 || rounds < 1 || threads < 1 ||
+      (type != "f16" && type != "bf16" && type != "f32"))
     return usage();
-  const bool bf16 = type == "bf16";
+  const refit::DType wtype = type == "bf16"  ? refit::DType::bf16
+                             : type == "f32" ? refit::DType::f32
+                                             : refit::DType::f16;
+  const ggml_type gtype = type == "bf16"  ? GGML_TYPE_BF16
+                          : type == "f32" ? GGML_TYPE_F32
+                                          : GGML_TYPE_F16;
+  const int64_t wbytes = type == "f32" ? 4 : 2;
   refit::set_num_threads(threads);
 
   std::mt19937 rng(1);
@@ -69,21 +76,21 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
   refit::Tensor wf = refit::Tensor::empty({N, K}, refit::DType::f32);
   for (int64_t i = 0; i < wf.numel(); ++i) wf.data<float>()[i] = dist(rng);
-  const refit::Tensor w = wf.to(bf16 ? refit::DType::bf16 : refit::DType::f16);
+  const refit::Tensor w = wtype == refit::DType::f32 ? wf : wf.to(wtype);
   refit::Tensor out = refit::Tensor::empty({M, N}, refit::DType::f32);
 
-  // Operands, result and the f16/bf16 copy of x that ggml makes inside the op.
+  // Operands, result and (f16/bf16 weights) the copy of x that ggml converts inside the op.
   const size_t bytes =
-      static_cast<size_t>(N * K * 2 + M * K * 4 + M * N * 4 + M * K * 2) + (size_t{64} << 20);
+      static_cast<size_t>(N * K * wbytes + M * K * 4 + M * N * 4 + M * K * 2) + (size_t{64} << 20);
   ggml_init_params params = {bytes, nullptr, false};
   ggml_context* ctx = ggml_init(params);
   if (!ctx) {
     std::fprintf(stderr, "ggml_init failed for %zu bytes\n", bytes);
     return 1;
   }
-  ggml_tensor* a = ggml_new_tensor_2d(ctx, bf16 ? GGML_TYPE_BF16 : GGML_TYPE_F16, K, N);
+  ggml_tensor* a = ggml_new_tensor_2d(ctx, gtype, K, N);
   ggml_tensor* b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
-  std::memcpy(a->data, w.raw_data(), static_cast<size_t>(N * K * 2));
+  std::memcpy(a->data, w.raw_data(), static_cast<size_t>(N * K * wbytes));
   std::memcpy(b->data, x.raw_data(), static_cast<size_t>(M * K * 4));
   ggml_tensor* c = ggml_mul_mat(ctx, a, b);
   ggml_cgraph* graph = ggml_new_graph(ctx);
