@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every CPU speed figure of the llama.cpp comparison in one command. It runs on the CPU's
 # own kernels, then again with REFIT_CPU_ISA=avx2 where the CPU has AVX-512, so one run on
-# an AVX-512 machine records both paths.
+# an AVX-512 machine records both paths (llama.cpp runs as built both times).
 #
 #   bench/cpu_speed_suite.sh LLAMA_BIN_DIR [MODELS_DIR]
 #
@@ -30,7 +30,7 @@
 #   ISAS      "native avx2"; avx2 is dropped where the CPU lacks AVX-512
 set -euo pipefail
 if [[ $# -lt 1 ]]; then
-  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 LLAMA_DIR=$1
