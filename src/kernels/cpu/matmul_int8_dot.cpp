@@ -154,10 +154,10 @@ void matmul_int8(const Tensor& x, const Tensor& x_scale, const Tensor& w, const 
   } else if constexpr (I == Impl::avx2) {
     if (op.kind == Weights::mxfp4) {
       // The codes, then (4-byte aligned: M * K is a multiple of 32) the corrections.
-      const auto need = static_cast<size_t>(op.M * op.K + op.M * avx2_xcorr_stride(op.S) * 4);
+      const auto need = static_cast<size_t>(op.M * op.K + op.M * corrections_stride(op.S) * 4);
       if (scratch.size() < need) scratch.resize(need);
-      prepare_activations_avx2(op, reinterpret_cast<int8_t*>(scratch.data()),
-                               reinterpret_cast<int32_t*>(scratch.data() + op.M * op.K));
+      prepare_activations_avx2(op, reinterpret_cast<int8_t*>(scratch.data()));
+      offset_corrections(op, reinterpret_cast<int32_t*>(scratch.data() + op.M * op.K));
     }
   } else if constexpr (I == Impl::avx512) {
     const auto need = static_cast<size_t>(prepared_bytes(op) + 64);
@@ -339,23 +339,30 @@ bool amx_usable() {
 }
 
 int64_t prepared_bytes(const Operands& op) {
-  const int64_t s16 = (op.S + kLanes - 1) / kLanes * kLanes;
-  return op.M * s16 * 4 + (op.kind == Weights::mxfp4 || op.interleaved ? op.M * op.K : 0);
+  return op.M * corrections_stride(op.S) * 4 +
+         (op.kind == Weights::mxfp4 || op.interleaved ? op.M * op.K : 0);
 }
 
-void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
-  p.S16 = (op.S + kLanes - 1) / kLanes * kLanes;
-  auto* corr = static_cast<int32_t*>(scratch);
-  const int32_t offset = op.kind == Weights::q8_0 ? 128 : 12;
+int64_t corrections_stride(int64_t S) { return (S + kLanes - 1) / kLanes * kLanes; }
+
+void offset_corrections(const Operands& op, int32_t* corr) {
+  const int64_t stride = corrections_stride(op.S);
+  const int32_t offset = op.kind == Weights::q8_0 ? 128 : kF4WeightOffset;
   for (int64_t m = 0; m < op.M; ++m) {
     const int8_t* x = op.xq + m * op.ldxq;
-    for (int64_t b = 0; b < p.S16; ++b) {
+    for (int64_t b = 0; b < stride; ++b) {
       int32_t s = 0;
       if (b < op.S)
         for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) s += x[k];
-      corr[m * p.S16 + b] = offset * s;
+      corr[m * stride + b] = offset * s;
     }
   }
+}
+
+void prepare_activations(const Operands& op, void* scratch, Prepared& p) {
+  p.S16 = corrections_stride(op.S);
+  auto* corr = static_cast<int32_t*>(scratch);
+  offset_corrections(op, corr);
   p.xcorr = corr;
   p.xperm = nullptr;
   p.xil = nullptr;

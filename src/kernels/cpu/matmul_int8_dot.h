@@ -30,6 +30,9 @@ namespace refit::cpu::int8dot {
 constexpr int64_t kBlock = 32;  // values per activation / weight scale block
 constexpr int64_t kLanes = 16;  // float accumulator lanes of the definition above
 constexpr int64_t kTileRows = 16;
+// The SIMD kernels make MXFP4 weights unsigned as 2 * e2m1 + kF4WeightOffset (0..24), Q8_0
+// ones (AVX-512) as w + 128, and subtract the offset's share per block afterwards.
+constexpr int32_t kF4WeightOffset = 12;
 
 enum class Weights : uint8_t { q8_0, mxfp4 };
 
@@ -79,6 +82,11 @@ bool avx512_vnni_on_cpu();
 // same integers. Tests turn VBMI off to run the other path on a CPU that has it.
 bool vbmi_in_use();
 void set_vbmi_allowed(bool allowed);
+// The offset's share per activation row and block: the offset (128 for Q8_0, kF4WeightOffset for
+// MXFP4) times the block's sum of codes, into corr [M, corrections_stride(S)], the blocks
+// past S zero (kLanes-wide loads may read them).
+int64_t corrections_stride(int64_t S);
+void offset_corrections(const Operands& op, int32_t* corr);
 // Bytes of scratch Prepared needs (64-byte aligned), and filling it.
 int64_t prepared_bytes(const Operands& op);
 void prepare_activations(const Operands& op, void* scratch, Prepared& p);
@@ -113,13 +121,11 @@ void tile_amx(const Operands& op, const int8_t* xv, const float* xdt, int64_t Mp
 // CPU has AVX2, FMA and F16C, and REFIT_CPU_ISA allows avx2).
 bool avx2_int8_usable();
 bool avx2_int8_on_cpu();
-// MXFP4 only: each block's activation codes as [16 evens][16 odds], into xperm [M, K], and
-// the kernel's offset correction per block, 12 * the block's sum of codes, into xcorr
-// [M, avx2_xcorr_stride(S)] (padded with zeros).
-int64_t avx2_xcorr_stride(int64_t S);
-void prepare_activations_avx2(const Operands& op, int8_t* xperm, int32_t* xcorr);
+// MXFP4 only: each block's activation codes as [16 evens][16 odds], into xperm [M, K].
+void prepare_activations_avx2(const Operands& op, int8_t* xperm);
 // out[:, tile rows] for every row of x, from a plain tile; needs no activation code -128.
-// e8m0_half: the 256 MXFP4 block scales as the definition takes them (e8m0 * 0.5).
+// e8m0_half: the 256 MXFP4 block scales as the definition takes them (e8m0 * 0.5); xcorr:
+// MXFP4's offset_corrections (the AVX2 kernel offsets its weights like the VNNI one).
 void tile_avx2(const Operands& op, const int8_t* xperm, const int32_t* xcorr,
                const float* e8m0_half, const Tile& tile);
 

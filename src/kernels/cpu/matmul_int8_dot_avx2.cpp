@@ -22,9 +22,9 @@
 // match: per block, the 16 even-indexed codes, then the 16 odd ones. Those offset weights
 // are already unsigned, so vpmaddubsw takes them against x as they are (a pair is at most
 // 2 * 24 * 128 = 6144: no saturation) and no sign instructions run; the offset's share,
-// 12 * the block's sum of x codes, is computed once per call (prepare_activations_avx2)
-// and subtracted from each block's total, which leaves the exact w . x. Q8_0 cannot do
-// this here: 255 * 127 * 2 overflows int16.
+// 12 * the block's sum of x codes, is computed once per call (offset_corrections, as for
+// the VNNI kernel) and subtracted from each block's total, which leaves the exact w . x. Q8_0
+// cannot do this here: 255 * 127 * 2 overflows int16.
 //
 // Compiled for AVX2 + FMA + F16C only inside the pragma region below: nothing here may
 // call templates shared with code for other ISAs (no std::), as their one compiled copy
@@ -45,15 +45,16 @@
 namespace refit::cpu::int8dot {
 namespace {
 
-// Twice the e2m1 value of each nibble plus kF4Offset, in both 128-bit halves for vpshufb.
-constexpr int32_t kF4Offset = 12;
+// Twice the e2m1 value of each nibble plus kF4WeightOffset (12), in both 128-bit halves for
+// vpshufb.
 inline __m256i F4Table() {
+  static_assert(kF4WeightOffset == 12, "the table below holds 2 * e2m1 + 12");
   return _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
                           16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 }
 
 // 8 int32 partial sums over one block of 32 codes: of w . x for Q8_0 (sign trick; x !=
-// -128), of (w + kF4Offset) . x for MXFP4 (the table's unsigned values as they are).
+// -128), of (w + kF4WeightOffset) . x for MXFP4 (the table's unsigned values as they are).
 inline __m256i BlockPartials(Weights kind, __m256i w, __m256i x) {
   const __m256i prod16 = kind == Weights::q8_0
                              ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
@@ -172,24 +173,15 @@ float RowDot(Weights kind, const int8_t* x, const float* xd, const int32_t* xcor
 
 }  // namespace
 
-int64_t avx2_xcorr_stride(int64_t S) { return (S + 7) / 8 * 8; }
-
-void prepare_activations_avx2(const Operands& op, int8_t* xperm, int32_t* xcorr) {
-  const int64_t stride = avx2_xcorr_stride(op.S);
+void prepare_activations_avx2(const Operands& op, int8_t* xperm) {
   for (int64_t m = 0; m < op.M; ++m) {
     const int8_t* x = op.xq + m * op.ldxq;
     int8_t* dst = xperm + m * op.K;
-    int32_t* corr = xcorr + m * stride;
-    for (int64_t b = 0; b < op.S; ++b) {
-      int32_t sum = 0;
+    for (int64_t b = 0; b < op.S; ++b)
       for (int64_t k = 0; k < kBlock / 2; ++k) {
         dst[b * kBlock + k] = x[b * kBlock + 2 * k];
         dst[b * kBlock + kBlock / 2 + k] = x[b * kBlock + 2 * k + 1];
-        sum += x[b * kBlock + 2 * k] + x[b * kBlock + 2 * k + 1];
       }
-      corr[b] = kF4Offset * sum;
-    }
-    for (int64_t b = op.S; b < stride; ++b) corr[b] = 0;
   }
 }
 
@@ -203,7 +195,7 @@ void tile_avx2(const Operands& op, const int8_t* xperm, const int32_t* xcorr,
     for (int64_t m = 0; m < op.M; ++m) {
       const bool f4 = op.kind == Weights::mxfp4;
       const int8_t* x = f4 ? xperm + m * op.K : op.xq + m * op.ldxq;
-      const int32_t* corr = f4 ? xcorr + m * avx2_xcorr_stride(op.S) : nullptr;
+      const int32_t* corr = f4 ? xcorr + m * corrections_stride(op.S) : nullptr;
       const float v = RowDot(op.kind, x, op.xd + m * op.ldxd, corr, w, scales + r * scale_row, op.S,
                              e8m0_half, m == 0 ? ahead : nullptr);
       op.out[m * op.ldo + tile.n0 + r] = op.bias ? v + op.bias[tile.n0 + r] : v;
