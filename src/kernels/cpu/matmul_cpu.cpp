@@ -131,11 +131,19 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT x, int64_t ldx,
       for (int64_t b = 0; b < L * NR * static_cast<int64_t>(sizeof(*w)); b += 64)
         __builtin_prefetch(next + b, 0, 2);
     }
-    VF wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = Tr::load(df, w + j * ldw + k);
-    for (int i = 0; i < MR; ++i) {
-      const VF xv = hn::LoadU(df, x + i * ldx + k);
-      for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
+    if constexpr (MR == 1) {
+      // Each weight vector goes straight into its FMA: with all NR loaded first, 8 rows
+      // need 8 + 8 + 1 registers and the compiler keeps an accumulator in memory.
+      const VF xv = hn::LoadU(df, x + k);
+      for (int j = 0; j < NR; ++j)
+        acc[0][j] = hn::MulAdd(xv, Tr::load(df, w + j * ldw + k), acc[0][j]);
+    } else {
+      VF wv[NR];
+      for (int j = 0; j < NR; ++j) wv[j] = Tr::load(df, w + j * ldw + k);
+      for (int i = 0; i < MR; ++i) {
+        const VF xv = hn::LoadU(df, x + i * ldx + k);
+        for (int j = 0; j < NR; ++j) acc[i][j] = hn::MulAdd(xv, wv[j], acc[i][j]);
+      }
     }
   }
   for (int i = 0; i < MR; ++i)
@@ -211,18 +219,31 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
     return SmallBatchImpl<W>(x, ldx, M, w_raw, ldw, n0, n1, K, bias, out, ldo);
   static_assert(matmul_detail::kDecodeMaxRows == 4, "M is 1-4 below");
   const auto* w = static_cast<const typename WeightTraits<W>::T*>(w_raw);
+  // One or two rows request the next weight rows ahead only when rows are short: rows of
+  // 4 KiB and more (K 2048 f16) already read at the weights-read rate, and alternating runs
+  // with the requests on looked slower there (Zen 2, noisy; 2 rows -3-5% on Zen 3). Three
+  // and four rows, which spend longer on each row, gained from it at every K (Zen 3, weights
+  // from DRAM: +10-15% at K 2048).
+  const bool short_rows = K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048;
   if (M == 1) {
-    // One row: 8 independent accumulators hide the FMA latency. Short rows only request the
-    // next rows ahead: rows of 4 KiB and more (K 2048 f16) already read at the weights-read
-    // rate, and alternating runs with the requests on looked slower there (Zen 2, noisy).
-    if (K * static_cast<int64_t>(sizeof(typename WeightTraits<W>::T)) <= 2048)
+    // One row: 8 independent accumulators hide the FMA latency.
+    if (short_rows)
       RowBlock<W, 1, 8, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
     else
       RowBlock<W, 1, 8>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
-  } else if (M == 4) {
-    RowBlock<W, 4, 4>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+  } else if (M == 2) {
+    if (short_rows)
+      RowBlock<W, 2, 4, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+    else
+      RowBlock<W, 2, 4>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
   } else {
-    TailRows<W, 4>(M, x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+    // 3-4 rows take the register tile's width: 4 x 4 accumulators plus 4 weight vectors
+    // would not fit 16 registers (x86 below AVX-512), and a spilled accumulator is stored
+    // and reloaded on its chain every k step.
+    if (M == 3)
+      RowBlock<W, 3, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+    else
+      RowBlock<W, 4, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
   }
 }
 
