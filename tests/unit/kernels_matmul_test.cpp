@@ -133,26 +133,29 @@ TEST(KernelsMatmul, f16_bf16_rows_are_bitwise_independent_of_batch_size) {
   for_each_f16_prefill([] {
     for_each_isa([] {
       for (DType dtype : {DType::bf16, DType::f16}) {
-        // K: several of the prefill path's k chunks (256 or 512) and a scalar tail; N: two
-        // of its 48-row blocks and a remainder of 5 rows.
-        const int64_t M = 137, K = 1100, N = 101;
-        Tensor x = random_tensor({M, K}, 11);
-        Tensor w = random_tensor({N, K}, 12).to(dtype);
-        Tensor bias = random_tensor({N}, 13);
-        Tensor batch = make_out(M, N);
-        cpu::matmul_hwy(x, w, bias, batch);
-        for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
-          // 5-32 rows (bf16: 5-64): the small-batch path (every remainder of 4 rows, 3-row
-          // weight tiles); past that, the prefill path.
-          for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L, 49L, 64L}) {
-            if (m + rows > M) continue;
-            Tensor xs = x.narrow(0, m, rows).contiguous();
-            Tensor part = make_out(rows, N);
-            cpu::matmul_hwy(xs, w, bias, part);
-            EXPECT_EQ(std::memcmp(part.data<float>(), batch.data<float>() + m * N,
-                                  rows * N * sizeof(float)),
-                      0)
-                << dtype_name(dtype) << " rows " << m << ".." << m + rows;
+        // K: several of the prefill path's k chunks (256 or 512) and a scalar tail, or rows
+        // short enough (<= 2 KiB) for the decode tiles meant for them; N: two of the
+        // prefill path's 48-row blocks and a remainder of 5 rows.
+        for (const int64_t K : {1100L, 203L}) {
+          const int64_t M = 137, N = 101;
+          Tensor x = random_tensor({M, K}, 11);
+          Tensor w = random_tensor({N, K}, 12).to(dtype);
+          Tensor bias = random_tensor({N}, 13);
+          Tensor batch = make_out(M, N);
+          cpu::matmul_hwy(x, w, bias, batch);
+          for (int64_t m : {0L, 5L, 36L, 128L, 136L}) {
+            // 5-32 rows (bf16: 5-64): the small-batch path (every remainder of 4 rows, 3-row
+            // weight tiles); past that, the prefill path.
+            for (int64_t rows : {1L, 2L, 3L, 4L, 7L, 9L, 23L, 32L, 49L, 64L}) {
+              if (m + rows > M) continue;
+              Tensor xs = x.narrow(0, m, rows).contiguous();
+              Tensor part = make_out(rows, N);
+              cpu::matmul_hwy(xs, w, bias, part);
+              EXPECT_EQ(std::memcmp(part.data<float>(), batch.data<float>() + m * N,
+                                    rows * N * sizeof(float)),
+                        0)
+                  << dtype_name(dtype) << " K " << K << " rows " << m << ".." << m + rows;
+            }
           }
         }
       }
