@@ -242,14 +242,13 @@ void DecodeImpl(const float* x, int64_t ldx, int64_t M, const void* w_raw, int64
       RowBlock<W, 2, 4, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
     else
       RowBlock<W, 2, 4>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
-  } else {
+  } else if (M == 3) {
     // 3-4 rows take the register tile's width: 4 x 4 accumulators plus 4 weight vectors
     // would not fit 16 registers (x86 below AVX-512), and a spilled accumulator is stored
     // and reloaded on its chain every k step.
-    if (M == 3)
-      RowBlock<W, 3, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
-    else
-      RowBlock<W, 4, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+    RowBlock<W, 3, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
+  } else {
+    RowBlock<W, 4, kTileWeightRows, true>(x, ldx, w, ldw, n0, n1, K, bias, out, ldo);
   }
 }
 
