@@ -44,13 +44,19 @@ class DeviceAllocator {
 DeviceAllocator* device_allocator(DeviceType type);
 DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 
+// What a host buffer holds, for where its pages come from. Weights are read in full on
+// every forward pass, so a weight of 1 MiB and up sits on 2 MiB pages (rounded up to
+// whole pages); other buffers only from 4 MiB up, where the rounding wastes little.
+enum class StorageUse { general, weights };
+
 class Storage {
  public:
   static constexpr size_t kAlignment = 64;
 
   // Owned, zero-initialised, kAlignment-aligned memory. Non-CPU devices use their
   // DeviceAllocator; without one (a build without that backend) this throws naming it.
-  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device = Device::cpu());
+  static std::shared_ptr<Storage> allocate(size_t nbytes, Device device = Device::cpu(),
+                                           StorageUse use = StorageUse::general);
   // Foreign memory: `release` is called exactly once when the last reference goes.
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device,
                                        std::function<void()> release, bool writable = true);

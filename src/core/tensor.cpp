@@ -84,13 +84,13 @@ void for_each_offset_pair(const Shape& shape, const Shape& sa, int64_t oa, const
 
 }  // namespace
 
-Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+Tensor Tensor::empty(Shape shape, DType dtype, Device device, StorageUse use) {
   check_shape(shape);
   if (dtype_bits(dtype) < 8 && !shape.empty() && shape.back() % 2 != 0)
     fail("a {} tensor packs two values per byte: its last dimension must be even, got {}",
          dtype_name(dtype), shape_str(shape));
   Tensor t;
-  t.storage_ = Storage::allocate(dtype_nbytes(dtype, product(shape)), device);
+  t.storage_ = Storage::allocate(dtype_nbytes(dtype, product(shape)), device, use);
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);

@@ -36,7 +36,8 @@ class Tensor {
   Tensor() = default;  // undefined tensor: defined() is false
 
   // New contiguous tensor, zero-filled.
-  static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu());
+  static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu(),
+                      StorageUse use = StorageUse::general);
   static Tensor zeros(Shape shape, DType dtype, Device device = Device::cpu()) {
     return empty(std::move(shape), dtype, device);
   }

@@ -30,7 +30,7 @@ Parameter::Parameter(std::string name, Shape local_shape, DType stored_dtype,
   }
   // Rows past the last sub-shard are padding no checkpoint fills (vocab shards).
   REFIT_ASSERT(local_shape_.empty() ? rows <= 1 : rows <= local_shape_[0]);
-  data_ = Tensor::empty(local_shape_, stored_dtype);
+  data_ = Tensor::empty(local_shape_, stored_dtype, Device::cpu(), StorageUse::weights);
   data_.set_read_only(true);
 }
 
@@ -335,7 +335,7 @@ void Parameter::set_quantization(const QuantScheme& scheme) {
   logical_dtype_ = data_.dtype();
   quant_ = scheme;
   // Allocated once, before any load; every later load writes into these two storages.
-  data_ = Tensor::empty(local_shape_, scheme.code_dtype());
+  data_ = Tensor::empty(local_shape_, scheme.code_dtype(), Device::cpu(), StorageUse::weights);
   data_.set_read_only(true);
   scale_ =
       Tensor::empty({local_shape_[0], scheme.scale_cols(local_shape_[1])}, scheme.scale_dtype());

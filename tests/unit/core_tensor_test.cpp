@@ -141,5 +141,21 @@ TEST(Storage, AllocationIsAligned) {
   }
 }
 
+// Weights of 1 MiB and up start on a 2 MiB boundary (the pages they are advised onto), zeroed
+// like any storage; a 1.5 MiB weight of a small model would otherwise sit on 4 KiB pages.
+TEST(Storage, WeightsFromOneMebibyteStartOnHugePageBoundaries) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  for (size_t n : {size_t{1} << 20, size_t{3} << 19, (size_t{3} << 20) + 5}) {
+    auto s = Storage::allocate(n, Device::cpu(), StorageUse::weights);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % kHugePage, 0u) << n;
+    EXPECT_EQ(s->nbytes(), n);
+    const auto* p = static_cast<const uint8_t*>(s->data());
+    EXPECT_EQ(p[0], 0);
+    EXPECT_EQ(p[n - 1], 0);
+  }
+  Tensor w = Tensor::empty({768, 768}, DType::f16, Device::cpu(), StorageUse::weights);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.raw_data()) % kHugePage, 0u);
+}
+
 }  // namespace
 }  // namespace refit
