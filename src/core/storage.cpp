@@ -74,8 +74,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Storage
   // Linux's default transparent-huge-page mode ("madvise") grants them only on request.
   // Those are also the sizes worth reusing (host_buffer_cache.h): a kept one is already
   // mapped and faulted in.
-  const bool huge =
-      rounded >= (use == StorageUse::weights ? kHugeWeightThreshold : kHugeThreshold);
+  const bool huge = rounded >= (use == StorageUse::weights ? kHugeWeightThreshold : kHugeThreshold);
   if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
   void* p = huge ? host_buffer_cache::take(rounded) : nullptr;
   if (!p) {
