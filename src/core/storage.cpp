@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -48,8 +49,14 @@ constexpr size_t kHugeThreshold = size_t{4} << 20;  // below this, rounding up w
 // miss every 4 KiB. The 110M model (its attention and down_proj weights are 1.2-3.5 MiB, 43%
 // of its bytes) decoded 3% faster, one token and eight at a time, with them on 2 MiB pages
 // (Zen 3, two engines alternating in one process); the rounding costs it 33 MiB.
+std::atomic<bool> poison_overwritten{[] {
+  const char* v = std::getenv("REFIT_POISON_OVERWRITTEN");
+  return v && *v && std::string(v) != "0";
+}()};
 constexpr size_t kHugeWeightThreshold = size_t{1} << 20;
 }  // namespace
+
+bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, StorageUse use) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -84,7 +91,10 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Storage
     if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
   }
-  std::memset(p, 0, rounded);
+  if (use != StorageUse::overwritten)
+    std::memset(p, 0, rounded);
+  else if (poison_overwritten.load(std::memory_order_relaxed))
+    std::memset(p, 0xFF, rounded);
   s->data_ = p;
   s->nbytes_ = nbytes;
   s->device_ = device;

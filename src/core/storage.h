@@ -44,16 +44,29 @@ class DeviceAllocator {
 DeviceAllocator* device_allocator(DeviceType type);
 DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* allocator);
 
-// What a host buffer holds, for where its pages come from. Weights are read in full on
-// every forward pass, so a weight of 1 MiB and up sits on 2 MiB pages (rounded up to
-// whole pages); other buffers only from 4 MiB up, where the rounding wastes little.
-enum class StorageUse { general, weights };
+// What a host buffer holds, for where its pages come from and whether it starts zeroed.
+// Weights are read in full on every forward pass, so a weight of 1 MiB and up sits on
+// 2 MiB pages (rounded up to whole pages); other buffers only from 4 MiB up, where the
+// rounding wastes little.
+enum class StorageUse {
+  general,  // zeroed
+  weights,  // zeroed; 2 MiB pages from 1 MiB up
+  // Not zeroed: an output its producer writes in full before anything reads it (a
+  // matmul's output, a copy). Zeroing those was ~1% of a prefill and of a serving step.
+  overwritten,
+};
+
+// Overwritten host buffers filled with 0xFF bytes (NaN in every float format) instead of
+// left as they come: an element a producer fails to write then shows up as NaN. The unit
+// tests run with it on (REFIT_POISON_OVERWRITTEN=1, set by CMake); returns the old setting.
+bool set_poison_overwritten(bool on);
 
 class Storage {
  public:
   static constexpr size_t kAlignment = 64;
 
-  // Owned, zero-initialised, kAlignment-aligned memory. Non-CPU devices use their
+  // Owned, kAlignment-aligned memory, zero-initialised unless `use` is overwritten (host
+  // memory; device memory is always zeroed). Non-CPU devices use their
   // DeviceAllocator; without one (a build without that backend) this throws naming it.
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device = Device::cpu(),
                                            StorageUse use = StorageUse::general);

@@ -248,8 +248,9 @@ Tensor Tensor::contiguous() const {
   return clone();
 }
 
+// The copies below write every element of their fresh tensor: no zero fill first.
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_, device());
+  Tensor t = empty(shape_, dtype_, device(), StorageUse::overwritten);
   t.layout_ = layout_;
   t.copy_from(*this);
   return t;
@@ -257,14 +258,14 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor t = empty(shape_, dtype, device());
+  Tensor t = empty(shape_, dtype, device(), StorageUse::overwritten);
   t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  Tensor t = empty(shape_, dtype_, device);
+  Tensor t = empty(shape_, dtype_, device, StorageUse::overwritten);
   t.layout_ = layout_;
   t.copy_from(*this);
   return t;

@@ -35,7 +35,8 @@ class Tensor {
  public:
   Tensor() = default;  // undefined tensor: defined() is false
 
-  // New contiguous tensor, zero-filled.
+  // New contiguous tensor, zero-filled (unless `use` is StorageUse::overwritten: then its
+  // contents are unspecified until written).
   static Tensor empty(Shape shape, DType dtype, Device device = Device::cpu(),
                       StorageUse use = StorageUse::general);
   static Tensor zeros(Shape shape, DType dtype, Device device = Device::cpu()) {

@@ -174,7 +174,9 @@ void matmul_stored(const Tensor& x, const Parameter& weight, const Tensor& codes
 }  // namespace
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor out = Tensor::empty({x.size(0), local_out_}, DType::f32);
+  // One matmul writes every element (before any all-reduce), so no zero fill first.
+  Tensor out =
+      Tensor::empty({x.size(0), local_out_}, DType::f32, Device::cpu(), StorageUse::overwritten);
   const bool reduce = style_ == ParallelStyle::row && communicator_->world_size() > 1;
   const Tensor bias = reduce || !bias_ ? Tensor() : bias_->data();
   matmul_weight(x, *weight_, bias, out);

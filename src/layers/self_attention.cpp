@@ -44,9 +44,10 @@ QkvProjection SelfAttention::project(const Tensor& x, const Tensor& positions,
   const int64_t T = x.size(0), hd = spec_.head_dim;
   Tensor qkv = qkv_proj_.forward(x);  // [T, (local_heads + 2 * local_kv_heads) * hd]
   QkvProjection p;
-  p.q = Tensor::empty({T, local_heads_, hd}, DType::f32);
-  p.k = Tensor::empty({T, local_kv_heads_, hd}, DType::f32);
-  p.v = Tensor::empty({T, local_kv_heads_, hd}, DType::f32);
+  // Each filled in full by its copy below.
+  p.q = Tensor::empty({T, local_heads_, hd}, DType::f32, Device::cpu(), StorageUse::overwritten);
+  p.k = Tensor::empty({T, local_kv_heads_, hd}, DType::f32, Device::cpu(), StorageUse::overwritten);
+  p.v = Tensor::empty({T, local_kv_heads_, hd}, DType::f32, Device::cpu(), StorageUse::overwritten);
   const int64_t nq = local_heads_ * hd, nkv = local_kv_heads_ * hd;
   p.q.view({T, nq}).copy_from(qkv.narrow(1, 0, nq));
   p.k.view({T, nkv}).copy_from(qkv.narrow(1, nq, nkv));

@@ -1,6 +1,7 @@
 // Tensor views share storage and never copy; copies convert dtypes element by element.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
@@ -139,6 +140,21 @@ TEST(Storage, AllocationIsAligned) {
     auto s = Storage::allocate(n);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(s->data()) % Storage::kAlignment, 0u);
   }
+}
+
+// Overwritten storage skips the zero fill; under the poison setting it starts as NaN, so a
+// producer that leaves an element unwritten shows.
+TEST(Storage, OverwrittenStorageIsPoisonedWhenAsked) {
+  const bool before = set_poison_overwritten(true);
+  Tensor t = Tensor::empty({3, 5}, DType::f32, Device::cpu(), StorageUse::overwritten);
+  for (int64_t i = 0; i < t.numel(); ++i) EXPECT_TRUE(std::isnan(t.data<float>()[i])) << i;
+  Tensor big = Tensor::empty({1 << 20, 3}, DType::bf16, Device::cpu(), StorageUse::overwritten);
+  EXPECT_TRUE(std::isnan(big.get({(1 << 20) - 1, 2})));
+  Tensor zeros = Tensor::empty({3, 5}, DType::f32);
+  for (int64_t i = 0; i < zeros.numel(); ++i) EXPECT_EQ(zeros.data<float>()[i], 0.0f);
+  Tensor half = Tensor::from_floats({4}, std::vector<float>{1, 2, 3, 4}).to(DType::f16);
+  EXPECT_EQ(half.get({3}), 4.0);
+  set_poison_overwritten(before);
 }
 
 // Weights of 1 MiB and up start on a 2 MiB boundary (the pages they are advised onto), zeroed
