@@ -32,7 +32,9 @@ void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, RopeStyle s
 // In place softmax over the last dimension of a f32 tensor (rows contiguous).
 void softmax(Tensor& x);
 
-// out[T, F] = silu(gate) * up; gate, up, out f32 [T, F].
+// out[T, F] = silu(gate) * up; gate, up, out f32 [T, F]. On the CPU, rows may be strided
+// (stride 1 along each), as are the gate and up halves of one matmul output; likewise
+// gelu_tanh_mul and gelu_erf_mul.
 void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out);
 
 // out[T, F] = gelu_tanh(gate) * up, gate, up, out f32 [T, F]: Gemma's GeGLU, with

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -186,6 +187,39 @@ TEST(KernelsPointwise, silu_mul_matches_reference_including_large_magnitudes) {
       EXPECT_LT(nmse(out, ref), kNmseF32);
       for (float v : out.to_floats()) EXPECT_TRUE(std::isfinite(v));
     }
+  });
+}
+
+// The gated activations read a [T, 2F] matmul output's two halves in place (strided rows)
+// and may write into a strided view: the same bits as on contiguous copies, whichever way
+// the pool cuts T x F (a chunk may end mid-row).
+TEST(KernelsPointwise, gated_activations_read_and_write_strided_rows_bit_for_bit) {
+  using Gated = void (*)(const Tensor&, const Tensor&, Tensor&);
+  const std::pair<const char*, Gated> ops_under_test[] = {{"silu_mul", &ops::silu_mul},
+                                                          {"gelu_tanh_mul", &ops::gelu_tanh_mul},
+                                                          {"gelu_erf_mul", &ops::gelu_erf_mul}};
+  for_each_isa([&] {
+    uint32_t seed = 470;
+    for (auto [name, op] : ops_under_test)
+      for (auto [T, F] : {std::pair<int64_t, int64_t>{1, 37}, {3, 1000}, {5, 5003}}) {
+        SCOPED_TRACE(::testing::Message() << name << " T=" << T << " F=" << F);
+        const Tensor gate_up = random_tensor({T, 2 * F}, seed++, -12, 12);
+        const Tensor gate = gate_up.narrow(1, 0, F), up = gate_up.narrow(1, F, F);
+        ASSERT_EQ(gate.is_contiguous(), T == 1);  // one row: contiguous, the flat path
+        Tensor expected = Tensor::empty({T, F}, DType::f32);
+        op(gate.contiguous(), up.contiguous(), expected);
+        Tensor out = Tensor::empty({T, F}, DType::f32);
+        op(gate, up, out);
+        Tensor wide = Tensor::empty({T, F + 9}, DType::f32);
+        Tensor strided_out = wide.narrow(1, 3, F);
+        op(gate, up, strided_out);
+        const std::vector<float> want = expected.to_floats(), got = out.to_floats(),
+                                 got_strided = strided_out.contiguous().to_floats();
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(want.data(), got_strided.data(), want.size() * sizeof(float)));
+        EXPECT_EQ(wide.get({T - 1, 0}), 0.0);  // outside the view: untouched
+        EXPECT_EQ(wide.get({0, F + 8}), 0.0);
+      }
   });
 }
 

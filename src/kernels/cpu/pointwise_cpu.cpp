@@ -303,15 +303,30 @@ void softmax_hwy(Tensor& x) {
 namespace {
 
 // out[i] = row_fn(a, b) element-wise over the whole tensors, split across the pool; the
-// chunk boundaries do not change a value (each element is computed alone).
+// chunk boundaries do not change a value (each element is computed alone). Contiguous
+// tensors are one run; 2-D ones may have strided rows (stride 1 along each): a gated MLP
+// reads the gate and up halves of its one [T, 2F] matmul output in place.
 template <class RowFn>
 void binary_elementwise(const Tensor& a, const Tensor& b, Tensor& out, RowFn row_fn) {
   init_cpu_isa();
+  const int64_t n = a.numel();
+  if (n == 0) return;
   const float* ap = a.data<const float>();
   const float* bp = b.data<const float>();
   float* o = out.data<float>();
+  const bool flat = a.is_contiguous() && b.is_contiguous() && out.is_contiguous();
+  const int64_t F = flat ? n : a.size(1);
+  const int64_t lda = flat ? n : a.stride(0), ldb = flat ? n : b.stride(0);
+  const int64_t ldo = flat ? n : out.stride(0);
   parallel_for(
-      a.numel(), [&](int64_t i0, int64_t i1, int) { row_fn(ap + i0, bp + i0, i1 - i0, o + i0); },
+      n,
+      [&](int64_t i0, int64_t i1, int) {
+        for (int64_t i = i0; i < i1;) {
+          const int64_t r = i / F, c = i % F, len = std::min(i1 - i, F - c);
+          row_fn(ap + r * lda + c, bp + r * ldb + c, len, o + r * ldo + c);
+          i += len;
+        }
+      },
       kMinElementsPerChunk);
 }
 

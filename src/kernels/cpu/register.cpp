@@ -126,15 +126,15 @@ void cpu::register_core_cpu_kernels(KernelRegistry& registry, bool f32_blas) {
                     "x contiguous", kernel_fn<kernels::SoftmaxFn>(&cpu::softmax_hwy)));
   registry.add(make(op_names::silu_mul, "silu_mul.cpu.hwy", 10,
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
-                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    {{0, rows}, {1, rows}, {2, rows}}, "stride 1 along rows (rows may be strided)",
                     kernel_fn<kernels::SiluMulFn>(&cpu::silu_mul_hwy)));
   registry.add(make(op_names::gelu_tanh_mul, "gelu_tanh_mul.cpu.hwy", 10,
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
-                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    {{0, rows}, {1, rows}, {2, rows}}, "stride 1 along rows (rows may be strided)",
                     kernel_fn<kernels::GeluTanhMulFn>(&cpu::gelu_tanh_mul_hwy)));
   registry.add(make(op_names::gelu_erf_mul, "gelu_erf_mul.cpu.scalar", 10,
                     {arg("gate", {f32}), arg("up", {f32}), arg("out", {f32})},
-                    {{0, all}, {1, all}, {2, all}}, "all contiguous",
+                    {{0, rows}, {1, rows}, {2, rows}}, "stride 1 along rows (rows may be strided)",
                     kernel_fn<kernels::GeluErfMulFn>(&cpu::gelu_erf_mul_cpu)));
   registry.add(make(op_names::scale, "scale.cpu.hwy", 10, {arg("x", {f32}), arg("out", {f32})},
                     {{0, all}, {1, all}}, "all contiguous",
