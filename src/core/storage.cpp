@@ -49,11 +49,12 @@ constexpr size_t kHugeThreshold = size_t{4} << 20;  // below this, rounding up w
 // miss every 4 KiB. The 110M model (its attention and down_proj weights are 1.2-3.5 MiB, 43%
 // of its bytes) decoded 3% faster, one token and eight at a time, with them on 2 MiB pages
 // (Zen 3, two engines alternating in one process); the rounding costs it 33 MiB.
+constexpr size_t kHugeWeightThreshold = size_t{1} << 20;
+// set_poison_overwritten's setting, first from the environment.
 std::atomic<bool> poison_overwritten{[] {
   const char* v = std::getenv("REFIT_POISON_OVERWRITTEN");
   return v && *v && std::string(v) != "0";
 }()};
-constexpr size_t kHugeWeightThreshold = size_t{1} << 20;
 }  // namespace
 
 bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
