@@ -58,13 +58,13 @@ void quantize_row_mxfp4(const float* x, BlockMxfp4* y, int64_t n) {
 }
 
 void mxfp4_block_to_hf(const BlockMxfp4& block, uint8_t codes[16], uint8_t* scale) {
-  uint8_t element[kQK_MXFP4];
-  for (int j = 0; j < kQK_MXFP4 / 2; ++j) {
-    element[j] = block.qs[j] & 0x0F;
-    element[j + kQK_MXFP4 / 2] = block.qs[j] >> 4;
+  // Values 0-15 are ggml's low nibbles, 16-31 its high ones: transformers' byte i holds
+  // values 2i and 2i + 1, so bytes 0-7 pair low nibbles and bytes 8-15 high ones.
+  const uint8_t* q = block.qs;
+  for (int i = 0; i < kQK_MXFP4 / 4; ++i) {
+    codes[i] = static_cast<uint8_t>((q[2 * i] & 0x0F) | (q[2 * i + 1] << 4));
+    codes[i + kQK_MXFP4 / 4] = static_cast<uint8_t>((q[2 * i] >> 4) | (q[2 * i + 1] & 0xF0));
   }
-  for (int i = 0; i < kQK_MXFP4 / 2; ++i)
-    codes[i] = static_cast<uint8_t>(element[2 * i] | (element[2 * i + 1] << 4));
   *scale = block.e;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/weight_layout.h"
 #include "models/config_fields.h"
 #include "models/fp8_checkpoint_tensor.h"
+#include "models/gguf_block_codes.h"
 #include "models/stacked_experts.h"
 #include "models/tensor_table.h"
 #include "weights/finite_scan.h"
@@ -199,6 +200,7 @@ bool CheckpointWeights::find_stacked(const std::string& name, Lazy* out) const {
     out->shape = {mine.size(0), mine.size(1) * 32};
     out->dtype = DType::f32;
     out->produce = [part, blocks, scales] { return decode_mxfp4_part(part, blocks, scales); };
+    out->codes = mxfp4_part_codes(part, blocks, scales);
     out->non_finite = [part, scales, one = *scales_alias]() mutable -> std::string {
       const Tensor s = alias_part_view(part, scales);
       one.shape = s.shape();  // the part's own scales, named after the stacked tensor
@@ -261,6 +263,7 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
       out->produce = [file, gguf_name = it->second, e = expert->second] {
         return gguf_expert_tensor(*file, gguf_name, e);
       };
+      out->codes = gguf_block_codes(*file, it->second, expert->second);
       return true;
     }
     auto change_it = gguf_changes_.find(name);
@@ -281,6 +284,8 @@ bool CheckpointWeights::find_lazy(const std::string& name, Lazy* out) const {
       Tensor t = plain ? file->tensor(gguf_name) : file->dequantize(gguf_name);
       return undo_gguf_change(t, change);
     };
+    if (!plain && change.offset == 0.0f)
+      out->codes = gguf_block_codes(*file, gguf_name, -1, change.rope_permute_heads);
     // The converter's changes (row order, + offset) keep finite values finite, so the
     // file's own values (or Q8_0 / Q4_0 scales) say whether the produced tensor is finite.
     if (plain || gguf_finite_scan_supported(info->type))
@@ -340,6 +345,7 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
   // is declared now and made when it is written, so memory stays at one such tensor.
   std::vector<CheckpointWeights::Lazy> tensors;
   std::vector<std::optional<Fp8CheckpointTensor>> codes;  // FP8 stored as it is
+  std::vector<bool> as_blocks;                            // Q8_0 / MXFP4 blocks stored as they are
   for (const std::string& name : names) {
     CheckpointTarget target = params.target(name);
     codes.push_back(fp8_codes_to_store(ck, name, *target.parameter));
@@ -347,6 +353,10 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
     if (!codes.back() && !weights.find_lazy(name, &t))
       fail("{}: checkpoint has no tensor '{}'", ck.path(), name);
     try {
+      // Declared like any produced tensor below; stored as codes when the parameter can.
+      as_blocks.push_back(
+          !codes.back() && t.codes &&
+          target.parameter->block_codes_unsupported_reason(*target.sub_shard, t.codes).empty());
       if (codes.back())
         target.parameter->check_codes_loadable(*target.sub_shard, codes.back()->codes,
                                                codes.back()->scales, codes.back()->method);
@@ -364,6 +374,8 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
     if (codes[i])
       target.parameter->load_codes(*target.sub_shard, codes[i]->codes, codes[i]->scales,
                                    codes[i]->method);
+    else if (as_blocks[i])
+      target.parameter->load_block_codes(*target.sub_shard, tensors[i].codes);
     else if (tensors[i].view.defined())
       target.parameter->load(*target.sub_shard, tensors[i].view);
     else

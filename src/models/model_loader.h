@@ -11,6 +11,7 @@
 
 #include "formats/checkpoint.h"
 #include "models/model.h"
+#include "weights/block_codes.h"
 #include "weights/checkpoint_alias.h"
 
 namespace refit {
@@ -55,6 +56,10 @@ class CheckpointWeights {
     // Where set: describes the first non-finite value of what produce() makes ("" when all
     // are finite) from the file's bytes, without making it (GGUF plain, Q8_0 and Q4_0).
     std::function<std::string()> non_finite;
+    // Where the file stores the tensor in a block scheme (GGUF Q8_0 / MXFP4, HF MXFP4
+    // blocks): its codes, which a parameter in that scheme stores as they are
+    // (Parameter::load_block_codes) instead of quantizing what `produce` decodes.
+    BlockCodes codes;
   };
   bool find_lazy(const std::string& name, Lazy* out) const;
 

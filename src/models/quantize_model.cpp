@@ -106,8 +106,9 @@ QuantizedModelSummary quantize_linear_weights(Model& model, const QuantScheme& s
   return summary;
 }
 
-// GGUF Q8_0 and MXFP4 weights are decoded to f32 by the checkpoint reader and quantized
-// again here. That gives the stored values back exactly:
+// GGUF Q8_0 and MXFP4 weights are stored as the file holds them (weights/block_codes.h).
+// Decoding them to f32 and quantizing again (a refit from those values, or a parameter the
+// codes cannot fill as they are) gives the stored values back exactly:
 //  * Q8_0: the decoded block is q * d (d an f16, max |q| = 127 in a ggml block); amax / 127
 //    is d again (127 * d is exact in f32), and round(q * d * (1 / d)) = q.
 //  * MXFP4: values c * 2^E with e2m1 codes c; the new exponent is E + floor(log2 max|c|) - 2

@@ -50,9 +50,9 @@ QuantizedModelSummary quantize_for_checkpoint(Model& model, const Checkpoint& ch
 // Hugging Face FP8 checkpoint: quantization_config quant_method "fp8" (weight_block_size
 // [128, 128] gives fp8-block, else fp8-tensor; activation_scheme "dynamic" gives W8A8) or
 // "compressed-tensors" (models/compressed_tensors.h). Such checkpoints are served quantized
-// without --quant. HF FP8 codes and scales are stored as they are (fp8_checkpoint_tensor.h);
-// GGUF values are re-quantized from the stored codes exactly (see checkpoint_lm_head_quantized
-// in quantize_model.cpp for why re-quantizing decoded Q8_0/MXFP4 values gives them back).
+// without --quant. HF FP8 codes and scales are stored as they are (fp8_checkpoint_tensor.h),
+// and so are GGUF Q8_0 / MXFP4 blocks (weights/block_codes.h) in a parameter of their scheme;
+// a parameter of another scheme quantizes their decoded values.
 // Every other quantization_config (AWQ, GPTQ, bitsandbytes, MXFP4, ModelOpt, HQQ, EETQ, ...,
 // compressed-tensors int or packed) is refused naming config.json, the method or field, and
 // what refit reads.

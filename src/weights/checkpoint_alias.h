@@ -12,9 +12,9 @@
 // transpose, every other row): splitting copies nothing, and each part is written through
 // its own sub-shard, so a load or an update in either form, whole or partial, is exact.
 //
-// MXFP4 codes come as two tensors (blocks and scales); each alias names its partner, and a
-// part is decoded from both (the values; a parameter stored in MXFP4 quantizes them back
-// to the same values, quantize_model.cpp says why).
+// MXFP4 codes come as two tensors (blocks and scales); each alias names its partner. A part
+// is stored from both as they are in an MXFP4 parameter (weights/block_codes.h), else decoded
+// to its values.
 #pragma once
 
 #include <string>

@@ -25,6 +25,8 @@
 
 namespace refit {
 
+struct BlockCodes;
+
 class Parameter {
  public:
   // A parameter of local (this rank's, untransformed) shape `local_shape` filled from
@@ -99,6 +101,14 @@ class Parameter {
                             QuantMethod stored, bool check_finite = false) const;
   void load_codes(const SubShard& sub_shard, const Tensor& codes, const Tensor& scales,
                   QuantMethod stored);
+  // Q8_0 or MXFP4 codes and scales a checkpoint holds (weights/block_codes.h), stored as they
+  // are: the file's bytes, in the recorded kernel layout. block_codes_unsupported_reason is ""
+  // when `codes` can fill `sub_shard` so (this parameter's method, the checkpoint tensor's
+  // shape, this rank's columns whole blocks of 32), else why not: the caller then loads the
+  // decoded values instead, which give the same values.
+  std::string block_codes_unsupported_reason(const SubShard& sub_shard,
+                                             const BlockCodes& codes) const;
+  void load_block_codes(const SubShard& sub_shard, const BlockCodes& codes);
   // Columns sharing one scale (quantized only).
   int64_t scale_group() const { return quant_.group(local_shape_.back()); }
   // The values a quantized parameter computes with: f32 [rows, K] for local rows

@@ -1,4 +1,5 @@
-// Parameter::load_codes: FP8 codes and scales a checkpoint already holds, stored as they are.
+// Parameter::load_codes and load_block_codes: FP8 codes and scales, and Q8_0 / MXFP4 blocks,
+// that a checkpoint already holds, stored as they are.
 // The same bytes a fresh load from that checkpoint writes, whatever the engine held before,
 // so a reload (RL sync from disk) is exact; and the parameter's scheme is the checkpoint's
 // granularity, so a refit from floats quantizes as the checkpoint's writer did.
@@ -6,6 +7,8 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/quant/quantize.h"
+#include "weights/block_codes.h"
 #include "weights/finite_scan.h"
 #include "weights/parameter.h"
 
@@ -88,6 +91,58 @@ void Parameter::load_codes(const SubShard& sub, const Tensor& codes, const Tenso
   }
   std::memcpy(static_cast<float*>(scale_.storage()->data()) + sub.local_row_offset * s,
               local_scales.data(), local_scales.size() * sizeof(float));
+}
+
+std::string Parameter::block_codes_unsupported_reason(const SubShard& sub,
+                                                      const BlockCodes& codes) const {
+  if (!codes) return "the checkpoint's blocks cannot be read as rows of codes";
+  if (quant_.method != codes.method) {
+    QuantScheme file;
+    file.method = codes.method;
+    return fmt::format("the checkpoint stores {} and '{}' is {}", file.name(), name_,
+                       quant_.enabled() ? quant_.name() : "not quantized");
+  }
+  if (codes.shape.size() != 2 || codes.shape != sub.checkpoint_shape)
+    return fmt::format("codes of shape {} for a tensor of shape {}", shape_str(codes.shape),
+                       shape_str(sub.checkpoint_shape));
+  const int64_t k = local_shape_[1];
+  if (k % 32 != 0) return fmt::format("{} columns are not whole blocks of 32", k);
+  if (sub.split_dim == 1 && (sub.slice_start % 32 != 0 || sub.slice_length % 32 != 0))
+    return fmt::format("this rank's columns {}..{} are not whole blocks of 32", sub.slice_start,
+                       sub.slice_start + sub.slice_length);
+  const int64_t cols = sub.split_dim == 1 ? sub.slice_length : codes.shape[1];
+  if (cols != k) return fmt::format("{} columns for a parameter of {}", cols, k);
+  return "";
+}
+
+void Parameter::load_block_codes(const SubShard& sub, const BlockCodes& codes) {
+  if (const std::string why = block_codes_unsupported_reason(sub, codes); !why.empty())
+    fail("'{}': cannot store its codes in '{}' as they are: {}", sub.checkpoint_name, name_, why);
+  loaded_ = true;
+  const int64_t k = local_shape_[1], rows = sub.local_rows;
+  // This rank's rows in local order: the ranges of a row split, else every row.
+  std::vector<int64_t> source_row;
+  source_row.reserve(static_cast<size_t>(rows));
+  if (sub.split_dim == 0) {
+    for (const SliceRange& r : sub.slices())
+      for (int64_t i = 0; i < r.length; ++i) source_row.push_back(r.start + i);
+  } else {
+    for (int64_t i = 0; i < codes.shape[0]; ++i) source_row.push_back(i);
+  }
+  REFIT_ASSERT(static_cast<int64_t>(source_row.size()) == rows);
+  const int64_t g0 = sub.split_dim == 1 ? sub.slice_start / 32 : 0, groups = k / 32;
+  const int64_t row_bytes = code_row_bytes(quant_, k), s = scale_.size(1);
+  const size_t scale_size = dtype_nbytes(scale_.dtype(), 1);
+  // The rows go where load_quantized's quantizer puts them, in the same layout.
+  auto* code_base = static_cast<uint8_t*>(data_.storage()->data());
+  auto* scale_base = static_cast<uint8_t*>(scale_.storage()->data());
+  store_code_rows(
+      quant_, rows, k,
+      [&](int64_t r, uint8_t* row_codes, uint8_t* row_scales) {
+        codes.read(source_row[static_cast<size_t>(r)], g0, groups, row_codes, row_scales);
+      },
+      code_base + sub.local_row_offset * row_bytes,
+      scale_base + static_cast<size_t>(sub.local_row_offset * s) * scale_size, data_.layout());
 }
 
 }  // namespace refit

@@ -123,6 +123,16 @@ void WeightUpdate::stage_stacked(const CheckpointAlias& alias, const Tensor& ten
           problem);
   for (const AliasPart& part : blocks_alias.parts) {
     const CheckpointTarget target = params_.target(part.name);
+    // An MXFP4 parameter stores the blocks as they are, as a fresh load of them does.
+    if (BlockCodes codes = mxfp4_part_codes(part, blocks, scales);
+        codes &&
+        target.parameter->block_codes_unsupported_reason(*target.sub_shard, codes).empty()) {
+      Staged staged{target, Tensor(), nullptr, Tensor(), QuantMethod::none};
+      staged.shape = codes.shape;
+      staged.block_codes = std::move(codes);
+      stage(part.name, std::move(staged));
+      continue;
+    }
     const Tensor mine = alias_part_view(part, blocks);  // [rows, K/32, 16]
     Staged staged{target, Tensor(),
                   [part, blocks, scales] { return decode_mxfp4_part(part, blocks, scales); },
@@ -178,6 +188,35 @@ void WeightUpdate::update_codes(const std::string& name, const Tensor& codes, co
   }
 }
 
+void WeightUpdate::update_block_codes(const std::string& name, BlockCodes codes,
+                                      const std::function<std::string()>& non_finite) {
+  Stopwatch time(validate_seconds_);
+  try {
+    CheckpointTarget target;
+    if (!target_or_ignore(name, target)) return;
+    if (const std::string why =
+            target.parameter->block_codes_unsupported_reason(*target.sub_shard, codes);
+        !why.empty())
+      fail("'{}': cannot store its codes as they are: {}", name, why);
+    // The whole source tensor's scales (not only this rank's rows): every rank refuses alike.
+    if (options_.check_finite)
+      if (const std::string problem = non_finite ? non_finite() : block_codes_non_finite(codes);
+          !problem.empty())
+        fail(
+            "'{}': {}; a weight update must hold finite values (the finiteness check is on by "
+            "default: check_finite false skips it)",
+            name, problem);
+    Staged staged{target, Tensor(), nullptr, Tensor(), QuantMethod::none};
+    staged.shape = codes.shape;
+    staged.dtype = DType::f32;
+    staged.block_codes = std::move(codes);
+    stage(name, std::move(staged));
+  } catch (const Error& e) {
+    if (failure_.empty()) failure_ = e.what();
+    throw;
+  }
+}
+
 void WeightUpdate::abort() {
   pending_.clear();
   owners_.clear();
@@ -224,6 +263,11 @@ void WeightUpdate::apply() {
     for (Staged& s : pending_) {
       if (s.scales.defined()) {
         s.target.parameter->load_codes(*s.target.sub_shard, s.tensor, s.scales, s.stored);
+        s = Staged{};
+        continue;
+      }
+      if (s.block_codes) {
+        s.target.parameter->load_block_codes(*s.target.sub_shard, s.block_codes);
         s = Staged{};
         continue;
       }

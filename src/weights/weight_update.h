@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weights/block_codes.h"
 #include "weights/parameter_set.h"
 #include "weights/update_report.h"
 
@@ -57,6 +58,12 @@ class WeightUpdate {
   // whose checkpoint is in the parameter's own FP8 scheme: bitwise a fresh load of it.
   void update_codes(const std::string& checkpoint_name, const Tensor& codes, const Tensor& scales,
                     QuantMethod stored);
+  // Q8_0 / MXFP4 blocks a checkpoint holds (weights/block_codes.h), stored as they are
+  // (Parameter::load_block_codes; written at commit), as a fresh load of that checkpoint
+  // stores them. The parameter must take them (block_codes_unsupported_reason ""); the caller
+  // otherwise stages the decoded values. `non_finite` as for update_lazy.
+  void update_block_codes(const std::string& checkpoint_name, BlockCodes codes,
+                          const std::function<std::string()>& non_finite = {});
   // Keeps something (an open checkpoint whose mapped tensors are staged) alive until
   // the transaction ends.
   void keep_alive(std::any owner) { owners_.push_back(std::move(owner)); }
@@ -87,6 +94,7 @@ class WeightUpdate {
     QuantMethod stored = QuantMethod::none;
     Shape shape;  // of a produced tensor, as declared (for the report)
     DType dtype = DType::f32;
+    BlockCodes block_codes;  // set: Q8_0 / MXFP4 blocks (update_block_codes), stored as they are
   };
   void stage(const std::string& name, Staged staged);
   // A stacked tensor (ParameterSet::alias) staged as its parts; MXFP4 blocks or scales wait

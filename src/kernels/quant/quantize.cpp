@@ -99,6 +99,62 @@ void scatter_scale_tile(const uint8_t* tile, int64_t s, int64_t g, size_t elem, 
                   tile + static_cast<size_t>(r * s + c * g) * elem, static_cast<size_t>(g) * elem);
 }
 
+// Rows [0, n) of codes and scales, each made by a per-thread row function (`make_row()`
+// returns one: row(r, row_codes, row_scales) writes row r's plain codes and scales), placed
+// in `layout`: plain rows, 4x16-interleaved code rows, or 16-row tiles shuffled (codes, and
+// the scales where they follow the tiles), staged per tile.
+template <class MakeRow>
+void write_code_rows(const QuantScheme& scheme, int64_t n, int64_t k, const MakeRow& make_row,
+                     uint8_t* codes, uint8_t* scales, Layout layout, int64_t grain_rows) {
+  const int64_t row_bytes = code_row_bytes(scheme, k), s = scheme.scale_cols(k);
+  const size_t scale_size = dtype_nbytes(scheme.scale_dtype(), 1);
+  const bool shuffled = layout == Layout::shuffled_16x16,
+             interleaved = layout == Layout::interleaved_4x16;
+  const bool tiled_scales = shuffled && scales_follow_tiles(scheme);
+  REFIT_ASSERT(!interleaved || scheme.method == QuantMethod::q8_0);
+  REFIT_ASSERT(!shuffled || (n % 16 == 0 && row_bytes % 32 == 0));
+  if (!shuffled) {
+    parallel_for(
+        n,
+        [&](int64_t r0, int64_t r1, int) {
+          auto row = make_row();
+          std::vector<uint8_t> plain(interleaved ? static_cast<size_t>(row_bytes) : 0);
+          for (int64_t r = r0; r < r1; ++r) {
+            uint8_t* row_codes = codes + r * row_bytes;
+            row(r, interleaved ? plain.data() : row_codes,
+                scales + static_cast<size_t>(r * s) * scale_size);
+            if (interleaved) interleave_4x16_rows(plain.data(), row_codes, 1, row_bytes);
+          }
+        },
+        grain_rows);
+    return;
+  }
+  // Shuffled: a 16-row tile is made into staging, then scattered to its tile slot (tiles
+  // are contiguous and in row order in both layouts).
+  parallel_for(
+      n / 16,
+      [&](int64_t t0, int64_t t1, int) {
+        auto row = make_row();
+        std::vector<uint8_t> tile_codes(static_cast<size_t>(16 * row_bytes));
+        std::vector<uint8_t> tile_scales(tiled_scales ? static_cast<size_t>(16 * s) * scale_size
+                                                      : 0);
+        for (int64_t tile = t0; tile < t1; ++tile) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t r = tile * 16 + i;
+            uint8_t* row_scales = tiled_scales
+                                      ? tile_scales.data() + static_cast<size_t>(i * s) * scale_size
+                                      : scales + static_cast<size_t>(r * s) * scale_size;
+            row(r, tile_codes.data() + i * row_bytes, row_scales);
+          }
+          scatter_code_tile(tile_codes.data(), row_bytes, codes + tile * 16 * row_bytes);
+          if (tiled_scales)
+            scatter_scale_tile(tile_scales.data(), s, scale_groups_per_tile(scheme), scale_size,
+                               scales + static_cast<size_t>(tile * 16 * s) * scale_size);
+        }
+      },
+      std::max<int64_t>(1, grain_rows / 16));
+}
+
 }  // namespace
 
 void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_v, void* scales_v,
@@ -110,16 +166,7 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   std::string why = scheme.unsupported_reason(k);
   if (!why.empty()) fail("quantize: {}", why);
   if (n == 0 || k == 0) return;
-  const int64_t row_bytes = code_row_bytes(scheme, k), s = scheme.scale_cols(k),
-                g = scheme.group(k);
-  const size_t scale_size = dtype_nbytes(scheme.scale_dtype(), 1);
-  const bool shuffled = layout == Layout::shuffled_16x16,
-             interleaved = layout == Layout::interleaved_4x16;
-  const bool tiled_scales = shuffled && scales_follow_tiles(scheme);
-  REFIT_ASSERT(!interleaved || scheme.method == QuantMethod::q8_0);
-  REFIT_ASSERT(!shuffled || (n % 16 == 0 && row_bytes % 32 == 0));
-  auto* codes = static_cast<uint8_t*>(codes_v);
-  auto* scales = static_cast<uint8_t*>(scales_v);
+  const int64_t s = scheme.scale_cols(k), g = scheme.group(k);
   const RowReader reader(rows);
   // Enough rows per task that a small tensor is not split across threads for nothing.
   const int64_t grain_rows = std::max<int64_t>(1, 16384 / k);
@@ -128,86 +175,51 @@ void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes_
   if (method == QuantMethod::fp8_tensor || method == QuantMethod::fp8_block)
     fp8_block_scales(scheme, reader, n, k, static_cast<float*>(scales_v), grain_rows);
 
-  // One row: codes and scales to the given places (a tile's staging rows when shuffled).
-  struct Scratch {
-    std::vector<float> row, q8_scales;
-    std::vector<uint8_t> f4_codes;
+  // One thread's row quantizer, with its scratch.
+  auto make_row = [&] {
+    return
+        [&, row = std::vector<float>(static_cast<size_t>(k)),
+         q8_scales = std::vector<float>(method == QuantMethod::q8_0 ? static_cast<size_t>(s) : 0),
+         f4_codes =
+             std::vector<uint8_t>(method == QuantMethod::mxfp4 ? static_cast<size_t>(k) : 0)](
+            int64_t r, uint8_t* row_codes, uint8_t* row_scales) mutable {
+          const float* x = reader.row(r, row.data());
+          switch (method) {
+            case QuantMethod::fp8_channel: {
+              float amax = 0.0f;
+              quant_simd::group_amax(x, k, k, &amax);
+              const float scale = fp8_group_scale(amax);
+              std::memcpy(row_scales, &scale, sizeof scale);
+              quant_simd::fp8_row(x, k, k, &scale, row_codes);
+              break;
+            }
+            case QuantMethod::fp8_tensor:
+            case QuantMethod::fp8_block:
+              quant_simd::fp8_row(x, k, g, reinterpret_cast<const float*>(row_scales), row_codes);
+              break;
+            case QuantMethod::mxfp4:
+              quant_simd::mxfp4_row(x, k, row_codes, row_scales, f4_codes.data());
+              break;
+            case QuantMethod::q8_0:
+              quant_simd::q8_0_row(x, k, reinterpret_cast<int8_t*>(row_codes), q8_scales.data());
+              // F16C where the CPU has it; bit-identical to f32_to_f16 (core/float_convert.h).
+              convert_f32_to_f16(q8_scales.data(), reinterpret_cast<uint16_t*>(row_scales), s);
+              break;
+            case QuantMethod::none:
+              break;
+          }
+        };
   };
-  auto quantize_row = [&](int64_t r, uint8_t* row_codes, uint8_t* row_scales, Scratch& t) {
-    const float* x = reader.row(r, t.row.data());
-    switch (method) {
-      case QuantMethod::fp8_channel: {
-        float amax = 0.0f;
-        quant_simd::group_amax(x, k, k, &amax);
-        const float scale = fp8_group_scale(amax);
-        std::memcpy(row_scales, &scale, sizeof scale);
-        quant_simd::fp8_row(x, k, k, &scale, row_codes);
-        break;
-      }
-      case QuantMethod::fp8_tensor:
-      case QuantMethod::fp8_block:
-        quant_simd::fp8_row(x, k, g, reinterpret_cast<const float*>(row_scales), row_codes);
-        break;
-      case QuantMethod::mxfp4:
-        quant_simd::mxfp4_row(x, k, row_codes, row_scales, t.f4_codes.data());
-        break;
-      case QuantMethod::q8_0:
-        quant_simd::q8_0_row(x, k, reinterpret_cast<int8_t*>(row_codes), t.q8_scales.data());
-        // F16C where the CPU has it; bit-identical to f32_to_f16 (core/float_convert.h).
-        convert_f32_to_f16(t.q8_scales.data(), reinterpret_cast<uint16_t*>(row_scales), s);
-        break;
-      case QuantMethod::none:
-        break;
-    }
-  };
-  auto make_scratch = [&] {
-    Scratch t;
-    t.row.resize(static_cast<size_t>(k));
-    if (method == QuantMethod::q8_0) t.q8_scales.resize(static_cast<size_t>(s));
-    if (method == QuantMethod::mxfp4) t.f4_codes.resize(static_cast<size_t>(k));
-    return t;
-  };
+  write_code_rows(scheme, n, k, make_row, static_cast<uint8_t*>(codes_v),
+                  static_cast<uint8_t*>(scales_v), layout, grain_rows);
+}
 
-  if (!shuffled) {
-    parallel_for(
-        n,
-        [&](int64_t r0, int64_t r1, int) {
-          Scratch t = make_scratch();
-          std::vector<uint8_t> plain(interleaved ? static_cast<size_t>(row_bytes) : 0);
-          for (int64_t r = r0; r < r1; ++r) {
-            uint8_t* row_codes = codes + r * row_bytes;
-            quantize_row(r, interleaved ? plain.data() : row_codes,
-                         scales + static_cast<size_t>(r * s) * scale_size, t);
-            if (interleaved) interleave_4x16_rows(plain.data(), row_codes, 1, row_bytes);
-          }
-        },
-        grain_rows);
-    return;
-  }
-  // Shuffled: a 16-row tile is quantized into staging, then scattered to its tile slot
-  // (tiles are contiguous and in row order in both layouts).
-  parallel_for(
-      n / 16,
-      [&](int64_t t0, int64_t t1, int) {
-        Scratch t = make_scratch();
-        std::vector<uint8_t> tile_codes(static_cast<size_t>(16 * row_bytes));
-        std::vector<uint8_t> tile_scales(tiled_scales ? static_cast<size_t>(16 * s) * scale_size
-                                                      : 0);
-        for (int64_t tile = t0; tile < t1; ++tile) {
-          for (int64_t i = 0; i < 16; ++i) {
-            const int64_t r = tile * 16 + i;
-            uint8_t* row_scales = tiled_scales
-                                      ? tile_scales.data() + static_cast<size_t>(i * s) * scale_size
-                                      : scales + static_cast<size_t>(r * s) * scale_size;
-            quantize_row(r, tile_codes.data() + i * row_bytes, row_scales, t);
-          }
-          scatter_code_tile(tile_codes.data(), row_bytes, codes + tile * 16 * row_bytes);
-          if (tiled_scales)
-            scatter_scale_tile(tile_scales.data(), s, scale_groups_per_tile(scheme), scale_size,
-                               scales + static_cast<size_t>(tile * 16 * s) * scale_size);
-        }
-      },
-      std::max<int64_t>(1, grain_rows / 16));
+void store_code_rows(const QuantScheme& scheme, int64_t n, int64_t k, const CodeRowFn& row,
+                     void* codes, void* scales, Layout layout) {
+  if (n == 0 || k == 0) return;
+  write_code_rows(
+      scheme, n, k, [&] { return row; }, static_cast<uint8_t*>(codes),
+      static_cast<uint8_t*>(scales), layout, std::max<int64_t>(1, 16384 / k));
 }
 
 void quantize_rows(const QuantScheme& scheme, const float* rows, int64_t n, int64_t k, void* codes,

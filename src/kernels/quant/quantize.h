@@ -8,6 +8,9 @@
 // codes: the same for every thread count and every ISA.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "core/tensor.h"
 #include "kernels/quant/quant_scheme.h"
 
@@ -20,5 +23,16 @@ namespace refit {
 // it took the transform. Runs parallel_for itself (inline when already inside one).
 void quantize_tensor(const QuantScheme& scheme, const Tensor& rows, void* codes, void* scales,
                      Layout layout);
+
+// Row r of codes already made (a checkpoint's pre-quantized blocks): writes its
+// code_row_bytes(scheme, k) code bytes and scale_cols(k) scales, plain, to the two pointers.
+// Called from several threads at once.
+using CodeRowFn = std::function<void(int64_t r, uint8_t* codes, uint8_t* scales)>;
+
+// n such rows placed in `layout` exactly as quantize_tensor places the rows it quantizes
+// (same constraints), so storing a checkpoint's codes and quantizing its decoded values
+// write the parameter the same way.
+void store_code_rows(const QuantScheme& scheme, int64_t n, int64_t k, const CodeRowFn& row,
+                     void* codes, void* scales, Layout layout);
 
 }  // namespace refit
