@@ -1,12 +1,9 @@
 #include "models/gguf_block_codes.h"
 
-#include <fmt/format.h>
-
 #include <cstring>
 #include <memory>
 #include <vector>
 
-#include "core/error.h"
 #include "formats/gguf_quantize.h"
 #include "formats/gguf_types.h"
 #include "models/tensor_table.h"
@@ -17,13 +14,11 @@ BlockCodes gguf_block_codes(const GgufFile& g, const std::string& name, int64_t 
                             int64_t rope_permute_heads) {
   const GgufTensorInfo& info = g.tensor_info(name);
   if (info.type != GgmlType::q8_0 && info.type != GgmlType::mxfp4) return {};
+  // Another shape is not read as codes: the loader's checks then name what is wrong with it.
   const size_t dims = expert >= 0 ? 3 : 2;
-  if (info.shape.size() != dims || (expert >= 0 && expert >= info.shape[0]))
-    throw FormatError(fmt::format(
-        "{}: '{}' {} has no {}", g.path(), name, shape_str(info.shape),
-        expert >= 0 ? fmt::format("expert {}", expert) : std::string("[rows, K] matrix")));
+  if (info.shape.size() != dims || (expert >= 0 && expert >= info.shape[0])) return {};
   const int64_t rows = info.shape[dims - 2], k = info.shape[dims - 1];
-  if (k % 32 != 0) return {};
+  if (k % 32 != 0 || (rope_permute_heads > 0 && rows % (2 * rope_permute_heads) != 0)) return {};
   const GgmlTensorView raw = g.raw(name);
   const bool q8 = info.type == GgmlType::q8_0;
   const size_t block = q8 ? sizeof(BlockQ8_0) : sizeof(BlockMxfp4);

@@ -12,7 +12,8 @@
 namespace refit {
 
 // Tensor `name` of `g` (expert `expert` of a stacked [E, rows, K] tensor when >= 0), its rows
-// in Hugging Face order for `rope_permute_heads` > 0. Empty for any type but Q8_0 and MXFP4.
+// in Hugging Face order for `rope_permute_heads` > 0. Empty for any type but Q8_0 and MXFP4,
+// and for a shape that is not a [rows, K] matrix (or a stack of them) of whole blocks.
 // The file must outlive the result's use.
 BlockCodes gguf_block_codes(const GgufFile& g, const std::string& name, int64_t expert = -1,
                             int64_t rope_permute_heads = 0);
