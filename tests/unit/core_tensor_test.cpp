@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <string>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -155,6 +157,34 @@ TEST(Storage, OverwrittenStorageIsPoisonedWhenAsked) {
   Tensor half = Tensor::from_floats({4}, std::vector<float>{1, 2, 3, 4}).to(DType::f16);
   EXPECT_EQ(half.get({3}), 4.0);
   set_poison_overwritten(before);
+}
+
+// A large buffer is filled on the pool's threads: every byte, to the last, of a kept buffer
+// handed out again (host_buffer_cache: its old contents are still there) is zeroed, or set to
+// the poison when that is asked for. Sizes: chunks of the fill and a ragged tail.
+TEST(Storage, LargeReusedBuffersAreFilledToTheLastByte) {
+  for (size_t n : {size_t{40} << 20, (size_t{50} << 20) + 2 * 1048576 - 64}) {
+    for (const bool poison : {false, true}) {
+      SCOPED_TRACE(std::to_string(n) + (poison ? " poisoned" : " zeroed"));
+      const void* first = nullptr;
+      {
+        auto dirty = Storage::allocate(n, Device::cpu());
+        std::memset(dirty->data(), 0xAB, n);
+        first = dirty->data();
+      }
+      const bool before = set_poison_overwritten(poison);
+      auto again = Storage::allocate(n, Device::cpu(),
+                                     poison ? StorageUse::overwritten : StorageUse::general);
+      set_poison_overwritten(before);
+      // The kept buffer came back (else the test would prove nothing about the fill).
+      EXPECT_EQ(again->data(), first);
+      const auto* p = static_cast<const uint8_t*>(again->data());
+      const uint8_t want = poison ? 0xFF : 0x00;
+      size_t wrong = 0;
+      for (size_t i = 0; i < n; ++i) wrong += p[i] != want;
+      EXPECT_EQ(wrong, 0u);
+    }
+  }
 }
 
 // Weights of 1 MiB and up start on a 2 MiB boundary (the pages they are advised onto), zeroed
