@@ -64,10 +64,10 @@ bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
 namespace {
 
 // memset, on every pool thread for a large buffer. Its first write faults the pages in, and
-// the kernel clears each fresh page in the faulting thread: filling a fresh 2 GiB buffer
-// from one thread ran at 0.3-0.6 GB/s on a 2-vCPU VM (the hypervisor backing each page),
-// 5-6 GB/s once the guest had touched the memory before; two threads ran at 1.6 and 9 GB/s.
-// Loading a model allocates gigabytes of parameters, so this paid most of a load's time.
+// the kernel clears each fresh page in the faulting thread: on a 2-vCPU VM, filling a fresh
+// 2 GiB buffer from one thread ran at 0.3-0.6 GB/s (pages the host had not backed lately)
+// or 5-6 GB/s (pages the guest had touched before); from two threads at 1.6 and 9 GB/s.
+// Loading a model allocates gigabytes of parameters, and this fill was most of a load.
 void fill_bytes(void* p, int value, size_t n) {
   constexpr size_t kChunk = size_t{8} << 20;  // whole 2 MiB pages per task
   if (n < 2 * kChunk) {
