@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/float_formats.h"
 #include "formats/gguf.h"
+#include "formats/gguf_quantize.h"
 #include "formats/gguf_types.h"
 #include "formats_test_util.h"
 #include "kernels/quant/quant_scheme.h"
@@ -114,6 +115,29 @@ TEST(QuantBlockCodes, stored_codes_are_where_quantizing_their_values_puts_them) 
         EXPECT_EQ(storage_bytes(by_codes.scale()), storage_bytes(by_value.scale()));
         EXPECT_EQ(by_codes.data().storage()->data(), before);  // in place (L2)
       }
+  }
+}
+
+// ggml's MXFP4 block (value j in byte j's low nibble, j + 16 in its high one) in transformers'
+// packing (values 2i and 2i + 1 in byte i), for random blocks, against that definition.
+TEST(QuantBlockCodes, ggml_mxfp4_blocks_repack_to_transformers_nibble_order) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 1000; ++t) {
+    BlockMxfp4 b;
+    b.e = static_cast<uint8_t>(rng());
+    for (uint8_t& q : b.qs) q = static_cast<uint8_t>(rng());
+    uint8_t value[32];
+    for (int j = 0; j < 16; ++j) {
+      value[j] = b.qs[j] & 0x0F;
+      value[j + 16] = b.qs[j] >> 4;
+    }
+    uint8_t codes[16], scale = 0;
+    mxfp4_block_to_hf(b, codes, &scale);
+    EXPECT_EQ(scale, b.e);
+    for (int i = 0; i < 16; ++i) {
+      ASSERT_EQ(codes[i] & 0x0F, value[2 * i]) << "block " << t << " byte " << i;
+      ASSERT_EQ(codes[i] >> 4, value[2 * i + 1]) << "block " << t << " byte " << i;
+    }
   }
 }
 
