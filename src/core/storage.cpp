@@ -57,11 +57,6 @@ std::atomic<bool> poison_overwritten{[] {
   const char* v = std::getenv("REFIT_POISON_OVERWRITTEN");
   return v && *v && std::string(v) != "0";
 }()};
-}  // namespace
-
-bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
-
-namespace {
 
 // memset, on every pool thread for a large buffer. Its first write faults the pages in, and
 // the kernel clears each fresh page in the faulting thread: on a 2-vCPU VM, filling a fresh
@@ -83,6 +78,8 @@ void fill_bytes(void* p, int value, size_t n) {
 }
 
 }  // namespace
+
+bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, StorageUse use) {
   size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;

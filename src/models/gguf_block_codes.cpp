@@ -25,16 +25,15 @@ BlockCodes gguf_block_codes(const GgufFile& g, const std::string& name, int64_t 
   const size_t row_bytes = static_cast<size_t>(k / 32) * block;
   const uint8_t* base = raw.bytes.data<const uint8_t>() +
                         (expert >= 0 ? static_cast<size_t>(expert * rows) * row_bytes : 0);
-  // Parameter row i is file row order[i]: the rope permutation applied to row indices.
-  auto order = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(rows));
-  for (int64_t i = 0; i < rows; ++i) (*order)[static_cast<size_t>(i)] = i;
+  // Parameter row i is file row order[i] under the rope permutation (applied to row indices);
+  // null: the file's own order.
+  std::shared_ptr<std::vector<int64_t>> order;
   if (rope_permute_heads > 0) {
     Tensor index = Tensor::empty({rows, 1}, DType::f32);
     for (int64_t i = 0; i < rows; ++i) index.data<float>()[i] = static_cast<float>(i);
     const std::vector<float> moved =
         permute_rows_for_gguf_rope(index, rope_permute_heads, true).to_floats();
-    for (int64_t i = 0; i < rows; ++i)
-      (*order)[static_cast<size_t>(i)] = static_cast<int64_t>(moved[static_cast<size_t>(i)]);
+    order = std::make_shared<std::vector<int64_t>>(moved.begin(), moved.end());
   }
   BlockCodes codes;
   codes.method = q8 ? QuantMethod::q8_0 : QuantMethod::mxfp4;
@@ -43,9 +42,9 @@ BlockCodes gguf_block_codes(const GgufFile& g, const std::string& name, int64_t 
   codes.read = [bytes = raw.bytes, base, row_bytes, block, q8, order](
                    int64_t row, int64_t g0, int64_t groups, uint8_t* out_codes,
                    uint8_t* out_scales) {
-    const uint8_t* src = base +
-                         static_cast<size_t>((*order)[static_cast<size_t>(row)]) * row_bytes +
-                         static_cast<size_t>(g0) * block;
+    const int64_t file_row = order ? (*order)[static_cast<size_t>(row)] : row;
+    const uint8_t* src =
+        base + static_cast<size_t>(file_row) * row_bytes + static_cast<size_t>(g0) * block;
     for (int64_t j = 0; j < groups; ++j, src += block) {
       if (q8) {  // {f16 d; i8 qs[32]}: the scale and the codes, as they are
         std::memcpy(out_scales + 2 * j, src, 2);

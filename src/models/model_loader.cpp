@@ -355,7 +355,7 @@ void load_weights(Model& model, const Checkpoint& ck, const LoadOptions& options
     try {
       // Declared like any produced tensor below; stored as codes when the parameter can.
       as_blocks.push_back(
-          !codes.back() && t.codes &&
+          !codes.back() &&
           target.parameter->block_codes_unsupported_reason(*target.sub_shard, t.codes).empty());
       if (codes.back())
         target.parameter->check_codes_loadable(*target.sub_shard, codes.back()->codes,

@@ -287,7 +287,7 @@ std::unique_ptr<WeightUpdate> Engine::stage_update_from_disk(const std::string& 
     // Q8_0 / MXFP4 blocks in the parameter's own scheme: stored as they are, as a fresh load
     // does. Views over the mapping cost no memory; anything converted is made at commit.
     const CheckpointTarget target = model_->parameters().target(name);
-    if (lazy.codes && target.parameter &&
+    if (target.parameter &&
         target.parameter->block_codes_unsupported_reason(*target.sub_shard, lazy.codes).empty())
       update->update_block_codes(name, lazy.codes, lazy.non_finite);
     else if (lazy.view.defined())

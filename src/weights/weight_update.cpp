@@ -24,6 +24,14 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
+// Refuses an update holding a non-finite value; `problem` says which, naming the tensor.
+[[noreturn]] void refuse_non_finite(const std::string& problem) {
+  fail(
+      "{}; a weight update must hold finite values (the finiteness check is on by default: "
+      "check_finite false skips it)",
+      problem);
+}
+
 }  // namespace
 
 uint64_t UpdateOptions::bits() const {
@@ -117,15 +125,11 @@ void WeightUpdate::stage_stacked(const CheckpointAlias& alias, const Tensor& ten
   half_staged_.erase(partner);
   if (options_.check_finite)
     if (const std::string problem = mxfp4_scales_non_finite(scales_alias, scales); !problem.empty())
-      fail(
-          "{}; a weight update must hold finite values (the finiteness check is on by default: "
-          "check_finite false skips it)",
-          problem);
+      refuse_non_finite(problem);
   for (const AliasPart& part : blocks_alias.parts) {
     const CheckpointTarget target = params_.target(part.name);
     // An MXFP4 parameter stores the blocks as they are, as a fresh load of them does.
     if (BlockCodes codes = mxfp4_part_codes(part, blocks, scales);
-        codes &&
         target.parameter->block_codes_unsupported_reason(*target.sub_shard, codes).empty()) {
       Staged staged{target, Tensor(), nullptr, Tensor(), QuantMethod::none};
       staged.shape = codes.shape;
@@ -158,10 +162,7 @@ void WeightUpdate::update_lazy(const std::string& name, const Shape& shape, DTyp
     } else if (options_.check_finite) {
       // The whole source tensor (not only this rank's rows): every rank refuses alike.
       if (const std::string problem = non_finite(); !problem.empty())
-        fail(
-            "'{}': {}; a weight update must hold finite values (the finiteness check is on by "
-            "default: check_finite false skips it)",
-            name, problem);
+        refuse_non_finite(fmt::format("'{}': {}", name, problem));
     }
     Staged staged{target, Tensor(), std::move(produce), Tensor(), QuantMethod::none};
     staged.shape = shape;
@@ -202,10 +203,7 @@ void WeightUpdate::update_block_codes(const std::string& name, BlockCodes codes,
     if (options_.check_finite)
       if (const std::string problem = non_finite ? non_finite() : block_codes_non_finite(codes);
           !problem.empty())
-        fail(
-            "'{}': {}; a weight update must hold finite values (the finiteness check is on by "
-            "default: check_finite false skips it)",
-            name, problem);
+        refuse_non_finite(fmt::format("'{}': {}", name, problem));
     Staged staged{target, Tensor(), nullptr, Tensor(), QuantMethod::none};
     staged.shape = codes.shape;
     staged.dtype = DType::f32;

@@ -92,9 +92,10 @@ class WeightUpdate {
     std::function<Tensor()> produce;  // made at commit
     Tensor scales;                    // defined: `tensor` holds FP8 codes (update_codes)
     QuantMethod stored = QuantMethod::none;
-    Shape shape;  // of a produced tensor, as declared (for the report)
+    Shape shape = {};  // of a produced tensor, as declared (for the report)
     DType dtype = DType::f32;
-    BlockCodes block_codes;  // set: Q8_0 / MXFP4 blocks (update_block_codes), stored as they are
+    BlockCodes block_codes =
+        {};  // set: Q8_0 / MXFP4 blocks (update_block_codes), stored as they are
   };
   void stage(const std::string& name, Staged staged);
   // A stacked tensor (ParameterSet::alias) staged as its parts; MXFP4 blocks or scales wait

@@ -171,6 +171,14 @@ TEST(QuantBlockCodes, a_parameter_says_why_it_cannot_store_codes_as_they_are) {
   EXPECT_NE(cols.block_codes_unsupported_reason(odd, q8).find("whole blocks"), std::string::npos);
 }
 
+// A ggml block's bytes as the file stores them.
+template <class Block>
+std::vector<uint8_t> bytes_of(const Block& b) {
+  std::vector<uint8_t> bytes(sizeof b);
+  std::memcpy(bytes.data(), &b, sizeof b);
+  return bytes;
+}
+
 // A copy of `path` with the first block of tensor `name` replaced by `block`.
 std::string patched_gguf(const TempDir& dir, const std::string& path, const std::string& name,
                          const std::vector<uint8_t>& block) {
@@ -204,8 +212,7 @@ TEST(QuantBlockCodes, gguf_blocks_that_requantizing_would_change_load_as_the_fil
       BlockQ8_0 b{};
       b.d = f32_to_f16(0.01f);
       for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<int8_t>((j % 5 + 1) * (j % 2 ? -1 : 1));
-      block.resize(sizeof b);
-      std::memcpy(block.data(), &b, sizeof b);
+      block = bytes_of(b);
       for (int j = 0; j < 32; ++j) want[j] = static_cast<float>(b.qs[j]) * f16_to_f32(b.d);
     } else {
       // Every value +-1.0 * 2^-3 (e2m1 code 2, exponent 124): re-quantized, the same values
@@ -213,8 +220,7 @@ TEST(QuantBlockCodes, gguf_blocks_that_requantizing_would_change_load_as_the_fil
       BlockMxfp4 b{};
       b.e = 124;
       for (int j = 0; j < 16; ++j) b.qs[j] = j % 2 ? 0xA2 : 0x2A;  // +-1.0 nibbles
-      block.resize(sizeof b);
-      std::memcpy(block.data(), &b, sizeof b);
+      block = bytes_of(b);
       for (int j = 0; j < 16; ++j) {
         want[j] = (b.qs[j] & 0x8 ? -1.0f : 1.0f) * 0.125f;
         want[j + 16] = (b.qs[j] & 0x80 ? -1.0f : 1.0f) * 0.125f;
@@ -259,13 +265,11 @@ TEST(QuantBlockCodes, a_refit_from_blocks_with_a_non_finite_scale_is_refused) {
     if (std::string(type) == "q8_0") {
       BlockQ8_0 b{};
       b.d = 0x7C00;  // f16 +inf
-      block.resize(sizeof b);
-      std::memcpy(block.data(), &b, sizeof b);
+      block = bytes_of(b);
     } else {
       BlockMxfp4 b{};
       b.e = 0xFF;  // e8m0 NaN
-      block.resize(sizeof b);
-      std::memcpy(block.data(), &b, sizeof b);
+      block = bytes_of(b);
     }
     TempDir dir;
     const std::string bad = patched_gguf(dir, original, tensor, block);
