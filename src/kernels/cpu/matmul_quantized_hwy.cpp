@@ -23,10 +23,11 @@
 // interleaving decoded nibbles, the activations are permuted once per call into the order
 // the decode leaves the values in (F4Source: on AVX2 its own order of each 32; elsewhere
 // each chunk of L bytes reads x[2i] for its low nibbles, then x[2i+1] for its high ones).
-// Scales are converted a tile at a time (e8m0 by bit operations; the AVX2 f4 decode reads
-// the bytes as they are); while a tile is multiplied, the next tile's codes and scales are
-// prefetched (see PrefetchAhead): without it a 16-row tile's short row streams leave DRAM
-// idle and decode ran at ~60% of the rate it reaches with it.
+// Scales are converted a tile at a time (e8m0 by bit operations); the AVX2 f4 decode reads
+// the e8m0 bytes as they are, and on x86 plain f16 scales are read in place (kF16InPlace).
+// While a tile is multiplied, the next tile's codes and scales are prefetched (see
+// PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and decode
+// ran at ~60% of the rate it reaches with it.
 //
 // Prefill (more rows): a tile of 16 weight rows is dequantized to f32 (f4 on AVX2: to bf16,
 // which holds its products exactly) with the same decode (f4 in the same permuted order) and
@@ -366,11 +367,28 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
 }
 
 // A tile's scales as the dot kernels read them: f32 in plain order, f[r * S + c]; for f4
-// on AVX2 instead the raw e8m0 bytes in plain order, e8m0[r * S + c].
+// on AVX2 instead the raw e8m0 bytes in plain order, e8m0[r * S + c]; for plain f16 scales
+// on x86 (F16C) the stored halves in place, f16[r * S + c], converted as each group starts
+// (kF16InPlace).
 struct TileScaleRef {
-  const float* HWY_RESTRICT f;
-  const uint8_t* HWY_RESTRICT e8m0;
+  const float* HWY_RESTRICT f = nullptr;
+  const uint8_t* HWY_RESTRICT e8m0 = nullptr;
+  const uint16_t* HWY_RESTRICT f16 = nullptr;
 };
+
+// Whether the decode kernels read plain f16 scales where they are stored. Converting a
+// tile's scales to f32 first (TileScales) took ~1000 cycles a 16-row tile on Zen 3, ~10% of a
+// Q8_0 decode at K 2048 even with the scales in L1 (in-process A/B, weights from DRAM:
+// +5-8% with the conversion moved into the group loop, one vcvtph2ps per row and group).
+constexpr bool kF16InPlace = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
+
+// Scale i of a tile (i = r * S + c), as a float.
+HWY_INLINE float ScaleAt(TileScaleRef sc, int64_t i) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (sc.f16) return _cvtsh_ss(sc.f16[i]);
+#endif
+  return sc.f[i];
+}
 
 // Rows [0, MR) of x against tile rows [r0, r0 + NR), 8-bit codes. `group` is a multiple
 // of 16 (so of L) or covers K: a vector never spans two scales.
@@ -386,7 +404,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
   for (int64_t g = 0, k0 = 0; k0 < kv; ++g, k0 += a.group) {
     const int64_t k1 = std::min(kv, k0 + a.group);
     VF sv[NR];
-    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, sc.f[(r0 + j) * S + g]);
+    for (int j = 0; j < NR; ++j) sv[j] = hn::Set(df, ScaleAt(sc, (r0 + j) * S + g));
     for (int64_t k = k0; k < k1; k += L) {
       PrefetchAhead(ahead + r0 * a.row_bytes + k * NR);
       VF wv[NR];
@@ -403,7 +421,7 @@ HWY_INLINE void DotTile8(const Args& a, const float* HWY_RESTRICT x, const uint8
       float s = hn::GetLane(hn::SumOfLanes(df, acc[i][j]));
       for (int64_t k = kv; k < K; ++k) {
         const float w = DecodeScalar8<C>(a, *CodeAt<Shuffled>(tile, a.row_bytes, r0 + j, k)) *
-                        sc.f[(r0 + j) * S + k / a.group];
+                        ScaleAt(sc, (r0 + j) * S + k / a.group);
         s = std::fma(x[i * a.ldx + k], w, s);
       }
       out[i * a.ldo + j] = bias ? s + bias[j] : s;
@@ -535,17 +553,16 @@ void DecodeTiles(const Args& a, int64_t t0, int64_t t1, float* scratch) {
           static_cast<const uint8_t*>(a.scales) + (n0 + quant_hwy::kTileRows) * a.S * esize;
       for (int64_t b = 0; b < quant_hwy::kTileRows * a.S * esize; b += 64) PrefetchAhead(next + b);
     }
-    TileScaleRef scales{sc, nullptr};
-#if HWY_TARGET == HWY_AVX2
-    // The f4 decode indexes its product tables by the raw e8m0 bytes: no f32 conversion.
-    if constexpr (C == Code::f4) {
+    TileScaleRef scales{sc};
+    if (C == Code::f4 && HWY_TARGET == HWY_AVX2) {
+      // The AVX2 f4 decode indexes its product tables by the raw e8m0 bytes: no conversion.
       scales.e8m0 = TileE8m0(a, n0, rows, reinterpret_cast<uint8_t*>(tmp));
+    } else if (C != Code::f4 && kF16InPlace && a.scale_type == ScaleType::f16 && !a.tiled_scales &&
+               !a.fold_f8) {
+      scales.f16 = static_cast<const uint16_t*>(a.scales) + n0 * a.S;
     } else {
       TileScales(a, n0, rows, sc, tmp);
     }
-#else
-    TileScales(a, n0, rows, sc, tmp);
-#endif
     const uint8_t* tile = a.codes + n0 * a.row_bytes;
     // The next tile's bytes are fetched while this one is multiplied (the last tile
     // re-fetches itself, which costs nothing).
