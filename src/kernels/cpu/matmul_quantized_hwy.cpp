@@ -377,9 +377,11 @@ struct TileScaleRef {
 };
 
 // Whether the decode kernels read plain f16 scales where they are stored. Converting a
-// tile's scales to f32 first (TileScales) took ~1000 cycles a 16-row tile on Zen 3, ~10% of a
-// Q8_0 decode at K 2048 even with the scales in L1 (in-process A/B, weights from DRAM:
-// +5-8% with the conversion moved into the group loop, one vcvtph2ps per row and group).
+// tile's scales to f32 first (TileScales) took 1000-1200 cycles a 16-row tile on Zen 3
+// (rdtsc around the call, weights from DRAM, the scales requested a tile ahead), ~10% of a
+// Q8_0 decode at K 2048: a loop of loads and stores with no multiply to overlap. Read as
+// each group starts (one vcvtph2ps per row and group) they overlap the multiply: +5-8% in
+// an in-process A/B of the two, same bits.
 constexpr bool kF16InPlace = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
 
 // Scale i of a tile (i = r * S + c), as a float.
