@@ -11,7 +11,8 @@
 #     q8_0-w8a8`, llama.cpp's int8 activations) and the gpt-oss-20b-shaped MXFP4 model
 #     (also `--quant mxfp4-w8a8`);
 #   - decode as a share of the rate at which the weights read in place (`refit bench`'s
-#     own figure);
+#     own figures: against the best read pass before and after the runs, and paired, each
+#     run against the read passes just before and after it);
 #   - serving the small F16 model beside llama-server (bench/serve_side_by_side.mjs).
 #
 # LLAMA_BIN_DIR holds llama-bench and llama-server, built by you from llama.cpp with
@@ -79,11 +80,12 @@ pair() {
   REFIT="$REFIT" ROUNDS=$ROUNDS P=$p N=$n R=2 T=$T REFIT_ARGS="$args" \
     "$HERE/side_by_side.sh" "$LLAMA_DIR/llama-bench" "$MODELS/$model" | tee "$log"
   line=$(grep '^median refit / llama.cpp' "$log" | sed 's/^median refit \/ llama.cpp: //')
-  # Decode as a share of the weights-read limit, from refit bench's own measurement.
-  local share
-  share=$("$REFIT" bench -m "$MODELS/$model" -p 0 -n "$n" -r 3 -t "$T" $args 2>/dev/null |
-    grep -o '[0-9]*% of the weights-read limit' | cut -d' ' -f1 || true)
-  summary+=("| $isa | $label | ${line%%,*} | ${line#*, } | ${share:-?} |")
+  # Decode as a share of the weights-read limit, from refit bench's own measurements.
+  local out share paired
+  out=$("$REFIT" bench -m "$MODELS/$model" -p 0 -n "$n" -r 5 -t "$T" $args 2>/dev/null || true)
+  share=$(grep -o '[0-9]*% of the weights-read limit' <<<"$out" | cut -d' ' -f1 || true)
+  paired=$(grep -o '[0-9]*% of the weights read beside each run' <<<"$out" | cut -d' ' -f1 || true)
+  summary+=("| $isa | $label | ${line%%,*} | ${line#*, } | ${share:-?} | ${paired:-?} |")
 }
 for isa in $ISAS; do
   if [[ $isa == native ]]; then unset REFIT_CPU_ISA; else export REFIT_CPU_ISA=$isa; fi
@@ -112,8 +114,8 @@ unset REFIT_CPU_ISA
 echo
 echo "## Summary (median of per-round refit / llama.cpp ratios)"
 echo
-echo "| ISA | model | prefill | decode | decode / weights-read limit |"
-echo "|---|---|---:|---:|---:|"
+echo "| ISA | model | prefill | decode | decode / weights-read limit | paired |"
+echo "|---|---|---:|---:|---:|---:|"
 printf '%s\n' "${summary[@]}"
 if ((${#serving[@]})); then
   echo

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -105,6 +106,11 @@ nlohmann::ordered_json token_bench_json(const TokenBenchResult& r, const BenchMo
         j["refit_decode_limit_weights_read_ts"] = own;
         j["refit_decode_fraction_weights_read"] = own > 0 ? r.avg_ts() / own : 0.0;
       }
+      if (!r.read_gbs_beside.empty()) {
+        j["refit_weights_read_beside_gbs"] = r.read_gbs_beside;
+        j["refit_decode_fraction_weights_read_paired"] =
+            r.paired_read_fraction(model.decode_bytes_per_token);
+      }
     }
   }
   return j;
@@ -166,15 +172,25 @@ std::string bandwidth_markdown(const StreamResult& s, const BenchModelInfo& mode
         "CPU share of the timed runs (process CPU time / wall time / threads; 100% = the cores "
         "were ours): {}\n",
         shares);
-  for (const TokenBenchResult& r : results)
+  for (const TokenBenchResult& r : results) {
     // At a depth a step also reads the cache's keys and values: not in the weights' limit.
-    if (r.n_gen > 0 && r.n_prompt == 0 && r.n_depth == 0 && limit_copy > 0)
+    if (r.n_gen == 0 || r.n_prompt != 0 || r.n_depth != 0 || limit_copy <= 0) continue;
+    out += fmt::format(
+        "{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit{}\n", r.name(),
+        r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read,
+        limit_own > 0
+            ? fmt::format(", {:.0f}% of the weights-read limit", 100.0 * r.avg_ts() / limit_own)
+            : std::string());
+    if (!r.read_gbs_beside.empty()) {
+      const auto [lo, hi] = std::minmax_element(r.read_gbs_beside.begin(), r.read_gbs_beside.end());
       out += fmt::format(
-          "{}: {:.2f} t/s = {:.0f}% of the copy limit, {:.0f}% of the read limit{}\n", r.name(),
-          r.avg_ts(), 100.0 * r.avg_ts() / limit_copy, 100.0 * r.avg_ts() / limit_read,
-          limit_own > 0
-              ? fmt::format(", {:.0f}% of the weights-read limit", 100.0 * r.avg_ts() / limit_own)
-              : std::string());
+          "{}: {:.0f}% of the weights read beside each run (median over {} runs of t/s x bytes "
+          "per token / the mean of the read passes just before and after it; {:.2f}-{:.2f} "
+          "GB/s)\n",
+          r.name(), 100.0 * r.paired_read_fraction(model.decode_bytes_per_token),
+          r.samples_ns.size(), *lo, *hi);
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -157,6 +158,20 @@ uint64_t TokenBenchResult::stddev_ns() const {
   return static_cast<uint64_t>(bench_stddev(v));
 }
 
+double TokenBenchResult::paired_read_fraction(uint64_t bytes_per_token) const {
+  if (read_gbs_beside.size() != samples_ns.size() + 1 || samples_ns.empty()) return 0.0;
+  const std::vector<double> ts = samples_ts();
+  std::vector<double> shares;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const double read = 0.5 * (read_gbs_beside[i] + read_gbs_beside[i + 1]);
+    if (read > 0) shares.push_back(ts[i] * double(bytes_per_token) * 1e-9 / read);
+  }
+  if (shares.empty()) return 0.0;
+  std::sort(shares.begin(), shares.end());
+  const size_t n = shares.size();
+  return n % 2 ? shares[n / 2] : 0.5 * (shares[n / 2 - 1] + shares[n / 2]);
+}
+
 void check_token_bench(const Model& model, int n_prompt, int n_gen, int reps, int n_depth) {
   const ModelConfig& c = model.config();
   if (n_prompt < 0 || n_gen < 0 || n_depth < 0)
@@ -170,7 +185,8 @@ void check_token_bench(const Model& model, int n_prompt, int n_gen, int reps, in
 }
 
 TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
-                                 uint32_t seed, int n_depth) {
+                                 uint32_t seed, int n_depth,
+                                 const std::function<double()>& read_pass) {
   check_token_bench(model, n_prompt, n_gen, reps, n_depth);
   const ModelConfig& c = model.config();
   TokenBenchResult r;
@@ -209,14 +225,19 @@ TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, in
   if (n_depth > 0) run_prompt(0, n_depth);
   if (n_prompt > 0) run_prompt(n_depth, n_prompt);  // warm-up, as llama-bench: the whole prompt
   if (n_gen > 0) run_gen(n_depth, 1);               // and one generated token
-  const uint64_t cpu_start = process_cpu_ns();
+  // The read passes run between the timed runs; their CPU time is taken out of cpu_ns.
+  uint64_t cpu_ns = 0;
   for (int rep = 0; rep < reps; ++rep) {
+    if (read_pass) r.read_gbs_beside.push_back(read_pass());
+    const uint64_t cpu_start = process_cpu_ns();
     const uint64_t start = now_ns();
     if (n_prompt > 0) run_prompt(n_depth, n_prompt);
     if (n_gen > 0) run_gen(n_depth + n_prompt, n_gen);
     r.samples_ns.push_back(now_ns() - start);
+    cpu_ns += process_cpu_ns() - cpu_start;
   }
-  r.cpu_ns = process_cpu_ns() - cpu_start;
+  if (read_pass) r.read_gbs_beside.push_back(read_pass());
+  r.cpu_ns = cpu_ns;
   return r;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct TokenBenchResult {
   // the requested threads the test really got, cpu_ns / (sum of samples_ns * n_threads),
   // says how far the figures are from an idle machine's (1.0: the cores were ours).
   uint64_t cpu_ns = 0;
+  // The weights' read rate (GB/s) from a pass just before each timed run and one after the
+  // last (reps + 1 values; empty unless run_token_bench was given a read pass). On a VM whose
+  // memory bandwidth swings within seconds, a run compared with the passes on either side of
+  // it sees the same machine; a best-of-many rate taken before and after all runs does not.
+  std::vector<double> read_gbs_beside;
 
   std::string name() const;  // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096", as llama-bench
   double cpu_share() const;
@@ -60,6 +66,10 @@ struct TokenBenchResult {
   double stddev_ts() const;
   uint64_t avg_ns() const;
   uint64_t stddev_ns() const;
+  // Median over the timed runs of (t/s x bytes_per_token) / (the mean of the read rates
+  // before and after that run): the share of the weights-read limit each run reached at its
+  // own moment. 0 without read_gbs_beside.
+  double paired_read_fraction(uint64_t bytes_per_token) const;
 };
 
 // Runs one test (n_prompt and/or n_gen > 0) on `model` with the pool's current thread count.
@@ -68,9 +78,11 @@ struct TokenBenchResult {
 void check_token_bench(const Model& model, int n_prompt, int n_gen, int reps, int n_depth = 0);
 
 // `seed` seeds the random token ids; `n_depth` tokens fill the cache first (see above).
-// Throws when the test does not fit the context length.
+// `read_pass`, when given, runs before each timed run and after the last, untimed, and its
+// GB/s go to read_gbs_beside. Throws when the test does not fit the context length.
 TokenBenchResult run_token_bench(const Model& model, int n_prompt, int n_gen, int reps,
-                                 uint32_t seed = 0, int n_depth = 0);
+                                 uint32_t seed = 0, int n_depth = 0,
+                                 const std::function<double()>& read_pass = {});
 
 // Mean and sample standard deviation as llama-bench computes them (0 for fewer than two).
 double bench_mean(const std::vector<double>& v);

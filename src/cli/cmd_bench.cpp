@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -111,11 +112,17 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
   measure_bandwidth();
 
   std::vector<TokenBenchResult> results;
+  // A decode test also reads the weights once before each run and after the last, so that
+  // each run has a read rate taken at its own moment (TokenBenchResult::read_gbs_beside).
+  const std::vector<ByteRegion> weights = decode_read_regions(engine.model());
+  auto read_pass = [&] { return measure_read_gbs(weights, 1); };
   auto run = [&](int n_prompt, int n_gen, int depth) {
     note(a, fmt::format("{}{} x {} (+1 warm-up)",
                         n_prompt > 0 ? fmt::format("pp{}", n_prompt) : fmt::format("tg{}", n_gen),
                         depth > 0 ? fmt::format(" @ d{}", depth) : std::string(), a.reps));
-    results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed, depth));
+    const bool decode = n_prompt == 0 && depth == 0 && !a.no_bandwidth;
+    results.push_back(run_token_bench(engine.model(), n_prompt, n_gen, a.reps, a.seed, depth,
+                                      decode ? std::function<double()>(read_pass) : nullptr));
     if (md) fmt::print("{}", token_bench_markdown_row(results.back(), info));
     std::fflush(stdout);
   };

@@ -87,6 +87,33 @@ TEST(TokenBench, runs_the_requested_repetitions_on_the_demo_model) {
   EXPECT_EQ(tg.test_time.back(), 'Z');
 }
 
+// The read pass runs once before each timed run and once after the last, and a run's share
+// is taken against the mean of the two passes beside it.
+TEST(TokenBench, read_passes_beside_each_run_and_their_paired_share) {
+  DemoModel demo = make_demo_model();
+  double next = 10.0;
+  int calls = 0;
+  TokenBenchResult tg = run_token_bench(*demo.model, 0, 4, 3, 0, 0, [&] {
+    ++calls;
+    return next += 10.0;
+  });
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(tg.read_gbs_beside, (std::vector<double>{20.0, 30.0, 40.0, 50.0}));
+  EXPECT_EQ(tg.samples_ns.size(), 3u);
+  EXPECT_TRUE(run_token_bench(*demo.model, 0, 2, 2).read_gbs_beside.empty());
+
+  TokenBenchResult r;
+  r.n_gen = 10;
+  // 10 t/s, 5 t/s and 20 t/s at 1 GB a token: 10, 5 and 20 GB/s read by decode, against
+  // passes of 20, 10, 10, 30 GB/s: run means 15, 10 and 20 -> shares 2/3, 1/2, 1.
+  r.samples_ns = {1'000'000'000, 2'000'000'000, 500'000'000};
+  EXPECT_DOUBLE_EQ(r.paired_read_fraction(1'000'000'000), 0.0);  // no passes: no share
+  r.read_gbs_beside = {20.0, 10.0, 10.0, 30.0};
+  EXPECT_DOUBLE_EQ(r.paired_read_fraction(1'000'000'000), 2.0 / 3.0);
+  r.read_gbs_beside.pop_back();  // not one pass more than runs: not paired
+  EXPECT_DOUBLE_EQ(r.paired_read_fraction(1'000'000'000), 0.0);
+}
+
 TEST(TokenBench, runs_after_a_depth_that_fills_the_cache_first) {
   DemoModel demo = make_demo_model();
   const int ctx = static_cast<int>(demo.model->config().max_seq_len);
@@ -207,6 +234,21 @@ TEST(BenchReport, markdown_row_and_json_fields) {
       own_lines.find("80% of the copy limit, 64% of the read limit, 50% of the weights-read limit"),
       std::string::npos)
       << own_lines;
+  EXPECT_EQ(own_lines.find("beside each run"), std::string::npos) << own_lines;
+  EXPECT_FALSE(own.contains("refit_decode_fraction_weights_read_paired"));
+
+  // With a read pass beside each run: 8 t/s x 2 GB = 16 GB/s against passes of 20 and 12,
+  // then 12 and 20 GB/s (means 16 and 16): 100% each.
+  r.read_gbs_beside = {20.0, 12.0, 20.0};
+  const nlohmann::ordered_json paired = token_bench_json(r, info, s);
+  EXPECT_DOUBLE_EQ(paired["refit_decode_fraction_weights_read_paired"].get<double>(), 1.0);
+  EXPECT_EQ(paired["refit_weights_read_beside_gbs"].size(), 3u);
+  const std::string paired_lines = bandwidth_markdown(s, info, {r});
+  EXPECT_NE(paired_lines.find("tg128: 100% of the weights read beside each run (median over 2 "
+                              "runs"),
+            std::string::npos)
+      << paired_lines;
+  EXPECT_NE(paired_lines.find("12.00-20.00 GB/s"), std::string::npos) << paired_lines;
 }
 
 TEST(MemoryBandwidth, stream_and_memcpy_report_positive_rates) {
