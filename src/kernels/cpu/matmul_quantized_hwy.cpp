@@ -24,7 +24,7 @@
 // the decode leaves the values in (F4Source: on AVX2 its own order of each 32; elsewhere
 // each chunk of L bytes reads x[2i] for its low nibbles, then x[2i+1] for its high ones).
 // Scales are converted a tile at a time (e8m0 by bit operations); the AVX2 f4 decode reads
-// the e8m0 bytes as they are, and on x86 plain f16 scales are read in place (kF16InPlace).
+// the e8m0 bytes as they are, and plain f16 scales too (kF16InPlace).
 // While a tile is multiplied, the next tile's codes and scales are prefetched (see
 // PrefetchAhead): without it a 16-row tile's short row streams leave DRAM idle and decode
 // ran at ~60% of the rate it reaches with it.
@@ -368,7 +368,7 @@ void TileScales(const Args& a, int64_t n0, int64_t rows, float* HWY_RESTRICT sc,
 
 // A tile's scales as the dot kernels read them: f32 in plain order, f[r * S + c]; for f4
 // on AVX2 instead the raw e8m0 bytes in plain order, e8m0[r * S + c]; for plain f16 scales
-// on x86 (F16C) the stored halves in place, f16[r * S + c], converted as each group starts
+// on AVX2 the stored halves in place, f16[r * S + c], converted as each group starts
 // (kF16InPlace).
 struct TileScaleRef {
   const float* HWY_RESTRICT f = nullptr;
@@ -381,12 +381,13 @@ struct TileScaleRef {
 // (rdtsc around the call, weights from DRAM, the scales requested a tile ahead), ~10% of a
 // Q8_0 decode at K 2048: a loop of loads and stores with no multiply to overlap. Read as
 // each group starts (one vcvtph2ps per row and group) they overlap the multiply: +5-8% in
-// an in-process A/B of the two, same bits.
-constexpr bool kF16InPlace = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2;
+// an in-process A/B of the two, same bits. AVX-512 keeps the pass until measured there: with
+// 16 lanes a group is two steps, so the per-group conversion weighs twice as much.
+constexpr bool kF16InPlace = HWY_TARGET == HWY_AVX2;
 
 // Scale i of a tile (i = r * S + c), as a float.
 HWY_INLINE float ScaleAt(TileScaleRef sc, int64_t i) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#if HWY_TARGET == HWY_AVX2
   if (sc.f16) return _cvtsh_ss(sc.f16[i]);
 #endif
   return sc.f[i];
