@@ -215,7 +215,8 @@ CommandRegistrar registrar{
            ->check(CLI::IsMember({"md", "json"}))
            ->capture_default_str();
        sub.add_flag("--no-bandwidth", args->no_bandwidth,
-                    "Skip the STREAM-style bandwidth measurement");
+                    "Skip the bandwidth measurements (STREAM-style, and the read passes over "
+                    "the weights around the tests and beside each decode run)");
        sub.add_flag(
            "--refit", args->refit,
            "Measure weight-update throughput (disk and in-memory) beside memcpy instead of pp/tg");
