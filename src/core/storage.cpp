@@ -1,6 +1,5 @@
 #include "core/storage.h"
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -12,10 +11,10 @@
 #include <unistd.h>
 #endif
 
+#include "core/bulk_bytes.h"
 #include "core/error.h"
 #include "core/host_buffer_cache.h"
 #include "core/mapped_file.h"
-#include "core/thread_pool.h"
 
 namespace refit {
 
@@ -58,25 +57,6 @@ std::atomic<bool> poison_overwritten{[] {
   return v && *v && std::string(v) != "0";
 }()};
 
-// memset, on every pool thread for a large buffer. Its first write faults the pages in, and
-// the kernel clears each fresh page in the faulting thread: on a 2-vCPU VM, filling a fresh
-// 2 GiB buffer from one thread ran at 0.3-0.6 GB/s (pages the host had not backed lately)
-// or 5-6 GB/s (pages the guest had touched before); from two threads at 1.6 and 9 GB/s.
-// Loading a model allocates gigabytes of parameters, and this fill was most of a load.
-void fill_bytes(void* p, int value, size_t n) {
-  constexpr size_t kChunk = size_t{8} << 20;  // whole 2 MiB pages per task
-  if (n < 2 * kChunk) {
-    std::memset(p, value, n);
-    return;
-  }
-  auto* bytes = static_cast<uint8_t*>(p);
-  parallel_for(static_cast<int64_t>((n + kChunk - 1) / kChunk), [&](int64_t c0, int64_t c1, int) {
-    const size_t begin = static_cast<size_t>(c0) * kChunk;
-    const size_t end = std::min(n, static_cast<size_t>(c1) * kChunk);
-    std::memset(bytes + begin, value, end - begin);
-  });
-}
-
 }  // namespace
 
 bool set_poison_overwritten(bool on) { return poison_overwritten.exchange(on); }
@@ -115,9 +95,9 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Storage
 #endif
   }
   if (use != StorageUse::overwritten)
-    fill_bytes(p, 0, rounded);
+    bulk_fill(p, 0, rounded);
   else if (poison_overwritten.load(std::memory_order_relaxed))
-    fill_bytes(p, 0xFF, rounded);
+    bulk_fill(p, 0xFF, rounded);
   s->data_ = p;
   s->nbytes_ = nbytes;
   s->device_ = device;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/bulk_bytes.h"
 #include "core/element_access.h"
 #include "core/error.h"
 #include "core/float_convert.h"
@@ -312,7 +313,15 @@ void Tensor::copy_from(const Tensor& src) {
   const void* src_base = src.storage_->data();
   const bool both_contiguous = is_contiguous() && src.is_contiguous();
   if (src.dtype_ == dtype_ && both_contiguous && dtype_bits(dtype_) >= 8) {
-    std::memmove(raw_data(), src.raw_data(), nbytes());
+    // Large copies run on the pool (a clone or a staged weight writes fresh pages, which
+    // fault in faster from every thread); overlapping views keep memmove.
+    const auto* d = static_cast<const uint8_t*>(raw_data());
+    const auto* s = static_cast<const uint8_t*>(src.raw_data());
+    const size_t n = nbytes();
+    if (d + n <= s || s + n <= d)
+      bulk_copy(raw_data(), src.raw_data(), n);
+    else
+      std::memmove(raw_data(), src.raw_data(), n);
     return;
   }
   if (both_contiguous && dtype_ == DType::f32 &&

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <memory>
 
+#include "core/bulk_bytes.h"
 #include "core/error.h"
 #include "server/api_types.h"
 #include "server/base64.h"
@@ -239,9 +239,9 @@ NamedTensors decode_bucket(const json& b, const std::string& where) {
                       by_start[i]->name, by_start[i]->start, by_start[i]->end));
   NamedTensors out;
   for (const Entry& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
+    Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu(), StorageUse::overwritten);
     if (t.nbytes() > 0)
-      std::memcpy(t.raw_data(), buf.data + static_cast<size_t>(e.start) * unit, t.nbytes());
+      bulk_copy(t.raw_data(), buf.data + static_cast<size_t>(e.start) * unit, t.nbytes());
     out.emplace_back(e.name, std::move(t));
   }
   if (buf.segment && buf.segment->torn())
@@ -341,8 +341,8 @@ Tensor decode_named_tensor(const json& t, const std::string& where) {
   if (bytes.size() != need)
     fail_here(fmt::format("{} {} needs {} bytes, the data has {}", dtype_name_given,
                           shape_text(shape), need, bytes.size()));
-  Tensor out = Tensor::empty(shape, *dt);
-  if (!bytes.empty()) std::memcpy(out.raw_data(), bytes.data(), bytes.size());
+  Tensor out = Tensor::empty(shape, *dt, Device::cpu(), StorageUse::overwritten);
+  if (!bytes.empty()) bulk_copy(out.raw_data(), bytes.data(), bytes.size());
   return out;
 }
 

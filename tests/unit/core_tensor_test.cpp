@@ -1,11 +1,14 @@
 // Tensor views share storage and never copy; copies convert dtypes element by element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <vector>
 
+#include "core/bulk_bytes.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -185,6 +188,45 @@ TEST(Storage, LargeReusedBuffersAreFilledToTheLastByte) {
       EXPECT_EQ(wrong, 0u);
     }
   }
+}
+
+// The pool's fill and copy cover every byte: whole chunks, a ragged tail, and a size under
+// the chunked path's threshold.
+TEST(BulkBytes, FillAndCopyReachTheLastByte) {
+  for (size_t n : {size_t{40} << 20, (size_t{50} << 20) + 2 * 1048576 - 61, size_t{3} << 20}) {
+    SCOPED_TRACE(n);
+    std::vector<uint8_t> src(n), dst(n, 0xAB);
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 131 + i / 4099);
+    bulk_copy(dst.data(), src.data(), n);
+    EXPECT_TRUE(dst == src);
+    bulk_fill(dst.data(), 0x5C, n);
+    EXPECT_EQ(std::count(dst.begin(), dst.end(), uint8_t{0x5C}), static_cast<std::ptrdiff_t>(n));
+  }
+}
+
+// A large copy between views of one storage that overlap shifts the bytes as memmove does
+// (the pool's chunked copy would read bytes it had already overwritten); disjoint large
+// copies take the chunked copy and give the same bytes.
+TEST(Tensor, LargeCopiesBetweenOverlappingViewsAreMemmoves) {
+  const int64_t n = (int64_t{20} << 20) + 5;
+  auto pattern = [](int64_t i) { return static_cast<uint8_t>(i * 37 + i / 1021); };
+  for (const int shift : {1, -1}) {
+    SCOPED_TRACE(shift);
+    Tensor t = Tensor::empty({n}, DType::u8);
+    auto* p = t.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = pattern(i);
+    // shift 1: [1, n) <- [0, n - 1); shift -1: [0, n - 1) <- [1, n).
+    Tensor dst = t.narrow(0, shift > 0 ? 1 : 0, n - 1);
+    dst.copy_from(t.narrow(0, shift > 0 ? 0 : 1, n - 1));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n - 1; ++i)
+      wrong += dst.data<uint8_t>()[i] != pattern(i + (shift > 0 ? 0 : 1));
+    EXPECT_EQ(wrong, 0);
+  }
+  Tensor a = Tensor::empty({n}, DType::u8);
+  for (int64_t i = 0; i < n; ++i) a.data<uint8_t>()[i] = pattern(i);
+  Tensor b = a.clone();
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), static_cast<size_t>(n)), 0);
 }
 
 // Weights of 1 MiB and up start on a 2 MiB boundary (the pages they are advised onto), zeroed
