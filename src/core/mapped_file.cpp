@@ -9,8 +9,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace refit {
 namespace {
@@ -82,7 +86,13 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, FileAccess
 }
 
 // pread never faults: a file that shrinks ends the reads early, and one that is rewritten
-// shows in its modification time, both checked once the copy is whole.
+// shows in its modification time, both checked once the copy is whole. The time goes to the
+// first write to each fresh page (the kernel clears it in the faulting thread) and to the
+// copy out of the page cache, so the 64 MiB chunks are read by as many threads as the pool
+// has, each its own: a refit from disk of a 2.2 GB file spent 62% of its time here on one
+// thread. They are threads of their own, not the pool's: a refit staged while the engine
+// serves must not hold the pool's kernels up for the whole read. 2 MiB pages where the
+// kernel grants them: 512 times fewer faults.
 void MappedFile::copy_contents(int fd) {
   void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
@@ -90,19 +100,44 @@ void MappedFile::copy_contents(int fd) {
                                   std::strerror(errno)));
   data_ = static_cast<const uint8_t*>(p);
   mapped_bytes_ = size_;
+#if defined(MADV_HUGEPAGE)
+  ::madvise(p, size_, MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
   auto* out = static_cast<uint8_t*>(p);
   constexpr size_t kChunk = size_t{64} << 20;
-  size_t done = 0;
-  while (done < size_) {
-    const size_t want = std::min(kChunk, size_ - done);
-    const ssize_t got = ::pread(fd, out + done, want, static_cast<off_t>(done));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw FormatError(fmt::format("{}: cannot read: {}", path_, std::strerror(errno)));
+  const size_t chunks = (size_ + kChunk - 1) / kChunk;
+  std::atomic<size_t> next{0};
+  // Bytes [begin, end) in full, or throws: a read error, or the file ended early.
+  auto read_range = [&](size_t begin, size_t end) {
+    for (size_t done = begin; done < end;) {
+      const ssize_t got = ::pread(fd, out + done, end - done, static_cast<off_t>(done));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        throw FormatError(fmt::format("{}: cannot read: {}", path_, std::strerror(errno)));
+      }
+      if (got == 0)
+        changed(path_, fmt::format("{} bytes when opened, it ended at {}", size_, done));
+      done += static_cast<size_t>(got);
     }
-    if (got == 0) changed(path_, fmt::format("{} bytes when opened, it ended at {}", size_, done));
-    done += static_cast<size_t>(got);
-  }
+  };
+  auto reader = [&](std::exception_ptr& error) {
+    try {
+      for (size_t c; (c = next.fetch_add(1)) < chunks;)
+        read_range(c * kChunk, std::min(size_, (c + 1) * kChunk));
+    } catch (...) {
+      error = std::current_exception();
+      next.store(chunks);  // the others stop at their next chunk
+    }
+  };
+  const size_t helpers =
+      chunks > 1 ? std::min<size_t>(static_cast<size_t>(num_threads()), chunks) - 1 : 0;
+  std::vector<std::exception_ptr> errors(helpers + 1);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(reader, std::ref(errors[t + 1]));
+  reader(errors[0]);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
   const std::string diff = difference(fd, size_, mtime_ns_);
   if (!diff.empty()) changed(path_, diff);
   ::mprotect(p, size_, PROT_READ);  // as read-only as a mapping of the file would be

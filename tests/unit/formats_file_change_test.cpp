@@ -141,6 +141,28 @@ TEST(FileChange, a_file_truncated_while_it_is_copied_is_refused) {
   EXPECT_EQ(g_action.fired, 1);
 }
 
+// Files of more than one 64 MiB chunk are copied by several threads, each its own chunks:
+// the copy is still the file byte for byte, and a truncation is still refused.
+constexpr size_t kLargeFileBytes = (size_t{2} << 26) + 4099;
+
+TEST(FileChange, a_copy_read_in_chunks_by_several_threads_is_the_file) {
+  TempDir dir;
+  const std::string original = pattern(kLargeFileBytes, 3);
+  const std::string path = dir.write("weights.bin", original);
+  auto file = MappedFile::open(path, FileAccess::copied);
+  EXPECT_TRUE(contents(*file) == original);
+}
+
+TEST(FileChange, a_large_file_truncated_while_it_is_copied_is_refused) {
+  TempDir dir;
+  const std::string path = dir.write("weights.bin", pattern(kLargeFileBytes, 3));
+  ChangeFileWhenOpened change("weights.bin");
+  expect_format_error(
+      [&] { MappedFile::open(path, FileAccess::copied); },
+      {path, "changed while it was read", std::to_string(kLargeFileBytes) + " bytes when opened"});
+  EXPECT_EQ(g_action.fired, 1);
+}
+
 TEST(FileChange, a_file_replaced_by_rename_during_a_read_keeps_its_old_bytes_whole) {
   TempDir dir;
   const std::string original = pattern(kFileBytes, 7);
