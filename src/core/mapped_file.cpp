@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -115,8 +116,14 @@ void MappedFile::copy_contents(int fd) {
         if (errno == EINTR) continue;
         throw FormatError(fmt::format("{}: cannot read: {}", path_, std::strerror(errno)));
       }
-      if (got == 0)
-        changed(path_, fmt::format("{} bytes when opened, it ended at {}", size_, done));
+      if (got == 0) {
+        // Readers of later chunks meet the end first, wherever it is: its size says where.
+        struct stat st {};
+        changed(path_, ::fstat(fd, &st) == 0
+                           ? fmt::format("{} bytes when opened, {} now", size_,
+                                         static_cast<uint64_t>(st.st_size))
+                           : fmt::format("{} bytes when opened, it ended before {}", size_, end));
+      }
       done += static_cast<size_t>(got);
     }
   };
@@ -133,7 +140,13 @@ void MappedFile::copy_contents(int fd) {
       chunks > 1 ? std::min<size_t>(static_cast<size_t>(num_threads()), chunks) - 1 : 0;
   std::vector<std::exception_ptr> errors(helpers + 1);
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(reader, std::ref(errors[t + 1]));
+  for (size_t t = 0; t < helpers; ++t) {
+    try {
+      threads.emplace_back(reader, std::ref(errors[t + 1]));
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: the readers that started read the rest
+    }
+  }
   reader(errors[0]);
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
