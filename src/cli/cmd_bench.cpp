@@ -94,12 +94,13 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
   // Bandwidth before and after the tests, best of each kept (STREAM reports best rates): on a
   // shared machine one short window can land on a busy moment.
   std::optional<StreamResult> stream;
+  const std::vector<ByteRegion> weights = decode_read_regions(engine.model());
   auto measure_bandwidth = [&] {
     if (a.no_bandwidth) return;
     note(a, "STREAM-style bandwidth");
     StreamResult s = measure_stream();
     note(a, "read-only pass over the weights");
-    s.weights_read_gbs = measure_read_gbs(decode_read_regions(engine.model()), s.reps);
+    s.weights_read_gbs = measure_read_gbs(weights, s.reps);
     if (!stream) {
       stream = s;
     } else {
@@ -114,7 +115,6 @@ int run_token_benchmarks(const BenchArgs& a, const std::vector<std::pair<int, in
   std::vector<TokenBenchResult> results;
   // A decode test also reads the weights once before each run and after the last, so that
   // each run has a read rate taken at its own moment (TokenBenchResult::read_gbs_beside).
-  const std::vector<ByteRegion> weights = decode_read_regions(engine.model());
   auto read_pass = [&] { return measure_read_gbs(weights, 1); };
   auto run = [&](int n_prompt, int n_gen, int depth) {
     note(a, fmt::format("{}{} x {} (+1 warm-up)",

@@ -192,6 +192,11 @@ std::string patched_gguf(const TempDir& dir, const std::string& path, const std:
   return out;
 }
 
+// The oracle's micro llama in llama-quantize's `type` (q8_0, mxfp4), first seed.
+std::string micro_llama_gguf(const std::string& type) {
+  return kLlamaCpp + "/llama-" + type + "/micro-llama-" + type + "-s1.gguf";
+}
+
 const Parameter& parameter_of(const Engine& e, const std::string& name) {
   for (const auto& p : e.model().parameters().all())
     if (p->name() == name) return *p;
@@ -203,7 +208,7 @@ TEST(QuantBlockCodes, gguf_blocks_that_requantizing_would_change_load_as_the_fil
   const std::string param = "model.layers.0.self_attn.o_proj.weight";
   for (const char* type : {"q8_0", "mxfp4"}) {
     SCOPED_TRACE(type);
-    const std::string original = kLlamaCpp + "/llama-" + type + "/micro-llama-" + type + "-s1.gguf";
+    const std::string original = micro_llama_gguf(type);
     std::vector<uint8_t> block;
     std::vector<float> want(32);
     if (std::string(type) == "q8_0") {
@@ -260,7 +265,7 @@ TEST(QuantBlockCodes, a_refit_from_blocks_with_a_non_finite_scale_is_refused) {
   const std::string param = "model.layers.1.mlp.down_proj.weight";
   for (const char* type : {"q8_0", "mxfp4"}) {
     SCOPED_TRACE(type);
-    const std::string original = kLlamaCpp + "/llama-" + type + "/micro-llama-" + type + "-s1.gguf";
+    const std::string original = micro_llama_gguf(type);
     std::vector<uint8_t> block;
     if (std::string(type) == "q8_0") {
       BlockQ8_0 b{};
