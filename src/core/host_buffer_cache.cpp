@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/fresh_pages.h"
 
 namespace refit::host_buffer_cache {
 namespace {
@@ -72,7 +73,7 @@ bool keep(void* p, size_t bytes) noexcept {
         evicted.splice(evicted.end(), c.kept, std::prev(c.kept.end()));
       }
     }
-    for (const Kept& k : evicted) std::free(k.p);
+    for (const Kept& k : evicted) fresh_pages::unmap(k.p, k.bytes);
     return true;
   } catch (...) {
     return false;
@@ -86,10 +87,12 @@ size_t release_all() {
   {
     std::lock_guard lock(c.mutex);
     all.swap(c.kept);
-    bytes = c.total;
     c.total = 0;
   }
-  for (const Kept& k : all) std::free(k.p);
+  for (const Kept& k : all) {
+    bytes += fresh_pages::resident_bytes(k.p, k.bytes);
+    fresh_pages::unmap(k.p, k.bytes);
+  }
   return bytes;
 }
 

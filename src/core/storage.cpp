@@ -13,6 +13,7 @@
 
 #include "core/bulk_bytes.h"
 #include "core/error.h"
+#include "core/fresh_pages.h"
 #include "core/host_buffer_cache.h"
 #include "core/mapped_file.h"
 
@@ -44,7 +45,7 @@ DeviceAllocator* register_device_allocator(DeviceType type, DeviceAllocator* all
 }
 
 namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugePage = fresh_pages::kAlignment;
 constexpr size_t kHugeThreshold = size_t{4} << 20;  // below this, rounding up would waste too much
 // Weights from this size up: a 1-4 MiB weight read once per token on 4 KiB pages takes a TLB
 // miss every 4 KiB. The 110M model (its attention and down_proj weights are 1.2-3.5 MiB, 43%
@@ -83,27 +84,30 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Storage
   // every weight byte once per token, and with 4 KiB pages each 4 KiB costs a TLB miss.
   // Linux's default transparent-huge-page mode ("madvise") grants them only on request.
   // Those are also the sizes worth reusing (host_buffer_cache.h): a kept one is already
-  // mapped and faulted in.
+  // mapped and faulted in. A new one comes from the kernel already zero (fresh_pages.h),
+  // and is left untouched: its pages are backed as they are first written.
   const bool huge = rounded >= (use == StorageUse::weights ? kHugeWeightThreshold : kHugeThreshold);
   if (huge) rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
   void* p = huge ? host_buffer_cache::take(rounded) : nullptr;
+  const bool fresh = huge && !p;
   if (!p) {
-    p = std::aligned_alloc(huge ? kHugePage : kAlignment, rounded);
+    p = huge ? fresh_pages::map(rounded) : std::aligned_alloc(kAlignment, rounded);
     if (!p) fail("Storage::allocate: out of memory allocating {} bytes", nbytes);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
   }
-  if (use != StorageUse::overwritten)
-    bulk_fill(p, 0, rounded);
-  else if (poison_overwritten.load(std::memory_order_relaxed))
+  if (use != StorageUse::overwritten) {
+    if (!fresh) bulk_fill(p, 0, rounded);
+  } else if (poison_overwritten.load(std::memory_order_relaxed)) {
     bulk_fill(p, 0xFF, rounded);
+  }
   s->data_ = p;
   s->nbytes_ = nbytes;
   s->device_ = device;
   if (huge)
     s->release_ = [p, rounded] {
-      if (!host_buffer_cache::keep(p, rounded)) std::free(p);
+      if (!host_buffer_cache::keep(p, rounded)) fresh_pages::unmap(p, rounded);
     };
   else
     s->release_ = [p] { std::free(p); };
@@ -128,11 +132,14 @@ size_t Storage::discard_contents() {
   std::memset(data_, 0, inner_begin - begin);
   std::memset(reinterpret_cast<void*>(inner_end), 0, end - inner_end);
 #if defined(__linux__)
+  // Pages never written (fresh_pages.h) were never memory: only the backed ones count.
+  const size_t resident =
+      fresh_pages::resident_bytes(reinterpret_cast<void*>(inner_begin), inner_end - inner_begin);
   if (madvise(reinterpret_cast<void*>(inner_begin), inner_end - inner_begin, MADV_DONTNEED) != 0) {
     std::memset(reinterpret_cast<void*>(inner_begin), 0, inner_end - inner_begin);
     return 0;
   }
-  return inner_end - inner_begin;
+  return resident;
 #else
   std::memset(reinterpret_cast<void*>(inner_begin), 0, inner_end - inner_begin);
   return 0;

@@ -90,7 +90,9 @@ class Storage {
   // address (law L2: nothing that captured the pointer is invalidated): the whole pages
   // inside it are madvise(MADV_DONTNEED)-ed, the partial pages at its ends zeroed, so the
   // memory reads as zeros and is faulted back in on the next touch. Returns the bytes
-  // given back. Only for memory this process allocated (not a file mapping or a wrap).
+  // given back: those of the pages that were backed by memory (a large storage's pages are
+  // backed only once written). Only for memory this process allocated (not a file mapping
+  // or a wrap).
   size_t discard_contents();
 
  private:

@@ -1,5 +1,7 @@
 // Tensor views share storage and never copy; copies convert dtypes element by element.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +12,7 @@
 
 #include "core/bulk_bytes.h"
 #include "core/error.h"
+#include "core/host_buffer_cache.h"
 #include "core/tensor.h"
 
 namespace refit {
@@ -243,6 +246,37 @@ TEST(Storage, WeightsFromOneMebibyteStartOnHugePageBoundaries) {
   }
   Tensor w = Tensor::empty({768, 768}, DType::f16, Device::cpu(), StorageUse::weights);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(w.raw_data()) % kHugePage, 0u);
+}
+
+// A large zeroed storage comes from the kernel's zero pages and is left untouched: no page
+// of it is backed by memory until written (a weight allocated at its checkpoint dtype and
+// then replaced by quantized codes never costs memory), and it still reads as zeros. Giving
+// it back counts only the pages that were backed.
+TEST(Storage, LargeFreshStorageTakesNoMemoryUntilWritten) {
+  const size_t n = host_buffer_cache::kMaxEach + (size_t{6} << 20);  // never a kept buffer
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto resident_pages = [&](const void* p, size_t bytes) {
+    std::vector<unsigned char> in((bytes + page - 1) / page);
+    EXPECT_EQ(mincore(const_cast<void*>(p), bytes, in.data()), 0);
+    size_t count = 0;
+    for (unsigned char c : in) count += c & 1;
+    return count;
+  };
+  for (StorageUse use : {StorageUse::general, StorageUse::weights}) {
+    auto s = Storage::allocate(n, Device::cpu(), use);
+    EXPECT_EQ(resident_pages(s->data(), n), 0u);
+    auto* p = static_cast<uint8_t*>(s->data());
+    p[n / 2] = 7;  // one page backed now (a huge page where granted), the rest still not
+    const size_t backed = resident_pages(s->data(), n) * page;
+    EXPECT_GE(backed, page);
+    EXPECT_LE(backed, size_t{2} << 20);
+    EXPECT_EQ(s->discard_contents(), backed);
+    EXPECT_EQ(resident_pages(s->data(), n), 0u);
+    p[1] = 3;
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; ++i) nonzero += p[i] != 0;
+    EXPECT_EQ(nonzero, 1u);
+  }
 }
 
 }  // namespace
