@@ -88,6 +88,36 @@ TEST(TorchStore, AHostThatNeverAnswersTimesOut) {
   host.join();
 }
 
+// A wait ends with the reason: the store gone (a trainer that exited) is said at once, not
+// reported as the wait's timeout; a store that never answers is a timeout.
+TEST(TorchStore, AWaitSaysWhetherTheStoreClosedOrNeverAnswered) {
+  for (const bool close_it : {true, false}) {
+    SCOPED_TRACE(close_it ? "closed" : "silent");
+    Listener l;
+    std::thread host([&] {
+      const int fd = ::accept(l.fd, nullptr, nullptr);
+      char buf[256];
+      ::recv(fd, buf, sizeof buf, 0);  // the WAIT request
+      if (!close_it) std::this_thread::sleep_for(milliseconds(600));
+      ::close(fd);
+    });
+    TcpStoreClient c("127.0.0.1", l.port, milliseconds(5000));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      c.wait({"k"}, milliseconds(close_it ? 5000 : 200));
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("waiting for key(s) /k"), std::string::npos) << what;
+    EXPECT_NE(what.find(close_it ? "closed the connection" : "no answer within 200 ms"),
+              std::string::npos)
+        << what;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(close_it ? 3000 : 500));
+    host.join();
+  }
+}
+
 // The wire protocol against torch itself: the host counts us in ("init/"), then checks
 // what we set and added, sets a key we wait for and read.
 TEST(TorchStore, SpeaksTorch113TcpStore) {
@@ -114,9 +144,11 @@ TEST(TorchStore, SpeaksTorch113TcpStore) {
   // Generous deadlines: on a loaded 2-core machine importing torch alone can take 20 s.
   TcpStoreClient c("127.0.0.1", port, milliseconds(90000));
   c.count_in_workers();
-  c.set("from_refit", {'h', 'e', 'l', 'l', 'o', 0, 'b', 'y', 't', 'e', 's'});
+  // The adds come before the key the host waits for: its check of the counter then
+  // cannot run between them (it did once, and the host's assertion closed the store).
   EXPECT_EQ(c.add("counter", 2), 2);
   EXPECT_EQ(c.add("counter", 3), 5);
+  c.set("from_refit", {'h', 'e', 'l', 'l', 'o', 0, 'b', 'y', 't', 'e', 's'});
   EXPECT_FALSE(c.check({"never_set"}));
   const std::vector<uint8_t> v = c.get("from_torch");  // waits until the host sets it
   EXPECT_EQ(std::string(v.begin(), v.end()), "ok");

@@ -213,13 +213,12 @@ void TcpStoreClient::raw_wait(const std::vector<std::string>& keys, milliseconds
   uint8_t answer = 0xff;
   try {
     recv_bytes(&answer, 1, timeout);
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    // recv_bytes says why: no answer within the timeout, or the store gone (a trainer that
+    // exited), which must not read as a timeout.
     std::string names;
     for (const std::string& k : keys) names += (names.empty() ? "" : ", ") + k;
-    fail(
-        "torch TCPStore at {}: waited {} ms for key(s) {} (is the trainer creating the same "
-        "group?)",
-        address_, timeout.count(), names);
+    fail("waiting for key(s) {}: {} (is the trainer creating the same group?)", names, e.what());
   }
   if (answer != 0) broken(fmt::format("WAIT answered {}, not STOP_WAITING (0)", answer));
 }
