@@ -144,8 +144,9 @@ TEST(TorchStore, SpeaksTorch113TcpStore) {
   // Generous deadlines: on a loaded 2-core machine importing torch alone can take 20 s.
   TcpStoreClient c("127.0.0.1", port, milliseconds(90000));
   c.count_in_workers();
-  // The adds come before the key the host waits for: its check of the counter then
-  // cannot run between them (it did once, and the host's assertion closed the store).
+  // The adds come before the key the host waits for, so its check of the counter cannot
+  // run between them (on a loaded machine it could: the host's assertion then failed, its
+  // store closed, and our wait below failed, once).
   EXPECT_EQ(c.add("counter", 2), 2);
   EXPECT_EQ(c.add("counter", 3), 5);
   c.set("from_refit", {'h', 'e', 'l', 'l', 'o', 0, 'b', 'y', 't', 'e', 's'});
