@@ -217,8 +217,12 @@ std::string refit_bench_markdown(const RefitBenchResult& r) {
         mib(s.peak_extra_rss_kb), mib(s.peak_extra_anon_kb));
   }
   out += fmt::format("| {:<30} | {:>8.3f} | {:>18} | {:>10.2f} | {:>10}% | {:>14} | {:>15} |\n",
-                     "memcpy (1 thread, same bytes)", double(r.memcpy_bytes) * 1e-9, "",
-                     r.memcpy_gbs, 100, "", "");
+                     !r.sources.empty() && r.memcpy_bytes < r.sources.front().bytes
+                         ? "memcpy (1 thread, fewer bytes)"
+                         : "memcpy (1 thread, same bytes)",
+                     double(r.memcpy_bytes) * 1e-9, "", r.memcpy_gbs, 100, "", "");
+  if (!r.tensors_skipped.empty())
+    out += fmt::format("\nin-memory tensors: skipped: {}\n", r.tensors_skipped);
   return out;
 }
 
@@ -248,6 +252,7 @@ nlohmann::ordered_json refit_bench_json(const RefitBenchResult& r) {
     if (s.page_cached >= 0) o["page_cached_fraction"] = s.page_cached;
     j["sources"].push_back(std::move(o));
   }
+  if (!r.tensors_skipped.empty()) j["tensors_skipped"] = r.tensors_skipped;
   return j;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <string>
 
 #include "benchmarks/memory_bandwidth.h"
 #include "benchmarks/token_bench.h"
@@ -69,19 +71,40 @@ std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& en
   return out;
 }
 
+uint64_t update_tensor_bytes(const Engine& engine, const std::string& path) {
+  auto checkpoint = Checkpoint::open(path);
+  CheckpointWeights weights(*checkpoint, read_model_config(*checkpoint));
+  uint64_t bytes = 0;
+  for (const std::string& name : engine.model().parameters().checkpoint_names()) {
+    CheckpointWeights::Lazy lazy;
+    if (!weights.find_lazy(name, &lazy)) fail("{}: the checkpoint has no tensor '{}'", path, name);
+    if (lazy.view.defined()) {
+      bytes += lazy.view.nbytes();
+    } else {
+      int64_t n = 1;
+      for (int64_t d : lazy.shape) n *= d;
+      bytes += dtype_nbytes(lazy.dtype, n);
+    }
+  }
+  return bytes;
+}
+
+uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
 RefitBenchSource bench_refit_from_disk(Engine& engine, const std::string& path, int reps,
                                        const UpdateOptions& options) {
   RefitBenchSource s;
   s.name = "disk";
   s.detail = path;
-  auto checkpoint = Checkpoint::open(path);
-  CheckpointWeights weights(*checkpoint, read_model_config(*checkpoint));
-  for (const std::string& name : engine.model().parameters().checkpoint_names()) {
-    Tensor t = weights.find(name);
-    if (!t.defined()) fail("{}: the checkpoint has no tensor '{}'", path, name);
-    s.bytes += t.nbytes();
-  }
-  checkpoint.reset();
+  s.bytes = update_tensor_bytes(engine, path);
   warm_page_cache(path);
   s.page_cached = page_cached_fraction(path);
   time_updates(s, reps, [&] { engine.update_weights_from_disk(path, {}, options); });
@@ -100,7 +123,7 @@ RefitBenchSource bench_refit_from_tensors(
 }
 
 RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps,
-                                 const UpdateOptions& options) {
+                                 const UpdateOptions& options, uint64_t memory_available) {
   if (reps < 1) fail("bench: -r must be at least 1 (got {})", reps);
   RefitBenchResult r;
   r.model = engine.description();
@@ -111,11 +134,25 @@ RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int re
     r.largest_parameter_bytes = std::max<uint64_t>(r.largest_parameter_bytes, p->data().nbytes());
   }
   r.sources.push_back(bench_refit_from_disk(engine, path, reps, options));
-  {
+  // The in-memory tensors stay whole while the update stages up to a copy of every
+  // parameter: a quantized mixture of experts dequantized to f32 would not fit (the 8-layer
+  // gpt-oss GGUF's 25 GB were killed by the OOM killer on a 24 GB machine).
+  const uint64_t needed = r.sources.front().bytes;  // update_tensor_bytes(engine, path)
+  if (memory_available == 0) memory_available = available_memory_bytes();
+  if (memory_available > 0 && needed + r.parameter_bytes > memory_available) {
+    r.tensors_skipped = fmt::format(
+        "its tensors would take {:.1f} GB and the update up to {:.1f} GB more, with {:.1f} GB "
+        "of memory available",
+        double(needed) * 1e-9, double(r.parameter_bytes) * 1e-9, double(memory_available) * 1e-9);
+  } else {
     const auto tensors = load_update_tensors(engine, path);
     r.sources.push_back(bench_refit_from_tensors(engine, tensors, reps, options));
   }
+  // The baseline copies the same bytes where a source and a destination of that size fit
+  // (a quantized checkpoint's bytes are counted dequantized, up to 8x its file), else as
+  // many as a quarter of the available memory: the copy rate does not change past the caches.
   r.memcpy_bytes = r.sources.front().bytes;
+  if (memory_available > 0) r.memcpy_bytes = std::min(r.memcpy_bytes, memory_available / 4);
   r.memcpy_gbs = measure_memcpy_gbs(static_cast<size_t>(r.memcpy_bytes), std::max(reps, 3));
   return r;
 }

@@ -44,12 +44,22 @@ struct RefitBenchResult {
   double memcpy_gbs = 0;     // one std::memcpy of `bytes` (best of reps), one thread
   uint64_t memcpy_bytes = 0;
   std::vector<RefitBenchSource> sources;
+  // Why the in-memory source did not run ("" when it did): its tensors would not fit.
+  std::string tensors_skipped;
 };
 
 // Every checkpoint tensor the engine's parameters take, read from `path` and copied into
 // owned memory (as a trainer would hold them), under their checkpoint names.
 std::vector<std::pair<std::string, Tensor>> load_update_tensors(const Engine& engine,
                                                                 const std::string& path);
+
+// The bytes load_update_tensors(engine, path) would hold, found without reading the tensors
+// (a quantized checkpoint's tensors come out dequantized to f32: an MXFP4 mixture of
+// experts' ~4.25 bits a weight become 32).
+uint64_t update_tensor_bytes(const Engine& engine, const std::string& path);
+
+// The memory the system can still give (MemAvailable), 0 where it does not say.
+uint64_t available_memory_bytes();
 
 // Times update_weights_from_disk(path) `reps` times (after warming the page cache and one
 // untimed update).
@@ -60,8 +70,11 @@ RefitBenchSource bench_refit_from_tensors(
     Engine& engine, const std::vector<std::pair<std::string, Tensor>>& tensors, int reps,
     const UpdateOptions& options = {});
 
-// Both sources and the memcpy baseline for `engine` with weights from `path`.
+// Both sources and the memcpy baseline for `engine` with weights from `path`. The in-memory
+// source is skipped, with the reason in tensors_skipped, when its tensors and a staged copy
+// of every parameter would not fit in `memory_available` bytes (0: available_memory_bytes();
+// where that is unknown too, it runs).
 RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int reps,
-                                 const UpdateOptions& options = {});
+                                 const UpdateOptions& options = {}, uint64_t memory_available = 0);
 
 }  // namespace refit

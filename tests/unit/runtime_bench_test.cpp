@@ -377,6 +377,42 @@ TEST(RefitBench, measures_both_sources_and_leaves_the_target_weights) {
   EXPECT_EQ(j["sources"].size(), 2u);
 }
 
+// The in-memory source's size is known before its tensors are read (a quantized file's come
+// out as f32), and where they and a staged copy of the parameters would not fit, it is
+// skipped with the sizes said, instead of the run dying of the OOM killer.
+TEST(RefitBench, sizes_the_in_memory_tensors_first_and_skips_them_when_they_do_not_fit) {
+  TempDir dir;
+  const ModelConfig config = synthetic_preset(Architecture::llama, "tiny");
+  SyntheticCheckpointOptions q8;
+  q8.gguf_q8_0 = true;
+  write_synthetic_gguf(dir.file("q8.gguf"), config, q8);
+  EngineOptions options;
+  options.model_path = dir.file("q8.gguf");
+  Engine engine(options);
+  uint64_t held = 0;
+  for (const auto& [name, t] : load_update_tensors(engine, dir.file("q8.gguf"))) {
+    EXPECT_EQ(t.dtype(), t.dim() == 2 ? DType::f32 : t.dtype()) << name;
+    held += t.nbytes();
+  }
+  EXPECT_EQ(update_tensor_bytes(engine, dir.file("q8.gguf")), held);
+
+  const RefitBenchResult r = run_refit_bench(engine, dir.file("q8.gguf"), 1, {}, held);
+  ASSERT_EQ(r.sources.size(), 1u);  // held bytes leave no room for the staged parameters
+  EXPECT_EQ(r.sources[0].name, "disk");
+  EXPECT_NE(r.tensors_skipped.find(fmt::format("{:.1f} GB", double(held) * 1e-9)),
+            std::string::npos)
+      << r.tensors_skipped;
+  EXPECT_NE(refit_bench_markdown(r).find("in-memory tensors: skipped: its tensors would take"),
+            std::string::npos);
+  EXPECT_EQ(refit_bench_json(r)["tensors_skipped"], r.tensors_skipped);
+
+  const RefitBenchResult room =
+      run_refit_bench(engine, dir.file("q8.gguf"), 1, {}, held + r.parameter_bytes);
+  EXPECT_EQ(room.sources.size(), 2u);
+  EXPECT_TRUE(room.tensors_skipped.empty());
+  EXPECT_GT(available_memory_bytes(), 0u);
+}
+
 TEST(BenchCli, json_rows_use_llama_bench_field_names) {
   TempDir dir;
   const std::string model = dir.file("tiny.gguf");
