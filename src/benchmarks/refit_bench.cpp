@@ -136,7 +136,7 @@ RefitBenchResult run_refit_bench(Engine& engine, const std::string& path, int re
   r.sources.push_back(bench_refit_from_disk(engine, path, reps, options));
   // The in-memory tensors stay whole while the update stages up to a copy of every
   // parameter: a quantized mixture of experts dequantized to f32 would not fit (the 8-layer
-  // gpt-oss GGUF's 25 GB were killed by the OOM killer on a 24 GB machine).
+  // gpt-oss GGUF's 28 GB got the run killed by the OOM killer on a 24 GB machine).
   const uint64_t needed = r.sources.front().bytes;  // update_tensor_bytes(engine, path)
   if (memory_available == 0) memory_available = available_memory_bytes();
   if (memory_available > 0 && needed + r.parameter_bytes > memory_available) {

@@ -96,8 +96,15 @@ TEST(TorchStore, AWaitSaysWhetherTheStoreClosedOrNeverAnswered) {
     Listener l;
     std::thread host([&] {
       const int fd = ::accept(l.fd, nullptr, nullptr);
-      char buf[256];
-      ::recv(fd, buf, sizeof buf, 0);  // the WAIT request
+      // The whole WAIT request (query byte, key count, key length, "/k"), which the client
+      // sends in pieces: closing with some of it unread would reset the connection under
+      // the client's next write instead of ending its wait.
+      char buf[19];
+      for (size_t got = 0; got < sizeof buf;) {
+        const ssize_t n = ::recv(fd, buf + got, sizeof buf - got, 0);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
       if (!close_it) std::this_thread::sleep_for(milliseconds(600));
       ::close(fd);
     });
