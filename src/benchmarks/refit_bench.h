@@ -5,8 +5,9 @@
 // adds, which issue 5 bounds by the largest single parameter.
 //
 // Bytes are the bytes of the incoming checkpoint tensors (each counted once; a quantized
-// file's as the f32 they are read as); GB/s = 1e9 bytes per second. Each source gets one untimed warm-up update, then `reps` timed ones,
-// each a complete transaction (validate every tensor, then commit).
+// file's as the f32 they are read as); GB/s = 1e9 bytes per second. Each source gets one untimed
+// warm-up update, then `reps` timed ones, each a complete transaction (validate every tensor, then
+// commit).
 #pragma once
 
 #include <cstdint>
