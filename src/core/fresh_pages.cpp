@@ -22,8 +22,13 @@ void* map(size_t bytes) {
   const auto begin = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (begin + kAlignment - 1) / kAlignment * kAlignment;
   if (aligned > begin) munmap(raw, aligned - begin);
-  const uintptr_t end = aligned + bytes;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t end = aligned + (bytes + page - 1) / page * page;  // munmap takes whole pages
   if (begin + span > end) munmap(reinterpret_cast<void*>(end), begin + span - end);
+#if defined(MADV_HUGEPAGE)
+  // Linux's default transparent-huge-page mode ("madvise") grants them only on request.
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // advice only
+#endif
   return reinterpret_cast<void*>(aligned);
 }
 

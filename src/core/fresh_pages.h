@@ -12,8 +12,8 @@ namespace refit::fresh_pages {
 
 constexpr size_t kAlignment = size_t{2} << 20;
 
-// `bytes` of zero pages at a kAlignment-aligned address, or nullptr when the system has
-// none to give.
+// `bytes` of zero pages at a kAlignment-aligned address, advised onto huge pages, or
+// nullptr when the system has none to give.
 void* map(size_t bytes);
 
 // Gives back what map returned (the same `bytes`).

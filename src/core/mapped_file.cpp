@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fresh_pages.h"
 #include "core/thread_pool.h"
 
 namespace refit {
@@ -95,15 +96,14 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path, FileAccess
 // serves must not hold the pool's kernels up for the whole read. 2 MiB pages where the
 // kernel grants them: 512 times fewer faults.
 void MappedFile::copy_contents(int fd) {
-  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  // Fresh zero pages on a 2 MiB boundary, advised onto huge pages (the destructor's munmap
+  // gives them back like a file mapping).
+  void* p = fresh_pages::map(size_);
+  if (!p)
     throw FormatError(fmt::format("{}: cannot allocate {} bytes to read it into: {}", path_, size_,
                                   std::strerror(errno)));
   data_ = static_cast<const uint8_t*>(p);
   mapped_bytes_ = size_;
-#if defined(MADV_HUGEPAGE)
-  ::madvise(p, size_, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
   auto* out = static_cast<uint8_t*>(p);
   constexpr size_t kChunk = size_t{64} << 20;
   const size_t chunks = (size_ + kChunk - 1) / kChunk;

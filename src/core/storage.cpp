@@ -93,9 +93,6 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device, Storage
   if (!p) {
     p = huge ? fresh_pages::map(rounded) : std::aligned_alloc(kAlignment, rounded);
     if (!p) fail("Storage::allocate: out of memory allocating {} bytes", nbytes);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
   }
   if (use != StorageUse::overwritten) {
     if (!fresh) bulk_fill(p, 0, rounded);
